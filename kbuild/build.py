@@ -1,0 +1,183 @@
+"""The build: key every target, take what the store has, compile the rest, commit."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from .config import ProjectConfig, arch_cc, validate_arch
+from .discover import ResolvedKernel, Target, resolve_kernel
+from .errors import CompileError, TargetError
+from .keys import Keyer, KeyNode, as_function
+from .sources import ProjectSources
+from .store import Store
+from .toolchain import codegen_config, toolchain
+
+
+@dataclass
+class Row:
+    """The outcome for one target, as `kbuild build --json` reports it."""
+
+    target: str
+    signature: str
+    arch: str
+    key: str
+    status: str  # built | cached | failed | skipped
+    seconds: float = 0.0
+    artifacts: dict = field(default_factory=dict)
+    error: str | None = None
+
+    def as_json(self) -> dict:
+        return {"target": self.target, "signature": self.signature, "arch": self.arch,
+                "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
+                "artifacts": self.artifacts, "error": self.error}
+
+
+@dataclass
+class Plan:
+    """Every requested target with its resolved kernel and key tree."""
+
+    config: ProjectConfig
+    kernels: dict  # target name -> ResolvedKernel
+    targets: list  # [Target]
+    keys: dict  # Target -> KeyNode
+    keyer: Keyer
+
+
+def plan(config: ProjectConfig, names=None, archs=None) -> Plan:
+    """Resolve the requested targets (default: all) and compute their keys."""
+    specs = select_specs(config, names)
+    kernels = {spec.name: resolve_kernel(config, spec) for spec in specs}
+    targets = [Target(spec.name, sig, arch)
+               for spec in specs for sig in spec.signatures
+               for arch in (archs or spec.archs)]
+    keyer = Keyer(ProjectSources(config.paths))
+    keys = {t: target_key(keyer, kernels[t.name], t) for t in targets}
+    return Plan(config, kernels, targets, keys, keyer)
+
+
+def select_specs(config: ProjectConfig, names):
+    """The kernel specs named (by full or unique short name), or all of them."""
+    if not names:
+        return list(config.kernels)
+    by_name = {s.name: s for s in config.kernels}
+    chosen = []
+    for name in names:
+        spec = by_name.get(name) or _by_short_name(config, name)
+        if spec not in chosen:
+            chosen.append(spec)
+    return chosen
+
+
+def _by_short_name(config: ProjectConfig, name: str):
+    matches = [s for s in config.kernels if s.name.rpartition(":")[2] == name
+               or s.name.rpartition(":")[2].rpartition(".")[2] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise TargetError(f"target '{name}' is ambiguous in {config.path.name}: "
+                          f"{', '.join(s.name for s in matches)}")
+    raise TargetError(f"unknown target '{name}': {config.path.name} declares "
+                      f"{', '.join(s.name for s in config.kernels)}")
+
+
+def parse_archs(text: str | None, where: str = "--arch"):
+    if not text:
+        return None
+    return tuple(validate_arch(a.strip(), where) for a in text.split(",") if a.strip())
+
+
+def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNode:
+    return keyer.target_node(resolved.kernel, target.name, resolved.argtypes[target.signature],
+                             target.signature, target.arch, toolchain(), codegen_config())
+
+
+def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int = 1,
+          progress=None) -> list[Row]:
+    """Build what is out of date; return one row per target, in plan order."""
+    rows: dict[Target, Row] = {}
+    todo = []
+    for target in the_plan.targets:
+        key = the_plan.keys[target].digest
+        manifest = store.lookup(key)
+        if manifest is not None:
+            rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
+                               artifacts=dict(manifest["artifacts"]))
+            _progress(progress, rows[target], len(rows), len(the_plan.targets))
+        else:
+            todo.append(target)
+    if todo:
+        store.ensure_writable()
+    failed = False
+    for target, outcome, seconds in _compile_all(the_plan, todo, jobs):
+        key = the_plan.keys[target].digest
+        if failed and not keep_going:
+            row = Row(target.name, target.signature, target.arch, key, "skipped",
+                      error="not built: an earlier target failed (use -k to keep going)")
+        elif isinstance(outcome, Exception):
+            failed = True
+            row = Row(target.name, target.signature, target.arch, key, "failed",
+                      seconds, error=str(outcome))
+        else:
+            artifacts = commit(store, the_plan, target, outcome, seconds)
+            row = Row(target.name, target.signature, target.arch, key, "built", seconds,
+                      artifacts)
+        rows[target] = row
+        _progress(progress, row, len(rows), len(the_plan.targets))
+    return [rows[t] for t in the_plan.targets]
+
+
+def _progress(progress, row, done, total):
+    if progress is not None:
+        progress(row, done, total)
+
+
+def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> dict:
+    """Store the artifacts' blobs, then the manifest; return the artifact hashes."""
+    hashes = {"ptx": store.put_blob(artifacts.ptx), "cubin": store.put_blob(artifacts.cubin)}
+    node = the_plan.keys[target]
+    store.commit(node.digest, {
+        "target": target.name, "signature": target.signature, "arch": target.arch,
+        "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
+        "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(seconds, 4), "project": the_plan.config.name,
+    })
+    return hashes
+
+
+def _compile_all(the_plan: Plan, todo, jobs: int):
+    """Yield (target, Artifacts or exception, seconds), grouped by arch."""
+    todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
+    if jobs > 1 and len(todo) > 1:
+        from .parallel import compile_in_workers
+
+        yield from compile_in_workers(the_plan, todo, jobs)
+        return
+    for target in todo:
+        yield (target,) + compile_target(the_plan, target)
+
+
+def compile_target(the_plan: Plan, target: Target):
+    """(Artifacts or CompileError, seconds) for one target, in this process."""
+    from .compiler import compile_kernel
+
+    resolved = the_plan.kernels[target.name]
+    start = time.perf_counter()
+    try:
+        artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
+                                   arch_cc(target.arch), the_plan.keyer.device_functions)
+    except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
+        return CompileError(_compile_message(exc)), time.perf_counter() - start
+    return artifacts, time.perf_counter() - start
+
+
+def _compile_message(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else (os.cpu_count() or 1))

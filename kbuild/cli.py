@@ -1,0 +1,249 @@
+"""The `kbuild` command line: parse arguments, call the project API, map errors to exit codes.
+
+Exit codes: 0 success, 1 a target failed, 2 usage, configuration or internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from . import __version__
+from .errors import KbuildError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv=None) -> int:
+    # A build compiles for real: the simulator would hand us fake kernels.
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") not in (None, "", "0"):
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.run(args)
+    except KbuildError as exc:
+        _error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_USAGE
+    finally:
+        _flush_warnings(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH",
+                        help="project file (default: kbuild.toml here or in the nearest parent)")
+    common.add_argument("--store", metavar="DIR",
+                        help="store directory (default: the file's store, $KBUILD_STORE, "
+                             "~/.cache/kbuild)")
+    parser = argparse.ArgumentParser(
+        prog="kbuild", parents=[common],
+        description="Content-addressed, make-like builds of numba-cuda kernels.")
+    parser.add_argument("--version", action="version", version=f"kbuild {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("build", parents=[common], help="build what is out of date")
+    _targets_and_arch(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-k", "--keep-going", action="store_true",
+                   help="build the other targets when one fails")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="compile N targets at once (default: the number of cores)")
+    p.set_defaults(run=cmd_build)
+
+    p = sub.add_parser("status", parents=[common],
+                       help="which targets are up-to-date, stale or missing, and why (no compile)")
+    _targets_and_arch(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_status)
+
+    p = sub.add_parser("explain", parents=[common],
+                       help="which key inputs of a target changed since it was last built")
+    p.add_argument("target", help="module:attr.path or a unique short name")
+    p.add_argument("--arch", help="only these architectures, comma-separated")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_explain)
+
+    p = sub.add_parser("clean", parents=[common],
+                       help="remove this project's entries and blobs no other entry uses")
+    p.add_argument("--all", action="store_true", help="empty the whole store")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_clean)
+
+    p = sub.add_parser("cat", parents=[common], help="write a blob's bytes to stdout")
+    p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
+    p.set_defaults(run=cmd_cat)
+    return parser
+
+
+def _targets_and_arch(p):
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="module:attr.path or a unique short name (default: all)")
+    p.add_argument("--arch", help="architectures to build, comma-separated (e.g. sm_80,sm_90)")
+
+
+# -- commands -----------------------------------------------------------------
+
+def cmd_build(args) -> int:
+    from .build import default_jobs, parse_archs
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store))
+    archs = parse_archs(args.arch)
+    start = time.perf_counter()
+    the_plan = project.plan(args.targets, archs)
+    jobs = args.jobs if args.jobs else default_jobs()
+    progress = None if args.json or not sys.stderr.isatty() else _ProgressBar()
+    rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
+                         progress=progress)
+    if progress:
+        progress.close()
+    seconds = time.perf_counter() - start
+    summary = {s: sum(r.status == s for r in rows) for s in ("built", "cached", "failed", "skipped")}
+    summary["seconds"] = round(seconds, 3)
+    if args.json:
+        _print_json({"targets": [r.as_json() for r in rows], "summary": summary,
+                     "store": str(project.store.root), "warnings": _warnings(args)})
+    else:
+        for r in rows:
+            line = f"{r.status:8} {r.target} {r.signature} {r.arch}"
+            if r.status == "built":
+                line += f"  {r.seconds:.2f}s"
+            print(line)
+            if r.error and r.status == "failed":
+                print("         " + r.error.replace("\n", "\n         "))
+        print(f"{summary['built']} built, {summary['cached']} cached, {summary['failed']} failed"
+              + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
+              + f" in {seconds:.2f}s")
+    del the_plan
+    return EXIT_FAILED if summary["failed"] else EXIT_OK
+
+
+def cmd_status(args) -> int:
+    from .build import parse_archs
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store, read_only=True))
+    rows = project.status(args.targets, parse_archs(args.arch))
+    if args.json:
+        counts = {s: sum(r["status"] == s for r in rows) for s in ("up-to-date", "stale", "missing")}
+        _print_json({"targets": rows, "summary": counts})
+    else:
+        for r in rows:
+            why = f"  ({'; '.join(r['reasons'])})" if r["reasons"] else ""
+            print(f"{r['status']:10} {r['target']} {r['signature']} {r['arch']}{why}")
+    return EXIT_OK
+
+
+def cmd_explain(args) -> int:
+    from .build import parse_archs
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store, read_only=True))
+    rows = project.status([args.target], parse_archs(args.arch))
+    if args.json:
+        _print_json({"targets": rows})
+        return EXIT_OK
+    for r in rows:
+        print(f"{r['target']} {r['signature']} {r['arch']}: {r['status']}")
+        if r["status"] == "up-to-date":
+            print("  nothing changed since it was built")
+        for reason in r["reasons"]:
+            print(f"  {reason}")
+    return EXIT_OK
+
+
+def cmd_clean(args) -> int:
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store))
+    result = project.clean(everything=args.all)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"removed {result['entries']} entries and {result['blobs']} blobs "
+              f"({_size(result['bytes'])}) from {project.store.root}")
+    return EXIT_OK
+
+
+def cmd_cat(args) -> int:
+    from .config import default_store, load_config
+    from .errors import ConfigError
+    from .store import CorruptBlob, Store
+
+    try:
+        cfg = load_config(args.config) if args.config or not args.store else None
+    except ConfigError:
+        cfg = None
+    store = Store(default_store(cfg, args.store), read_only=True)
+    args._store = store
+    try:
+        data = store.read_blob(args.hash)
+    except CorruptBlob as exc:
+        _error(f"{exc} in store {store.root}")
+        return EXIT_FAILED
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+# -- output helpers -------------------------------------------------------------
+
+class _ProgressBar:
+    """One self-rewriting line on stderr, shown only on a terminal."""
+
+    def __call__(self, row, done, total):
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                         f"{row.target[-40:]:40}")
+        sys.stderr.flush()
+
+    def close(self):
+        sys.stderr.write("\r" + " " * 100 + "\r")
+        sys.stderr.flush()
+
+
+def _remember(args, project):
+    args._store = project.store
+    return project
+
+
+def _warnings(args) -> list[str]:
+    store = getattr(args, "_store", None)
+    return list(dict.fromkeys(store.warnings)) if store is not None else []
+
+
+def _flush_warnings(args) -> None:
+    for message in _warnings(args):
+        print(f"kbuild: warning: {message}", file=sys.stderr)
+
+
+def _print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=1, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def _error(message: str) -> None:
+    print(f"kbuild: error: {message}", file=sys.stderr)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

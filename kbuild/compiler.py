@@ -1,0 +1,92 @@
+"""The compiler adapter: numba-cuda + NVVM + nvJitLink, for an architecture we name.
+
+numba-cuda asks the current device for its compute capability when it types a
+call to a device function and when it compiles eagerly (`@cuda.jit("sig")`);
+without a driver both fail. `targeting(cc)` answers those questions with the
+architecture being built, never the machine's, so ordinary user code builds on
+a CPU-only CI runner. The kernel is then compiled exactly as numba's own
+dispatcher would (`_Kernel` with the decorator's options) and its PTX and
+linked cubin are taken from the code library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+
+_lock = threading.RLock()
+_state = {"cc": None, "depth": 0, "saved": None}
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What one compiled target produced."""
+
+    ptx: bytes
+    cubin: bytes
+    entry: str
+    cooperative: bool
+
+
+class _TargetDevice:
+    """Stands in for the current device: only its compute capability is asked."""
+
+    def __init__(self, cc):
+        self.compute_capability = cc[:2]
+
+
+@contextlib.contextmanager
+def targeting(cc: tuple):
+    """Within this block numba-cuda compiles for `cc` instead of asking a driver."""
+    from numba.cuda import codegen, compiler, dispatcher
+
+    with _lock:
+        previous = _state["cc"]
+        if _state["depth"] == 0:
+            _state["saved"] = (dispatcher.get_current_device, compiler.get_current_device,
+                               codegen.CUDACodeLibrary._ensure_cc)
+            dispatcher.get_current_device = compiler.get_current_device = \
+                lambda: _TargetDevice(_state["cc"])
+            codegen.CUDACodeLibrary._ensure_cc = \
+                lambda self, want: want if want is not None else _state["cc"]
+        _state["cc"] = tuple(cc)
+        _state["depth"] += 1
+        try:
+            yield
+        finally:
+            _state["depth"] -= 1
+            _state["cc"] = previous
+            if _state["depth"] == 0:
+                (dispatcher.get_current_device, compiler.get_current_device,
+                 codegen.CUDACodeLibrary._ensure_cc) = _state["saved"]
+
+
+def compile_kernel(kernel, argtypes, cc: tuple, device_functions=()) -> Artifacts:
+    """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
+
+    `device_functions` are the lazily compiled device dispatchers it reaches:
+    numba caches their compiled form per argument types only, so a cache made
+    for another architecture is dropped first.
+    """
+    from numba.cuda.dispatcher import _Kernel
+
+    with targeting(cc):
+        _forget_other_arch(device_functions, tuple(cc))
+        compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
+        library = compiled._codelibrary
+        ptx = library.get_asm_str(cc=tuple(cc))
+        cubin = library.get_cubin(cc=tuple(cc))
+    return Artifacts(
+        ptx=ptx.encode(),
+        cubin=bytes(getattr(cubin, "code", cubin)),
+        entry=compiled.entry_name,
+        cooperative=bool(compiled.cooperative),
+    )
+
+
+def _forget_other_arch(device_functions, cc) -> None:
+    for disp in device_functions:
+        if getattr(disp, "_can_compile", False) and getattr(disp, "_kbuild_cc", cc) != cc:
+            disp.overloads.clear()
+        disp._kbuild_cc = cc

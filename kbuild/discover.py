@@ -1,0 +1,126 @@
+"""Turn a project's declared targets into live kernels and numba signatures."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from dataclasses import dataclass
+
+from .config import KernelSpec, ProjectConfig, arch_cc
+from .errors import TargetError
+
+
+@dataclass(frozen=True)
+class Target:
+    """One build target: a kernel x one signature x one arch."""
+
+    name: str
+    signature: str
+    arch: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.signature} {self.arch}"
+
+
+@dataclass
+class ResolvedKernel:
+    """A declared kernel, imported, with its signatures parsed."""
+
+    spec: KernelSpec
+    kernel: object
+    argtypes: dict  # signature text -> tuple of numba types
+
+
+def add_import_paths(config: ProjectConfig) -> None:
+    """Put the project's import roots first on sys.path (once)."""
+    for root in reversed(config.paths):
+        text = str(root)
+        if text not in sys.path:
+            sys.path.insert(0, text)
+
+
+def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
+    """Import and getattr `module:attr.path`; check it is a kernel; parse its signatures."""
+    module_name, _, attr_path = spec.name.partition(":")
+    module = _import(config, spec.name, module_name)
+    obj = module
+    for i, part in enumerate(attr_path.split(".")):
+        if not hasattr(obj, part):
+            owner = module_name if i == 0 else f"{module_name}:{'.'.join(attr_path.split('.')[:i])}"
+            what = "module" if i == 0 else "object"
+            raise TargetError(f"unknown target '{spec.name}' in {config.path.name}: "
+                              f"{what} '{owner}' has no attribute '{part}'")
+        obj = getattr(obj, part)
+    _check_kernel(config, spec.name, obj)
+    argtypes = {s: parse_signature(config, spec.name, s, module) for s in spec.signatures}
+    return ResolvedKernel(spec=spec, kernel=obj, argtypes=argtypes)
+
+
+def _import(config: ProjectConfig, target: str, module_name: str):
+    from .compiler import targeting
+
+    add_import_paths(config)
+    try:
+        # Eager @cuda.jit("sig") compiles at import: give it an architecture.
+        with targeting(arch_cc(config.archs[0])):
+            return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise TargetError(f"unknown target '{target}' in {config.path.name}: "
+                              f"no module named '{exc.name}' (import roots: "
+                              f"{', '.join(str(p) for p in config.paths)})") from None
+        raise TargetError(f"target '{target}' in {config.path.name}: importing "
+                          f"'{module_name}' failed: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - user code can raise anything at import
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        raise TargetError(f"target '{target}' in {config.path.name}: importing "
+                          f"'{module_name}' failed: {type(exc).__name__}: {exc} "
+                          f"({where.filename}:{where.lineno})") from None
+
+
+def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
+    from .keys import as_function
+
+    fn = as_function(obj)
+    if fn is None or fn.role == "function":
+        raise TargetError(f"target '{target}' in {config.path.name} is a "
+                          f"{type(obj).__name__}, not a numba-cuda kernel; "
+                          "decorate it with @cuda.jit")
+    if fn.role == "device":
+        raise TargetError(f"target '{target}' in {config.path.name} is a device function "
+                          "(device=True); declare the kernels that call it instead")
+
+
+def parse_signature(config: ProjectConfig, target: str, text: str, module):
+    """Evaluate a numba signature string with numba.types and the module's globals."""
+    from numba.core import sigutils
+
+    namespace = _signature_namespace(module)
+    try:
+        sig = eval(text, {"__builtins__": {}}, namespace)  # noqa: S307 - numba's own format
+        argtypes, restype = sigutils.normalize_signature(sig)
+    except Exception as exc:  # noqa: BLE001
+        raise TargetError(f"target '{target}' in {config.path.name}: bad signature "
+                          f"{text!r}: {type(exc).__name__}: {exc}") from None
+    from numba.core import types
+
+    if restype not in (None, types.void, types.none):
+        raise TargetError(f"target '{target}' in {config.path.name}: signature {text!r} "
+                          f"returns {restype}; kernels return void")
+    return tuple(argtypes)
+
+
+def _signature_namespace(module) -> dict:
+    import numpy as np
+    from numba import from_dtype
+    from numba.core import types
+
+    namespace = {}
+    for name, value in vars(module).items():
+        # A record dtype in the module can be named directly: void(Point[::1]).
+        namespace[name] = from_dtype(value) if isinstance(value, np.dtype) else value
+    namespace.update(vars(types))
+    namespace["from_dtype"] = from_dtype
+    return namespace

@@ -1,0 +1,83 @@
+"""Why a target is stale: the difference between two key trees, in words.
+
+Works on the flattened trees that manifests record (`KeyNode.flatten`), so it
+needs no live objects: the old tree comes from the store, the new from keying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One changed key input."""
+
+    path: tuple
+    change: str  # changed | added | removed
+    old: str | None
+    new: str | None
+
+    @property
+    def message(self) -> str:
+        context = _context(self.path)
+        label = self.path[-1]
+        if self.change == "changed" and label == "body":
+            return f"{context or 'kernel'} changed (body)"
+        prefix = f"{context}: " if context else ""
+        if self.change == "added":
+            return f"{prefix}{label} added"
+        if self.change == "removed":
+            return f"{prefix}{label} removed"
+        return f"{prefix}{label} {self.old} -> {self.new}"
+
+    def as_json(self) -> dict:
+        return {"path": list(self.path), "change": self.change, "old": self.old,
+                "new": self.new, "message": self.message}
+
+
+def _context(path) -> str:
+    # Drop the root ("target") and the kernel's own label: explain is per target.
+    inner = [p for i, p in enumerate(path[:-1]) if i > 0 and not (i == 1 and p.startswith("kernel "))]
+    return " > ".join(inner)
+
+
+def diff(old_flat, new_flat) -> list[Reason]:
+    """The top-most differing inputs between two flattened trees (lists of [path, summary, digest])."""
+    old = {tuple(p): (s, d) for p, s, d in old_flat}
+    new = {tuple(p): (s, d) for p, s, d in new_flat}
+    children = _children(old, new)
+    reasons: list[Reason] = []
+    roots = [p for p in new if len(p) == 1] or [p for p in old if len(p) == 1]
+    for root in roots:
+        _walk(root, old, new, children, reasons)
+    return reasons
+
+
+def _children(old, new):
+    kids: dict[tuple, list] = {}
+    for path in sorted(set(old) | set(new)):
+        if len(path) > 1:
+            kids.setdefault(path[:-1], []).append(path)
+    return kids
+
+
+def _walk(path, old, new, children, reasons):
+    if path not in old:
+        reasons.append(Reason(path, "added", None, new[path][0]))
+        return
+    if path not in new:
+        reasons.append(Reason(path, "removed", old[path][0], None))
+        return
+    if old[path][1] == new[path][1]:
+        return
+    kids = children.get(path, [])
+    if not kids or not any(k in old for k in kids) or not any(k in new for k in kids):
+        reasons.append(Reason(path, "changed", old[path][0], new[path][0]))
+        return
+    before = len(reasons)
+    for kid in kids:
+        _walk(kid, old, new, children, reasons)
+    if len(reasons) == before:
+        # Same inputs, different digest: only the node's own label or schema moved.
+        reasons.append(Reason(path, "changed", old[path][0], new[path][0]))

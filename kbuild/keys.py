@@ -1,0 +1,423 @@
+"""Target keys: a Merkle tree over everything a kernel's compiled code depends on.
+
+This is the one documented place that lists what goes into a key
+(schema `KEY_SCHEMA`). A target = kernel x signature x arch; its key is the
+digest of a `KeyNode` tree:
+
+- ``kernel MOD:QUALNAME`` - the kernel function:
+  - ``body``: its normalized AST (see `normalize`), positions only with lineinfo/debug;
+  - ``option NAME``: every decorator option (fastmath, opt, lineinfo, debug,
+    max_registers, launch_bounds, lto, link files by content, ...);
+  - ``global NAME`` / ``closure NAME`` / ``default NAME``: the values it reads
+    (numbers, strings, tuples, numpy arrays and scalars, dtypes, numba types,
+    enums; library functions by qualified name);
+  - ``callee MOD:QUALNAME``: the same tree for every device function (or
+    jitable Python function) it reaches - through globals, module attributes,
+    closure cells or default values - transitively;
+- ``signature``: each argument type by content (records by layout);
+- ``arch``: the target architecture;
+- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema;
+- ``config``: numba config knobs that change generated code.
+
+Keying is pure: side effects (reading source files and linked files, telling
+project modules from libraries) come in through a `Sources` object.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import types as pytypes
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from . import normalize
+from .encode import Unencodable, digest_of
+from .errors import KeyingError
+from .values import canonical, summary
+
+KEY_SCHEMA = 1
+
+# Decorator options that never change the compiled code.
+_IGNORED_OPTIONS = frozenset({"cache"})
+
+
+@dataclass(frozen=True)
+class KeyNode:
+    """One key input: a label, a readable summary, a digest and its own inputs."""
+
+    label: str
+    summary: str
+    digest: str
+    children: tuple = ()
+
+    def flatten(self, prefix=()):
+        """Every node as (path of labels, summary, digest), depth first."""
+        path = prefix + (self.label,)
+        yield path, self.summary, self.digest
+        for child in self.children:
+            yield from child.flatten(path)
+
+
+def leaf(label: str, value, text: str) -> KeyNode:
+    """A key input whose content is the encodable `value`."""
+    return KeyNode(label, text, digest_of(("leaf", KEY_SCHEMA, label, value)))
+
+
+def branch(label: str, text: str, children) -> KeyNode:
+    """A key input made of other inputs; children are ordered by label."""
+    kids = tuple(sorted(children, key=lambda n: n.label))
+    labels = [k.label for k in kids]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"duplicate key labels under {label!r}: {labels}")
+    inner = tuple((k.label, k.digest) for k in kids)
+    return KeyNode(label, text, digest_of(("node", KEY_SCHEMA, label, inner)), kids)
+
+
+class Sources(Protocol):
+    """The side effects keying needs, passed in so keying stays pure."""
+
+    def source_of(self, func) -> tuple[str, int] | None:
+        """(source text, first line number) of a function, or None."""
+
+    def is_project_module(self, module_name: str) -> bool:
+        """Whether a module belongs to the project (its objects are keyed by content)."""
+
+    def file_digest(self, path: str) -> str:
+        """The digest of a linked file's bytes."""
+
+
+@dataclass
+class _Function:
+    """What keying needs to know about a function-like object."""
+
+    py_func: pytypes.FunctionType
+    options: dict
+    role: str  # "kernel", "device" or "function"
+
+
+def as_function(obj) -> _Function | None:
+    """The Python function and compile options behind a kernel, device function or jitable."""
+    py_func = getattr(obj, "py_func", None)
+    if isinstance(py_func, pytypes.FunctionType) and hasattr(obj, "targetoptions"):
+        options = dict(obj.targetoptions)
+        return _Function(py_func, options, "device" if options.get("device") else "kernel")
+    fn = getattr(obj, "fn", None)
+    if isinstance(fn, pytypes.FunctionType) and hasattr(obj, "_device"):
+        # numba's simulator (NUMBA_ENABLE_CUDASIM): FakeCUDAKernel.
+        return _Function(fn, simulator_options(obj), "device" if obj._device else "kernel")
+    defn = getattr(obj, "_defn", None)
+    if isinstance(defn, pytypes.FunctionType):
+        return _Function(defn, {}, "function")  # a user @intrinsic
+    if isinstance(obj, pytypes.FunctionType):
+        return _Function(obj, {}, "function")
+    return None
+
+
+def simulator_options(fake) -> dict:
+    """Options of a simulator kernel; filled in by the loader when it matters."""
+    return dict(getattr(fake, "_kbuild_options", {}) or {"fastmath": bool(fake._fastmath)})
+
+
+def qualified_name(func) -> str:
+    return f"{func.__module__}:{func.__qualname__}"
+
+
+class Keyer:
+    """Builds key trees, remembering every function it has keyed in this process."""
+
+    def __init__(self, sources: Sources):
+        self._sources = sources
+        self._memo: dict = {}
+        self._stack: list = []
+        self.device_functions: list = []  # device dispatchers reached, for the compiler
+
+    def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
+                    arch: str, toolchain: dict, config: dict) -> KeyNode:
+        """The key tree of one target (kernel x signature x arch)."""
+        fn = as_function(kernel)
+        if fn is None or fn.role != "kernel":
+            raise KeyingError(f"target '{kernel_name}' is not a numba-cuda kernel")
+        kernel_node = self.function_node(kernel, f"kernel {kernel_name}", kernel_name)
+        return branch("target", kernel_name, [
+            kernel_node,
+            signature_node(argtypes, signature_text),
+            leaf("arch", arch, arch),
+            branch("toolchain", "", [leaf(k, v, str(v)) for k, v in toolchain.items()]),
+            branch("config", "", [leaf(k, canonical(v), summary(v)) for k, v in config.items()]),
+        ])
+
+    def function_node(self, obj, label: str, where: str) -> KeyNode:
+        """The key tree of a kernel, device function or jitable function."""
+        fn = as_function(obj)
+        memo_key = (label, obj)
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        if any(f is fn.py_func for f in self._stack):
+            # Recursion: refer to the function by name; its content is keyed above.
+            return leaf(label, ("recursive", qualified_name(fn.py_func)), "recursive")
+        if fn.role == "device" and not any(d is obj for d in self.device_functions):
+            self.device_functions.append(obj)
+        self._stack.append(fn.py_func)
+        try:
+            node = self._function_tree(fn, label, where)
+        finally:
+            self._stack.pop()
+        self._memo[memo_key] = node
+        return node
+
+    def _function_tree(self, fn: _Function, label: str, where: str) -> KeyNode:
+        py_func = fn.py_func
+        name = qualified_name(py_func)
+        keep_positions = bool(fn.options.get("lineinfo") or fn.options.get("debug"))
+        children = [self._body(py_func, keep_positions, where)]
+        children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
+                     if k not in _IGNORED_OPTIONS]
+        children += self._references(py_func, where)
+        if keep_positions:
+            children.append(leaf("file", _relative_file(py_func), _relative_file(py_func)))
+        return branch(label, name, children)
+
+    def _body(self, py_func, keep_positions: bool, where: str) -> KeyNode:
+        found = self._sources.source_of(py_func)
+        if found is not None:
+            source, first_line = found
+            try:
+                fdef = normalize.parse_function(source, py_func.__name__)
+                ast_bytes = normalize.normalized_ast(
+                    fdef, keep_positions=keep_positions, first_line=first_line)
+                return leaf("body", ast_bytes, "body")
+            except normalize.NoSource:
+                pass
+        # No parsable source (a lambda, exec'd code): key the bytecode instead.
+        return leaf("body", _code_canonical(py_func.__code__, where), "bytecode")
+
+    def _option(self, name, value, where) -> KeyNode:
+        if name == "link":
+            value = tuple(self._link_item(item, where) for item in (value or ()))
+        elif name == "extensions":
+            value = tuple(_extern_name(e) or _fail(where, f"option extensions item {e!r}")
+                          for e in (value or ()))
+        try:
+            return leaf(f"option {name}", canonical(value), summary(value))
+        except Unencodable as exc:
+            raise KeyingError(f"{where}: option '{name}' has a value of type "
+                              f"{exc.type_name} that kbuild cannot key") from None
+
+    def _link_item(self, item, where):
+        path = item if isinstance(item, str) else getattr(item, "path", None)
+        if isinstance(path, str):
+            return ("file", path.rsplit("/", 1)[-1], self._sources.file_digest(path))
+        data = getattr(item, "data", None)
+        if isinstance(data, (bytes, str)):
+            return ("code", type(item).__name__, digest_of(data))
+        _fail(where, f"linked item of type {type(item).__name__}")
+
+    def _references(self, py_func, where: str) -> list[KeyNode]:
+        refs = []
+        for kind, name, value in _referenced_values(py_func, self._sources):
+            refs.append(self._reference(kind, name, value, where))
+        return _disambiguate(refs)
+
+    def _reference(self, kind: str, name: str, value, where: str):
+        fn = as_function(value)
+        if fn is not None and (fn.role != "function" or self._is_project(fn.py_func)):
+            callee_label = f"callee {qualified_name(fn.py_func)}"
+            return name, self.function_node(value, callee_label, where)
+        label = f"{kind} {name}"
+        try:
+            return name, leaf(label, canonical(value), summary(value))
+        except Unencodable:
+            pass
+        extern = _extern_name(value)
+        if extern is not None and not self._is_project_object(value):
+            return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
+        raise KeyingError(
+            f"{where}: {kind} '{name}' is a {type(value).__module__}."
+            f"{type(value).__qualname__}, which kbuild cannot key by content; "
+            "make it a number, string, tuple, numpy array or dtype, enum, "
+            "or a device function")
+
+    def _is_project(self, func) -> bool:
+        return self._sources.is_project_module(func.__module__ or "")
+
+    def _is_project_object(self, value) -> bool:
+        module = getattr(value, "__module__", None)
+        return isinstance(module, str) and self._sources.is_project_module(module)
+
+
+def signature_node(argtypes, signature_text: str) -> KeyNode:
+    """Argument types by content; records get one child per field for explanations."""
+    return branch("signature", signature_text,
+                  [_type_node(f"argument {i}", t) for i, t in enumerate(argtypes, 1)])
+
+
+def _type_node(label, t) -> KeyNode:
+    record = getattr(t, "dtype", t)
+    fields = getattr(record, "fields", None)
+    if isinstance(fields, dict) and hasattr(record, "aligned"):
+        kids = [leaf(f"field '{n}'", canonical(f.type), f"{f.type} @{f.offset}")
+                for n, f in fields.items()]
+        kids.append(leaf("layout", canonical(t), f"size {record.size}, aligned {record.aligned}"))
+        return branch(f"{label} record", str(t), kids)
+    return leaf(label, canonical(t), str(t))
+
+
+def _disambiguate(refs) -> list[KeyNode]:
+    """One node per label; one function reached under two names with two contents gets both."""
+    by_label: dict[str, list] = {}
+    for name, node in refs:
+        by_label.setdefault(node.label, []).append((name, node))
+    out = []
+    for label, items in by_label.items():
+        distinct = {node.digest for _, node in items}
+        if len(distinct) == 1:
+            out.append(items[0][1])
+            continue
+        for name, node in items:
+            out.append(KeyNode(f"{label} (as {name})", node.summary, node.digest, node.children))
+    return out
+
+
+def _referenced_values(py_func, sources):
+    """(kind, dotted name, value) for every global, closure cell and default it reads."""
+    names = _load_chains(py_func, sources)
+    closure = dict(zip(py_func.__code__.co_freevars, py_func.__closure__ or ()))
+    for chain in sorted(names):
+        base = chain[0]
+        if base in closure:
+            kind, scope = "closure", _cell_value(closure[base])
+        elif base in py_func.__globals__:
+            kind, scope = "global", py_func.__globals__[base]
+        elif hasattr(builtins, base):
+            continue  # builtins are part of the language (toolchain keyed)
+        else:
+            yield "global", base, ("unbound", base)
+            continue
+        yield (kind,) + _resolve_chain(chain, scope)
+    for name, value in _defaults(py_func):
+        yield "default", name, value
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return ("empty-cell",)
+
+
+def _resolve_chain(chain, value):
+    """Follow attribute accesses through modules: `mathx.sq` is the function `sq`."""
+    i = 1
+    while isinstance(value, pytypes.ModuleType) and i < len(chain):
+        value = getattr(value, chain[i], _MISSING)
+        i += 1
+    if value is _MISSING:
+        return ".".join(chain[:i]), ("missing attribute", ".".join(chain[:i]))
+    return ".".join(chain[:i]), value
+
+
+_MISSING = object()
+
+
+def _defaults(py_func):
+    code = py_func.__code__
+    positional = code.co_varnames[:code.co_argcount]
+    for name, value in zip(positional[len(positional) - len(py_func.__defaults__ or ()):],
+                           py_func.__defaults__ or ()):
+        yield name, value
+    for name, value in sorted((py_func.__kwdefaults__ or {}).items()):
+        yield name, value
+
+
+def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
+    """Dotted names read by the function that are not its own locals."""
+    found = sources.source_of(py_func)
+    fdef = None
+    if found is not None:
+        try:
+            fdef = normalize.parse_function(found[0], py_func.__name__)
+        except normalize.NoSource:
+            fdef = None
+    if fdef is None:
+        return _code_names(py_func.__code__)
+    local = normalize.local_names(fdef)
+    chains: set[tuple[str, ...]] = set()
+    bases = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            chain = _attribute_chain(node)
+            if chain and chain[0] not in local:
+                chains.add(chain)
+                bases.add(_chain_base(node))
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+                and node.id not in local and _chain_base(node) not in bases:
+            chains.add((node.id,))
+    return _drop_prefixed(chains)
+
+
+def _chain_base(node):
+    """The innermost Name of an attribute chain (the node object itself, for membership)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
+
+
+def _attribute_chain(node) -> tuple[str, ...] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return tuple(reversed(parts))
+
+
+def _drop_prefixed(chains):
+    # `a.b.c` read inside `a.b.c.d` is the same access; keep only maximal chains.
+    out = set()
+    for chain in chains:
+        if not any(other != chain and other[:len(chain)] == chain for other in chains):
+            out.add(chain)
+    return out
+
+
+def _code_names(code) -> set[tuple[str, ...]]:
+    names = set((n,) for n in code.co_names) | set((n,) for n in code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _code_canonical(code, where):
+    consts = []
+    for c in code.co_consts:
+        if isinstance(c, pytypes.CodeType):
+            consts.append(_code_canonical(c, where))
+        else:
+            try:
+                consts.append(canonical(c))
+            except Unencodable:
+                _fail(where, f"a constant of type {type(c).__name__} in bytecode")
+    return ("code", code.co_code, tuple(consts), code.co_names, code.co_varnames,
+            code.co_freevars, code.co_argcount, code.co_kwonlyargcount)
+
+
+def _extern_name(value):
+    module = getattr(value, "__module__", None)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if isinstance(module, str) and isinstance(name, str):
+        return module, name
+    return None
+
+
+def _relative_file(py_func) -> str:
+    # Only the module path: absolute paths never enter a key.
+    return py_func.__module__.replace(".", "/") + ".py"
+
+
+def _fail(where, what):
+    raise KeyingError(f"{where}: {what} cannot be keyed by content")

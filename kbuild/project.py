@@ -1,0 +1,96 @@
+"""The project API: what the CLI and programs call. `Project.load()` is the entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import build as _build
+from .config import ProjectConfig, default_store, load_config
+from .explain import diff
+from .store import Store
+
+
+class Project:
+    """A kbuild.toml and the store it builds into."""
+
+    def __init__(self, config: ProjectConfig, store: Store):
+        self.config = config
+        self.store = store
+        self._plans: dict = {}
+
+    @classmethod
+    def load(cls, config=None, *, store=None, read_only: bool = False, **launch_options):
+        """The project of `config` (default: the nearest kbuild.toml) with its store."""
+        cfg = load_config(config)
+        project = cls(cfg, Store(default_store(cfg, store), read_only=read_only))
+        if launch_options:
+            project._launch_options = launch_options
+        return project
+
+    # -- building -----------------------------------------------------------
+
+    def plan(self, names=None, archs=None) -> _build.Plan:
+        """Resolve and key the requested targets (cached per selection)."""
+        cache_key = (tuple(names or ()), tuple(archs or ()))
+        if cache_key not in self._plans:
+            self._plans[cache_key] = _build.plan(self.config, names, archs)
+        return self._plans[cache_key]
+
+    def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None):
+        """Build what is out of date; one `Row` per target."""
+        the_plan = self.plan(names, archs)
+        return _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
+                            progress=progress)
+
+    def status(self, names=None, archs=None) -> list[dict]:
+        """A dry run: up-to-date, stale or missing for every target, and why."""
+        the_plan = self.plan(names, archs)
+        previous = self._previous_entries()
+        rows = []
+        for target in the_plan.targets:
+            node = the_plan.keys[target]
+            row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+                   "key": node.digest}
+            if self.store.lookup(node.digest) is not None:
+                row.update(status="up-to-date", reasons=[])
+            else:
+                old = previous.get((target.name, target.signature, target.arch))
+                if old is None:
+                    row.update(status="missing", reasons=["never built into this store"])
+                else:
+                    reasons = diff(old["inputs"], list(node.flatten()))
+                    row.update(status="stale", previous_key=old["key"],
+                               reasons=[r.message for r in reasons],
+                               changes=[r.as_json() for r in reasons])
+            rows.append(row)
+        return rows
+
+    def _previous_entries(self) -> dict:
+        """The newest entry per (target, signature, arch) in the store."""
+        newest: dict = {}
+        for key, manifest in self.store.entries():
+            ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
+            if ident not in newest or manifest.get("built_at", "") >= newest[ident].get("built_at", ""):
+                newest[ident] = manifest
+        return newest
+
+    def clean(self, everything: bool = False) -> dict:
+        """Remove this project's entries (or all) and blobs no remaining entry uses."""
+        names = {spec.name for spec in self.config.kernels}
+        removed = 0
+        for key, manifest in list(self.store.entries()):
+            if everything or manifest.get("project") == self.config.name \
+                    or manifest.get("target") in names:
+                self.store.remove_entry(key)
+                removed += 1
+        blobs, freed = self.store.remove_orphan_blobs()
+        return {"entries": removed, "blobs": blobs, "bytes": freed}
+
+    def __repr__(self):
+        return f"Project({self.config.name!r}, store={str(self.store.root)!r})"
+
+
+def open_project(config_path: str | None, store: str | None, read_only: bool = False) -> Project:
+    """What every CLI command starts with."""
+    cfg = load_config(Path(config_path) if config_path else None)
+    return Project(cfg, Store(default_store(cfg, store), read_only=read_only))

@@ -1,0 +1,320 @@
+"""The content-addressed store: verified blobs, JSON manifests, a diskcache index.
+
+Layout (the version is in the path; an unknown layout is never read)::
+
+    STORE/CACHEDIR.TAG
+    STORE/v1/blobs/ab/cd/<xxh3-128 of the bytes>
+    STORE/v1/entries/ab/<target key>.json
+    STORE/v1/index/                 diskcache: target key -> manifest JSON text
+    STORE/v1/tmp/
+
+Blobs are written first, the manifest file last (its rename is the commit),
+then the index. Every blob read is checked against its name. Nothing here is
+pickled: manifests are JSON with a schema version, the index holds only text,
+and its Disk refuses to unpickle anything a tampered index might hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import diskcache
+
+from .encode import digest
+from .errors import StoreError
+
+LAYOUT = "v1"
+MANIFEST_SCHEMA = 1
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
+                 b"# This file is a cache directory tag created by kbuild.\n"
+                 b"# For information about cache directory tags see https://bford.info/cachedir/\n")
+
+
+class CorruptBlob(Exception):
+    """A blob is missing or its bytes do not match its name."""
+
+
+class _TextOnlyDisk(diskcache.Disk):
+    """A diskcache Disk that stores and returns only str/bytes; never unpickles."""
+
+    def put(self, key):
+        if not isinstance(key, str):
+            raise TypeError("index keys are strings")
+        return super().put(key)
+
+    def get(self, key, raw):
+        if not raw:
+            raise ValueError("refusing a pickled index key")
+        return super().get(key, raw)
+
+    def store(self, value, read, key=diskcache.core.UNKNOWN):
+        if not isinstance(value, (str, bytes)):
+            raise TypeError("index values are JSON text")
+        return super().store(value, read, key)
+
+    def fetch(self, mode, filename, value, read):
+        if mode == diskcache.core.MODE_PICKLE:
+            raise ValueError("refusing a pickled index value")
+        return super().fetch(mode, filename, value, read)
+
+
+class Store:
+    """One store directory. `warnings` collects problems healed along the way."""
+
+    def __init__(self, root, *, read_only: bool = False):
+        self.root = Path(root)
+        self.base = self.root / LAYOUT
+        self.read_only = read_only
+        self.warnings: list[str] = []
+        self._index = None
+
+    # -- set-up -------------------------------------------------------------
+
+    def ensure_writable(self) -> None:
+        """Create the layout, or fail clearly before any compile work starts."""
+        try:
+            for sub in ("blobs", "entries", "tmp"):
+                (self.base / sub).mkdir(parents=True, exist_ok=True)
+            tag = self.root / "CACHEDIR.TAG"
+            if not tag.exists():
+                _atomic_write(tag, _CACHEDIR_TAG, self.base / "tmp")
+            probe = tempfile.NamedTemporaryFile(dir=self.base / "tmp", delete=True)
+            probe.close()
+        except OSError as exc:
+            raise StoreError(
+                f"store {self.root} is not writable ({exc.strerror or exc}); "
+                "pass --store DIR or set KBUILD_STORE to a writable directory") from None
+
+    def _index_cache(self):
+        if self._index is None:
+            self._index = _open_index(self.base / "index", self.warnings)
+        return self._index
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+    # -- blobs --------------------------------------------------------------
+
+    def blob_path(self, name: str) -> Path:
+        return self.base / "blobs" / name[:2] / name[2:4] / name
+
+    def put_blob(self, data: bytes) -> str:
+        """Store `data` under its digest (deduplicated) and return the digest."""
+        name = digest(data)
+        path = self.blob_path(name)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(path, data, self.base / "tmp")
+        return name
+
+    def has_blob(self, name: str) -> bool:
+        return bool(_HEX32.match(name)) and self.blob_path(name).is_file()
+
+    def read_blob(self, name: str) -> bytes:
+        """The blob's bytes, verified; a corrupt blob is removed and `CorruptBlob` raised."""
+        if not _HEX32.match(name):
+            raise CorruptBlob(f"'{name}' is not a blob name (32 hex digits)")
+        path = self.blob_path(name)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise CorruptBlob(f"blob {name} is missing") from None
+        if digest(data) != name:
+            self.warnings.append(f"blob {name} is corrupt (its bytes do not match its hash); removed")
+            if not self.read_only:
+                path.unlink(missing_ok=True)
+            raise CorruptBlob(f"blob {name} is corrupt")
+        return data
+
+    def blob_names(self):
+        blobs = self.base / "blobs"
+        if blobs.is_dir():
+            for path in sorted(blobs.glob("??/??/*")):
+                if _HEX32.match(path.name):
+                    yield path.name
+
+    # -- entries ------------------------------------------------------------
+
+    def entry_path(self, key: str) -> Path:
+        return self.base / "entries" / key[:2] / f"{key}.json"
+
+    def lookup(self, key: str) -> dict | None:
+        """The valid manifest for `key` whose blobs all exist, else None (healing what it finds)."""
+        text = self._index_get(key)
+        if text is None:
+            text = self._read_entry_file(key)
+            if text is None:
+                return None
+        manifest = self._validated(key, text)
+        if manifest is None:
+            return None
+        missing = [b for b in manifest["artifacts"].values() if not self.has_blob(b)]
+        if missing:
+            self.warnings.append(
+                f"entry {key} ({manifest.get('target')}) names missing blob {missing[0]}; rebuilding")
+            self.remove_entry(key)
+            return None
+        return manifest
+
+    def commit(self, key: str, manifest: dict) -> None:
+        """Write the manifest (after its blobs) atomically, then index it."""
+        manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key)
+        for name in manifest["artifacts"].values():
+            if not self.has_blob(name):
+                raise StoreError(f"internal error: committing {key} before blob {name}")
+        text = json.dumps(manifest, sort_keys=True, indent=1)
+        path = self.entry_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, text.encode(), self.base / "tmp")
+        self._index_set(key, text)
+
+    def remove_entry(self, key: str) -> None:
+        if self.read_only:
+            return
+        self.entry_path(key).unlink(missing_ok=True)
+        try:
+            self._index_cache().delete(key)
+        except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt later
+            self.warnings.append(f"index: {exc}")
+
+    def entries(self):
+        """(key, manifest) for every valid entry file, in key order."""
+        root = self.base / "entries"
+        if not root.is_dir():
+            return
+        for path in sorted(root.glob("??/*.json")):
+            key = path.stem
+            text = self._read_entry_file(key)
+            manifest = self._validated(key, text) if text is not None else None
+            if manifest is not None:
+                yield key, manifest
+
+    def referenced_blobs(self) -> set[str]:
+        return {b for _, m in self.entries() for b in m["artifacts"].values()}
+
+    def remove_orphan_blobs(self) -> tuple[int, int]:
+        """Remove blobs no entry names; returns (count, bytes)."""
+        keep = self.referenced_blobs()
+        count = size = 0
+        for name in list(self.blob_names()):
+            if name not in keep:
+                path = self.blob_path(name)
+                size += path.stat().st_size
+                path.unlink(missing_ok=True)
+                count += 1
+        return count, size
+
+    def size(self) -> tuple[int, int]:
+        """(number of blobs, their total bytes)."""
+        sizes = [self.blob_path(n).stat().st_size for n in self.blob_names()]
+        return len(sizes), sum(sizes)
+
+    # -- internals ----------------------------------------------------------
+
+    def _read_entry_file(self, key: str) -> str | None:
+        try:
+            return self.entry_path(key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            self.warnings.append(f"entry {key} is unreadable ({exc}); rebuilding")
+            return None
+
+    def _validated(self, key: str, text: str) -> dict | None:
+        problem = _manifest_problem(key, text)
+        if problem is None:
+            return json.loads(text)
+        self.warnings.append(f"entry {key} is corrupt ({problem}); rebuilding")
+        self.remove_entry(key)
+        return None
+
+    def _index_get(self, key: str) -> str | None:
+        try:
+            value = self._index_cache().get(key)
+        except Exception as exc:  # noqa: BLE001 - fall back to the entry files
+            self._drop_index(exc)
+            return None
+        return value if isinstance(value, str) else None
+
+    def _index_set(self, key: str, text: str) -> None:
+        try:
+            self._index_cache().set(key, text)
+        except Exception as exc:  # noqa: BLE001
+            self._drop_index(exc)
+
+    def _drop_index(self, exc) -> None:
+        self.warnings.append(f"store index is damaged ({exc}); reading entry files instead")
+        self.close()
+        self._index = _NoIndex()
+
+
+class _NoIndex:
+    """Stands in for a damaged index for the rest of the process."""
+
+    def get(self, key):
+        return None
+
+    def set(self, key, value):
+        pass
+
+    def delete(self, key):
+        pass
+
+    def close(self):
+        pass
+
+
+def _open_index(path: Path, warnings: list):
+    try:
+        return diskcache.Cache(str(path), disk=_TextOnlyDisk, eviction_policy="none")
+    except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt from the entries
+        warnings.append(f"store index at {path} is damaged ({exc}); rebuilding it")
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            return diskcache.Cache(str(path), disk=_TextOnlyDisk, eviction_policy="none")
+        except Exception:  # noqa: BLE001
+            return _NoIndex()
+
+
+def _manifest_problem(key: str, text: str) -> str | None:
+    try:
+        manifest = json.loads(text)
+    except ValueError:
+        return "not valid JSON"
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        return f"unknown schema {manifest.get('schema')!r}"
+    if manifest.get("key") != key:
+        return "key does not match its file name"
+    artifacts = manifest.get("artifacts")
+    if not isinstance(artifacts, dict) or not artifacts or not all(
+            isinstance(v, str) and _HEX32.match(v) for v in artifacts.values()):
+        return "artifacts are not blob hashes"
+    if not isinstance(manifest.get("entry"), str):
+        return "no entry symbol"
+    return None
+
+
+def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
+    """Write via a temp file in the store and `os.replace`: readers never see half a file."""
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=path.name[:16] + ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

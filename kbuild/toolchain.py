@@ -1,0 +1,67 @@
+"""Versions of everything that turns Python into a cubin, and the config knobs that matter.
+
+Read once per process and cheaply: package metadata and the NVVM / nvJitLink
+version calls, without loading NVRTC or touching a driver.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from importlib import metadata
+
+from .keys import KEY_SCHEMA
+
+# numba config values that change generated code (read at import from NUMBA_* variables).
+CODEGEN_CONFIG = ("CUDA_ENABLE_NRT", "CUDA_NRT_STATS", "CUDA_DEBUG_POLY",
+                  "CUDA_DEBUG_POLY_USE_TYPED_CONST", "FORCE_CUDA_CC", "OPT")
+
+
+@lru_cache(maxsize=1)
+def toolchain() -> dict:
+    """Name -> version string for every component of the toolchain."""
+    return {
+        "kbuild key schema": str(KEY_SCHEMA),
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "numba-cuda": _dist_version("numba-cuda"),
+        "numba": _dist_version("numba"),
+        "llvmlite": _dist_version("llvmlite"),
+        "nvvm": _nvvm_version(),
+        "nvjitlink": _nvjitlink_version(),
+    }
+
+
+def codegen_config() -> dict:
+    """numba config knobs that change code, by name."""
+    from numba.cuda import config
+
+    out = {}
+    for name in CODEGEN_CONFIG:
+        value = getattr(config, name, None)
+        out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _nvvm_version() -> str:
+    try:
+        from cuda.bindings import nvvm
+
+        return ".".join(map(str, nvvm.version() + nvvm.ir_version()))
+    except Exception as exc:  # noqa: BLE001 - a missing NVVM is reported at compile time
+        return f"unavailable ({type(exc).__name__})"
+
+
+def _nvjitlink_version() -> str:
+    try:
+        from cuda.bindings import nvjitlink
+
+        return ".".join(map(str, nvjitlink.version()))
+    except Exception as exc:  # noqa: BLE001
+        return f"unavailable ({type(exc).__name__})"

@@ -1,0 +1,131 @@
+"""Canonical forms of the values a kernel reads: constants, arrays, dtypes, numba types.
+
+`canonical(value)` turns a value into plain tuples that `encode` accepts and
+that depend only on content: arrays by dtype, shape and bytes; records by field
+names, types, offsets, size and alignment; enums by class name, member and
+value. `summary(value)` is a short readable form for `kbuild explain`; it is
+never hashed. Anything else raises `Unencodable`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import types as pytypes
+
+import numpy as np
+from numba.core import types as nbtypes
+
+from .encode import Unencodable, digest_of
+
+_PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x")
+
+
+def canonical(value):
+    """A content-only, encodable form of `value`, or `Unencodable`."""
+    if isinstance(value, enum.Enum):
+        return ("enum", _qualified(type(value)), value.name, canonical(value.value))
+    if isinstance(value, _PRIMITIVES):
+        return value
+    if isinstance(value, tuple):
+        items = tuple(canonical(v) for v in value)
+        if hasattr(type(value), "_fields"):
+            return ("namedtuple", _qualified(type(value)), tuple(value._fields), items)
+        return ("tuple", items)
+    if isinstance(value, list):
+        return ("list", tuple(canonical(v) for v in value))
+    if isinstance(value, np.ndarray):
+        return _array(value)
+    if isinstance(value, np.generic):
+        return ("npscalar", dtype_canonical(value.dtype), value.tobytes())
+    if isinstance(value, np.dtype):
+        return dtype_canonical(value)
+    if isinstance(value, nbtypes.Type):
+        return type_canonical(value)
+    if isinstance(value, type) and issubclass(value, enum.Enum):
+        return ("enumclass", _qualified(value),
+                tuple((m.name, canonical(m.value)) for m in value.__members__.values()))
+    if isinstance(value, pytypes.ModuleType):
+        return ("module", value.__name__)
+    raise Unencodable(value)
+
+
+def _qualified(obj) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _array(arr: np.ndarray):
+    if arr.dtype.hasobject:
+        raise Unencodable(arr)
+    data = np.ascontiguousarray(arr).tobytes()
+    return ("ndarray", dtype_canonical(arr.dtype), tuple(arr.shape), data)
+
+
+def dtype_canonical(dt: np.dtype):
+    """A numpy dtype by layout: fields with offsets, itemsize and alignment flag."""
+    if dt.fields is not None:
+        fields = tuple((name, dtype_canonical(dt.fields[name][0]), dt.fields[name][1])
+                       for name in dt.names)
+        return ("record-dtype", fields, dt.itemsize, dt.alignment, bool(dt.isalignedstruct))
+    if dt.subdtype is not None:
+        base, shape = dt.subdtype
+        return ("subarray-dtype", dtype_canonical(base), tuple(shape))
+    return ("dtype", dt.str)
+
+
+def type_canonical(t: nbtypes.Type):
+    """A numba type by content. Records by layout, arrays by dtype/ndim/layout/flags."""
+    if isinstance(t, nbtypes.Record):
+        return ("record", _record_fields(t), t.size, bool(t.aligned))
+    if isinstance(t, nbtypes.NestedArray):
+        return ("nested-array", type_canonical(t.dtype), tuple(t.shape))
+    if isinstance(t, nbtypes.Array):
+        return ("array", type_canonical(t.dtype), t.ndim, t.layout, bool(t.mutable),
+                bool(t.aligned), type(t).__name__)
+    if isinstance(t, nbtypes.BaseTuple) and not isinstance(t, nbtypes.BaseNamedTuple):
+        return ("tuple-type", tuple(type_canonical(x) for x in t.types))
+    if isinstance(t, nbtypes.BaseNamedTuple):
+        return ("namedtuple-type", _qualified(t.instance_class),
+                tuple(t.fields), tuple(type_canonical(x) for x in t.types))
+    if isinstance(t, nbtypes.EnumMember):
+        return ("enum-type", _qualified(t.instance_class), type_canonical(t.dtype))
+    if isinstance(t, nbtypes.NumberClass):
+        return ("number-class", type_canonical(t.instance_type))
+    if _ADDRESS.search(t.name):
+        raise Unencodable(t)
+    # Other numba types (scalars, none, ...) are named canonically by numba itself.
+    return ("type", type(t).__name__, t.name)
+
+
+def _record_fields(t: nbtypes.Record):
+    items = sorted(t.fields.items(), key=lambda kv: (kv[1].offset, kv[0]))
+    return tuple((name, type_canonical(f.type), f.offset) for name, f in items)
+
+
+def summary(value) -> str:
+    """A short readable form of a value for explanations; never hashed."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}={value.value!r}"
+    if isinstance(value, (bool, int, float, complex, type(None))):
+        return repr(value)
+    if isinstance(value, (str, bytes)):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if isinstance(value, np.ndarray):
+        shape = "x".join(str(n) for n in value.shape) or "0-d"
+        return f"array {value.dtype}[{shape}] #{digest_of(canonical(value))[:8]}"
+    if isinstance(value, np.generic):
+        return f"{value.dtype} {value.item()!r}"
+    if isinstance(value, np.dtype):
+        return f"dtype {value}"
+    if isinstance(value, nbtypes.Type):
+        return str(value)
+    if isinstance(value, pytypes.ModuleType):
+        return f"module {value.__name__}"
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(summary(v) for v in value[:4])
+        return f"({inner}{', ...' if len(value) > 4 else ''})"
+    if isinstance(value, type):
+        return f"class {value.__qualname__}"
+    return type(value).__name__
