@@ -38,16 +38,22 @@ def main(argv=None) -> int:
         _flush_warnings(args)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _common(default) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="PATH",
+    common.add_argument("--config", metavar="PATH", default=default,
                         help="project file (default: kbuild.toml here or in the nearest parent)")
-    common.add_argument("--store", metavar="DIR",
+    common.add_argument("--store", metavar="DIR", default=default,
                         help="store directory (default: the file's store, $KBUILD_STORE, "
                              "~/.cache/kbuild)")
+    return common
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kbuild", parents=[common],
+        prog="kbuild", parents=[_common(None)],
         description="Content-addressed, make-like builds of numba-cuda kernels.")
+    # A subcommand's own defaults would overwrite `kbuild --store DIR build`: suppress them.
+    common = _common(argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"kbuild {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

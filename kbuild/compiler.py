@@ -39,6 +39,9 @@ class _TargetDevice:
 @contextlib.contextmanager
 def targeting(cc: tuple):
     """Within this block numba-cuda compiles for `cc` instead of asking a driver."""
+    if simulating():
+        yield  # the simulator compiles nothing
+        return
     from numba.cuda import codegen, compiler, dispatcher
 
     with _lock:
@@ -60,6 +63,13 @@ def targeting(cc: tuple):
             if _state["depth"] == 0:
                 (dispatcher.get_current_device, compiler.get_current_device,
                  codegen.CUDACodeLibrary._ensure_cc) = _state["saved"]
+
+
+def simulating() -> bool:
+    """Whether numba-cuda runs its simulator (NUMBA_ENABLE_CUDASIM=1) in this process."""
+    from numba.cuda import config
+
+    return bool(config.ENABLE_CUDASIM)
 
 
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=()) -> Artifacts:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import enum
 import types as pytypes
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -115,8 +116,10 @@ def as_function(obj) -> _Function | None:
 
 
 def simulator_options(fake) -> dict:
-    """Options of a simulator kernel; filled in by the loader when it matters."""
-    return dict(getattr(fake, "_kbuild_options", {}) or {"fastmath": bool(fake._fastmath)})
+    """Options of a simulator kernel, read back from its decorator (see `simopts`)."""
+    from .simopts import options_for
+
+    return dict(options_for(fake))
 
 
 def qualified_name(func) -> str:
@@ -225,6 +228,9 @@ class Keyer:
             callee_label = f"callee {qualified_name(fn.py_func)}"
             return name, self.function_node(value, callee_label, where)
         label = f"{kind} {name}"
+        if isinstance(value, _LibraryRef):
+            return name, leaf(label, ("library", value.module, value.path),
+                              f"{value.module}.{value.path}")
         try:
             return name, leaf(label, canonical(value), summary(value))
         except Unencodable:
@@ -294,7 +300,7 @@ def _referenced_values(py_func, sources):
         else:
             yield "global", base, ("unbound", base)
             continue
-        yield (kind,) + _resolve_chain(chain, scope)
+        yield (kind,) + _resolve_chain(chain, scope, sources)
     for name, value in _defaults(py_func):
         yield "default", name, value
 
@@ -306,10 +312,28 @@ def _cell_value(cell):
         return ("empty-cell",)
 
 
-def _resolve_chain(chain, value):
+@dataclass(frozen=True)
+class _LibraryRef:
+    """`cuda.grid`, `math.sqrt`: an attribute of a library module, keyed by its name.
+
+    The library's version decides what it means (numba's and numpy's are in
+    the toolchain), and the name is the same under numba's simulator, whose
+    objects differ from the real ones.
+    """
+
+    module: str
+    path: str
+
+
+def _resolve_chain(chain, value, sources):
     """Follow attribute accesses through modules: `mathx.sq` is the function `sq`."""
     i = 1
-    while isinstance(value, pytypes.ModuleType) and i < len(chain):
+    while _is_namespace(value) and i < len(chain):
+        if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__):
+            target = getattr(value, chain[i], None)
+            fn = as_function(target) if target is not None else None
+            if fn is None or fn.role == "function":
+                return ".".join(chain), _LibraryRef(value.__name__, ".".join(chain[i:]))
         value = getattr(value, chain[i], _MISSING)
         i += 1
     if value is _MISSING:
@@ -318,6 +342,12 @@ def _resolve_chain(chain, value):
 
 
 _MISSING = object()
+
+
+def _is_namespace(value) -> bool:
+    # Modules, and enum classes: `Mode.FAST` reads one member, not the whole class.
+    return isinstance(value, pytypes.ModuleType) or (
+        isinstance(value, type) and issubclass(value, enum.Enum))
 
 
 def _defaults(py_func):
@@ -342,15 +372,18 @@ def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
     if fdef is None:
         return _code_names(py_func.__code__)
     local = normalize.local_names(fdef)
+    # Decorators and default expressions ran at definition time: options and
+    # __defaults__ key them. Only the body (and nested code) reads at compile time.
+    body = [n for stmt in fdef.body for n in ast.walk(stmt)]
     chains: set[tuple[str, ...]] = set()
     bases = set()
-    for node in ast.walk(fdef):
+    for node in body:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             chain = _attribute_chain(node)
             if chain and chain[0] not in local:
                 chains.add(chain)
                 bases.add(_chain_base(node))
-    for node in ast.walk(fdef):
+    for node in body:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
                 and node.id not in local and _chain_base(node) not in bases:
             chains.add((node.id,))
