@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -109,14 +110,10 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
             todo.append(target)
     if todo:
         store.ensure_writable()
-    failed = False
-    for target, outcome, seconds in _compile_all(the_plan, todo, jobs):
+    outcomes = _compile_all(the_plan, todo, jobs)
+    for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
-        if failed and not keep_going:
-            row = Row(target.name, target.signature, target.arch, key, "skipped",
-                      error="not built: an earlier target failed (use -k to keep going)")
-        elif isinstance(outcome, Exception):
-            failed = True
+        if isinstance(outcome, Exception):
             row = Row(target.name, target.signature, target.arch, key, "failed",
                       seconds, error=str(outcome))
         else:
@@ -125,6 +122,15 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
                       artifacts)
         rows[target] = row
         _progress(progress, row, len(rows), len(the_plan.targets))
+        if row.status == "failed" and not keep_going:
+            break  # stop pulling: the sequential generator compiles only on demand
+    outcomes.close()
+    for target in todo:
+        if target not in rows:
+            rows[target] = Row(target.name, target.signature, target.arch,
+                               the_plan.keys[target].digest, "skipped",
+                               error="not built: an earlier target failed (use -k to keep going)")
+            _progress(progress, rows[target], len(rows), len(the_plan.targets))
     return [rows[t] for t in the_plan.targets]
 
 
@@ -173,8 +179,12 @@ def compile_target(the_plan: Plan, target: Target):
     return artifacts, time.perf_counter() - start
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _compile_message(exc: Exception) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    # numba highlights its messages with terminal escapes; rows are data, not terminal output.
+    text = _ANSI.sub("", str(exc)).strip() or type(exc).__name__
     return f"{type(exc).__name__}: {text}"
 
 

@@ -19,13 +19,59 @@ class Project:
         self._plans: dict = {}
 
     @classmethod
-    def load(cls, config=None, *, store=None, read_only: bool = False, **launch_options):
-        """The project of `config` (default: the nearest kbuild.toml) with its store."""
+    def load(cls, config=None, *, store=None, on_miss: str = "build", read_only: bool = False):
+        """The project of `config` (default: the nearest kbuild.toml) with its store.
+
+        `on_miss` says what a launch does when the store has no fresh artifact:
+        "build" it now, raise an "error", or "jit" with numba (not stored).
+        """
+        from .launch import ON_MISS
+
+        if on_miss not in ON_MISS:
+            raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
         cfg = load_config(config)
         project = cls(cfg, Store(default_store(cfg, store), read_only=read_only))
-        if launch_options:
-            project._launch_options = launch_options
+        project.on_miss = on_miss
         return project
+
+    # -- launching ----------------------------------------------------------
+
+    on_miss = "build"
+
+    def kernel(self, name: str, *, on_miss: str | None = None):
+        """A launcher for a declared kernel: `proj.kernel("pkg.mod:k")[grid, block](...)`."""
+        from .launch import KernelLauncher
+
+        launchers = self.__dict__.setdefault("_launchers", {})
+        spec = _build.select_specs(self.config, [name])[0]
+        mode = on_miss or self.on_miss
+        if (spec.name, mode) not in launchers:
+            resolved = self.plan([spec.name]).kernels[spec.name]
+            launchers[(spec.name, mode)] = KernelLauncher(self, resolved, mode)
+        return launchers[(spec.name, mode)]
+
+    def __getitem__(self, name: str):
+        return self.kernel(name)
+
+    def install(self, names=None) -> list[str]:
+        """Make the project's own `@cuda.jit` dispatchers launch from the store.
+
+        Every declared signature is checked for freshness and loaded now, then
+        handed to the dispatcher as a compiled overload, so application code
+        keeps calling `saxpy[blocks, threads](...)` and numba finds it ready.
+        Returns the installed targets.
+        """
+        from .launch import _StoredLaunch
+
+        installed = []
+        for spec in _build.select_specs(self.config, names):
+            launcher = self.kernel(spec.name)
+            for signature, argtypes in launcher.resolved.argtypes.items():
+                ready = launcher.prepare(signature)
+                if isinstance(ready, _StoredLaunch):
+                    launcher.resolved.kernel.add_overload(ready.kernel, tuple(argtypes))
+                installed.append(f"{spec.name} {signature}")
+        return installed
 
     # -- building -----------------------------------------------------------
 
