@@ -85,6 +85,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_clean)
 
+    p = sub.add_parser("keys", parents=[common],
+                       help="the current target keys and one digest of them (a CI cache key)")
+    _targets_and_arch(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_keys)
+
+    p = sub.add_parser("export", parents=[common],
+                       help="write the current targets' entries and blobs to one archive")
+    p.add_argument("file", help="archive to write (.tar, or .tar.gz / .tgz for gzip)")
+    _targets_and_arch(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_export)
+
+    p = sub.add_parser("import", parents=[common],
+                       help="merge an archive into the store, verifying every blob and entry")
+    p.add_argument("file", help="archive written by kbuild export")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_import)
+
     p = sub.add_parser("cat", parents=[common], help="write a blob's bytes to stdout")
     p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
     p.set_defaults(run=cmd_cat)
@@ -178,6 +197,62 @@ def cmd_clean(args) -> int:
     else:
         print(f"removed {result['entries']} entries and {result['blobs']} blobs "
               f"({_size(result['bytes'])}) from {project.store.root}")
+    return EXIT_OK
+
+
+def cmd_keys(args) -> int:
+    from .build import parse_archs
+    from .encode import digest_of
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store, read_only=True))
+    the_plan = project.plan(args.targets, parse_archs(args.arch))
+    rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
+             "key": the_plan.keys[t].digest} for t in the_plan.targets]
+    combined = digest_of(tuple(sorted(r["key"] for r in rows)))
+    if args.json:
+        _print_json({"targets": rows, "digest": combined})
+    else:
+        for r in rows:
+            print(f"{r['key']}  {r['target']} {r['signature']} {r['arch']}")
+        print(f"digest {combined}")
+    return EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from .archive import export_archive
+    from .build import parse_archs
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store, read_only=True))
+    the_plan = project.plan(args.targets, parse_archs(args.arch))
+    result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
+                            args.file)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"exported {result['entries']} entries and {result['blobs']} blobs "
+              f"({_size(result['bytes'])}) to {result['file']}")
+    return EXIT_OK
+
+
+def cmd_import(args) -> int:
+    from .archive import import_archive
+    from .config import default_store, load_config
+    from .errors import ConfigError
+    from .store import Store
+
+    try:
+        cfg = load_config(args.config) if args.config or not args.store else None
+    except ConfigError:
+        cfg = None
+    store = args._store = Store(default_store(cfg, args.store))
+    result = import_archive(store, args.file)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"imported {result['new_entries']} new entries ({result['entries']} in the archive) "
+              f"and {result['new_blobs']} new blobs into {store.root}")
     return EXIT_OK
 
 
