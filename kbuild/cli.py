@@ -104,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_import)
 
+    p = sub.add_parser("graph", parents=[common],
+                       help="the target graph: kernels, device functions, what is stale")
+    _targets_and_arch(p)
+    p.add_argument("--format", choices=("dot", "json", "png"), default="dot")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(run=cmd_graph)
+
     p = sub.add_parser("cat", parents=[common], help="write a blob's bytes to stdout")
     p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
     p.set_defaults(run=cmd_cat)
@@ -253,6 +260,31 @@ def cmd_import(args) -> int:
     else:
         print(f"imported {result['new_entries']} new entries ({result['entries']} in the archive) "
               f"and {result['new_blobs']} new blobs into {store.root}")
+    return EXIT_OK
+
+
+def cmd_graph(args) -> int:
+    from . import graph as graphs
+    from .build import parse_archs
+    from .errors import KbuildError
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store, read_only=True))
+    the_plan = project.plan(args.targets, parse_archs(args.arch))
+    graph = graphs.target_graph(the_plan, lambda key: project.store.lookup(key) is not None)
+    if args.format == "png":
+        try:
+            data = graphs.to_png(graph)
+        except RuntimeError as exc:
+            raise KbuildError(str(exc)) from None
+    else:
+        text = graphs.to_dot(graph) if args.format == "dot" else graphs.to_json(graph) + "\n"
+        data = text.encode()
+    if args.output:
+        with open(args.output, "wb") as fh:
+            fh.write(data)
+    else:
+        sys.stdout.buffer.write(data)
     return EXIT_OK
 
 
