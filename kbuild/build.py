@@ -50,9 +50,10 @@ def plan(config: ProjectConfig, names=None, archs=None) -> Plan:
     """Resolve the requested targets (default: all) and compute their keys."""
     specs = select_specs(config, names)
     kernels = {spec.name: resolve_kernel(config, spec) for spec in specs}
-    targets = [Target(spec.name, sig, arch)
-               for spec in specs for sig in spec.signatures
-               for arch in (archs or spec.archs)]
+    # A signature or arch named twice is one target, built once.
+    targets = list(dict.fromkeys(Target(spec.name, sig, arch)
+                                 for spec in specs for sig in spec.signatures
+                                 for arch in (archs or spec.archs)))
     keyer = Keyer(ProjectSources(config.paths))
     keys = {t: target_key(keyer, kernels[t.name], t) for t in targets}
     return Plan(config, kernels, targets, keys, keyer)

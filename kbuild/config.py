@@ -171,8 +171,12 @@ def _string_list(table: dict, key: str, path: Path, where: str, *, default):
     value = table.get(key, default)
     if value is default:
         return default
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list):
         raise ConfigError(f"{path}: [{where}] {key} must be a list of strings, not {_kind(value)}")
+    for i, item in enumerate(value, 1):
+        if not isinstance(item, str):
+            raise ConfigError(f"{path}: [{where}] {key} must be a list of strings; "
+                              f"item {i} is {_kind(item)}")
     return value
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -34,11 +36,52 @@ class ResolvedKernel:
 
 
 def add_import_paths(config: ProjectConfig) -> None:
-    """Put the project's import roots first on sys.path (once)."""
+    """Put the project's import roots first on sys.path (once); import them from source."""
     for root in reversed(config.paths):
         text = str(root)
         if text not in sys.path:
             sys.path.insert(0, text)
+    _SourceOnlyFinder.roots.update(os.path.realpath(r) for r in config.paths)
+    if _SourceOnlyFinder.hook not in sys.path_hooks:
+        sys.path_hooks.insert(0, _SourceOnlyFinder.hook)
+    for path in list(sys.path_importer_cache):
+        if _SourceOnlyFinder.covers(path):
+            del sys.path_importer_cache[path]  # found again, through the hook
+
+
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a project module from its source, never from a __pycache__ .pyc.
+
+    A .pyc is trusted by the source's mtime in whole seconds and its size, so a
+    same-size edit within a second would compile the old code under the key of
+    the new source - a stale kernel in the store for good.
+    """
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+class _SourceOnlyFinder:
+    """A sys.path hook: directories under a project root load through `_SourceOnlyLoader`."""
+
+    roots: set = set()
+
+    @classmethod
+    def covers(cls, path) -> bool:
+        real = os.path.realpath(path or ".")
+        parts = real.split(os.sep)
+        return "site-packages" not in parts and "dist-packages" not in parts and any(
+            real == r or real.startswith(r + os.sep) for r in cls.roots)
+
+    @classmethod
+    def hook(cls, path):
+        if not cls.covers(path) or not os.path.isdir(path or "."):
+            raise ImportError("not a kbuild project directory")
+        loaders = [(importlib.machinery.ExtensionFileLoader,
+                    importlib.machinery.EXTENSION_SUFFIXES),
+                   (_SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES)]
+        return importlib.machinery.FileFinder(path, *loaders)
 
 
 def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:

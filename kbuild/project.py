@@ -122,11 +122,10 @@ class Project:
 
     def clean(self, everything: bool = False) -> dict:
         """Remove this project's entries (or all) and blobs no remaining entry uses."""
-        names = {spec.name for spec in self.config.kernels}
         removed = 0
         for key, manifest in list(self.store.entries()):
-            if everything or manifest.get("project") == self.config.name \
-                    or manifest.get("target") in names:
+            # By project name only: another project may declare a target of the same name.
+            if everything or manifest.get("project") == self.config.name:
                 self.store.remove_entry(key)
                 removed += 1
         blobs, freed = self.store.remove_orphan_blobs()

@@ -92,7 +92,11 @@ class Store:
 
     def _index_cache(self):
         if self._index is None:
-            self._index = _open_index(self.base / "index", self.warnings)
+            path = self.base / "index"
+            if self.read_only and not path.is_dir():
+                self._index = _NoIndex()  # status and explain never create a store
+            else:
+                self._index = _open_index(path, self.warnings)
         return self._index
 
     def close(self) -> None:
@@ -109,7 +113,8 @@ class Store:
         """Store `data` under its digest (deduplicated) and return the digest."""
         name = digest(data)
         path = self.blob_path(name)
-        if not path.exists():
+        # A damaged copy under the right name is replaced, not trusted by its name.
+        if not _holds(path, name):
             path.parent.mkdir(parents=True, exist_ok=True)
             _atomic_write(path, data, self.base / "tmp")
         return name
@@ -305,12 +310,28 @@ def _manifest_problem(key: str, text: str) -> str | None:
     return None
 
 
+def _holds(path: Path, name: str) -> bool:
+    """Whether the blob file at `path` exists, is readable and matches its name."""
+    try:
+        return digest(path.read_bytes()) == name
+    except OSError:
+        return False
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
     """Write via a temp file in the store and `os.replace`: readers never see half a file."""
     tmp_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=path.name[:16] + ".")
     try:
         with os.fdopen(fd, "wb") as fh:
+            # mkstemp makes the file 0600; a store shared by a team needs the umask's modes.
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

@@ -1,0 +1,309 @@
+"""The Store class on a real directory: verified blobs, self-healing entries, a text-only index."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+
+import diskcache
+import pytest
+import xxhash
+
+from kbuild.errors import StoreError
+from kbuild.store import MANIFEST_SCHEMA, CorruptBlob, Store
+
+PTX = b"//\n.version 8.0\n.target sm_80\n.visible .entry k()\n{\n\tret;\n}\n"
+CUBIN = b"\x7fELF\x02\x01\x01" + bytes(range(64))
+KEY = "0123456789abcdef" * 2
+OTHER_KEY = "fedcba9876543210" * 2
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    s = Store(tmp_path / "store")
+    s.ensure_writable()
+    yield s
+    s.close()
+
+
+def commit_entry(store: Store, key: str = KEY) -> dict:
+    """One committed entry with two blobs; returns the manifest as `lookup` gives it."""
+    artifacts = {"ptx": store.put_blob(PTX), "cubin": store.put_blob(CUBIN)}
+    store.commit(key, {"target": "pkg.mod:k", "signature": "void()", "arch": "sm_80",
+                       "artifacts": artifacts, "entry": "k", "cooperative": False})
+    return store.lookup(key)
+
+
+def reopen(store: Store, **options) -> Store:
+    store.close()
+    return Store(store.root, **options)
+
+
+def drop_index(store: Store) -> Store:
+    """A new Store on the same directory with its index folder deleted."""
+    store.close()
+    shutil.rmtree(store.base / "index")
+    return Store(store.root)
+
+
+# -- blobs --------------------------------------------------------------------------------
+
+def test_blob_round_trip_is_named_by_content_and_deduplicated(store):
+    name = store.put_blob(PTX)
+    assert name == xxhash.xxh3_128_hexdigest(PTX)
+    path = store.blob_path(name)
+    assert path == store.root / "v1" / "blobs" / name[:2] / name[2:4] / name
+    assert path.read_bytes() == PTX
+    assert store.read_blob(name) == PTX
+    before = path.stat()
+
+    assert store.put_blob(PTX) == name  # again: same name, file left as it was
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    other = store.put_blob(CUBIN)
+    assert other != name
+    assert sorted(store.blob_names()) == sorted([name, other])
+    assert store.size() == (2, len(PTX) + len(CUBIN))
+    assert list((store.base / "tmp").iterdir()) == []  # no temp files left behind
+
+
+@pytest.mark.parametrize("damage", ["flip-a-byte", "truncate", "append"])
+def test_an_altered_blob_is_detected_removed_and_reported(store, damage):
+    name = store.put_blob(PTX)
+    path = store.blob_path(name)
+    data = bytearray(PTX)
+    if damage == "flip-a-byte":
+        data[10] ^= 0x01
+    elif damage == "truncate":
+        data = data[:-1]
+    else:
+        data += b"\0"
+    path.write_bytes(bytes(data))
+
+    with pytest.raises(CorruptBlob, match=f"blob {name} is corrupt"):
+        store.read_blob(name)
+    assert not path.exists()
+    assert any(name in w and "corrupt" in w for w in store.warnings)
+    with pytest.raises(CorruptBlob, match="missing"):
+        store.read_blob(name)
+
+
+def test_a_read_only_store_reports_a_corrupt_blob_but_leaves_it(store):
+    name = store.put_blob(PTX)
+    store.blob_path(name).write_bytes(PTX.upper())
+    reader = reopen(store, read_only=True)
+    with pytest.raises(CorruptBlob):
+        reader.read_blob(name)
+    assert store.blob_path(name).exists()
+    assert reader.warnings
+
+
+def test_putting_a_blob_again_repairs_a_damaged_copy(store):
+    name = store.put_blob(PTX)
+    store.blob_path(name).write_bytes(b"garbage")
+    assert store.put_blob(PTX) == name
+    assert store.read_blob(name) == PTX
+
+
+@pytest.mark.parametrize("name", ["", "abc", "g" * 32, "../" + "0" * 29, "0" * 31 + "/"])
+def test_read_blob_refuses_names_that_are_not_digests(store, name):
+    with pytest.raises(CorruptBlob, match="not a blob name"):
+        store.read_blob(name)
+    assert not store.has_blob(name)
+
+
+# -- entries ------------------------------------------------------------------------------
+
+def test_commit_then_lookup_round_trips_the_manifest(store):
+    manifest = commit_entry(store)
+    assert manifest["schema"] == MANIFEST_SCHEMA and manifest["key"] == KEY
+    assert manifest["artifacts"] == {"ptx": xxhash.xxh3_128_hexdigest(PTX),
+                                     "cubin": xxhash.xxh3_128_hexdigest(CUBIN)}
+    on_disk = json.loads(store.entry_path(KEY).read_text())
+    assert on_disk == manifest
+    assert store.entry_path(KEY) == store.root / "v1" / "entries" / KEY[:2] / f"{KEY}.json"
+    assert reopen(store).lookup(KEY) == manifest
+    assert store.lookup(OTHER_KEY) is None
+    assert store.warnings == []
+
+
+def test_commit_refuses_a_manifest_before_its_blobs(store):
+    with pytest.raises(StoreError, match="before blob"):
+        store.commit(KEY, {"artifacts": {"ptx": "0" * 32}, "entry": "k"})
+    assert not store.entry_path(KEY).exists()
+
+
+# name -> how to damage the entry file of KEY (the manifest as committed is passed in).
+ENTRY_DAMAGE = {
+    "not-json": lambda m: "{not json",
+    "not-an-object": lambda m: "[1, 2, 3]",
+    "empty-file": lambda m: "",
+    "wrong-schema": lambda m: json.dumps({**m, "schema": MANIFEST_SCHEMA + 1}),
+    "no-schema": lambda m: json.dumps({k: v for k, v in m.items() if k != "schema"}),
+    "key-of-another-entry": lambda m: json.dumps({**m, "key": OTHER_KEY}),
+    "artifacts-not-hashes": lambda m: json.dumps({**m, "artifacts": {"ptx": "../../etc"}}),
+    "no-artifacts": lambda m: json.dumps({**m, "artifacts": {}}),
+    "no-entry-symbol": lambda m: json.dumps({k: v for k, v in m.items() if k != "entry"}),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(ENTRY_DAMAGE))
+def test_a_damaged_manifest_file_is_a_miss_with_a_warning_and_is_removed(store, damage):
+    manifest = commit_entry(store)
+    # The index would answer first; without it the entry file is what lookup reads.
+    store = drop_index(store)
+    path = store.entry_path(KEY)
+    path.write_text(ENTRY_DAMAGE[damage](manifest))
+
+    # A read-only store (status, explain) reports it but changes nothing.
+    reader = Store(store.root, read_only=True)
+    assert reader.lookup(KEY) is None
+    assert any(KEY in w and "corrupt" in w for w in reader.warnings)
+    assert path.exists()
+    reader.close()
+
+    assert store.lookup(KEY) is None
+    assert any(KEY in w and "corrupt" in w for w in store.warnings), store.warnings
+    assert not path.exists()
+    assert list(store.entries()) == []
+    assert reopen(store).lookup(KEY) is None
+
+
+@pytest.mark.parametrize("artifact", ["ptx", "cubin"])
+def test_a_manifest_naming_a_missing_blob_is_a_miss_and_is_removed(store, artifact):
+    manifest = commit_entry(store)
+    store.blob_path(manifest["artifacts"][artifact]).unlink()
+    assert store.lookup(KEY) is None
+    assert any(KEY in w and "missing blob" in w for w in store.warnings)
+    assert not store.entry_path(KEY).exists()
+    assert reopen(store).lookup(KEY) is None  # gone from the index too
+
+
+def test_entries_skips_and_removes_damaged_files(store):
+    good = commit_entry(store, OTHER_KEY)
+    commit_entry(store, KEY)
+    store.entry_path(KEY).write_text("{")
+    assert list(store.entries()) == [(OTHER_KEY, good)]
+    assert not store.entry_path(KEY).exists()
+    assert store.referenced_blobs() == set(good["artifacts"].values())
+
+
+# -- the index ------------------------------------------------------------------------------
+
+def test_lookup_finds_entries_after_the_index_is_deleted(store):
+    manifest = commit_entry(store)
+    fresh = drop_index(store)
+    assert fresh.lookup(KEY) == manifest
+    fresh.close()
+
+
+def test_lookup_finds_entries_when_the_index_database_is_garbage(store):
+    manifest = commit_entry(store)
+    store.close()
+    (db,) = (store.base / "index").glob("cache.db")
+    db.write_bytes(b"this is not an sqlite database" * 100)
+    fresh = Store(store.root)
+    assert fresh.lookup(KEY) == manifest
+    assert any("index" in w and "damaged" in w for w in fresh.warnings), fresh.warnings
+    # The rebuilt index takes new entries again.
+    fresh.commit(OTHER_KEY, {"artifacts": manifest["artifacts"], "entry": "k"})
+    assert reopen(fresh).lookup(OTHER_KEY)["key"] == OTHER_KEY
+    fresh.close()
+
+
+class _Trap:
+    """Unpickling this creates the file at `path`."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.mark.parametrize("with_entry_file", [False, True])
+def test_the_index_never_unpickles(store, tmp_path, with_entry_file):
+    marker = tmp_path / "unpickled"
+    manifest = commit_entry(store) if with_entry_file else None
+    store.close()
+    plain = diskcache.Cache(str(store.base / "index"))
+    plain.set(KEY, _Trap(marker))  # the ordinary Disk pickles it into the database
+    plain.close()
+    with sqlite3.connect(store.base / "index" / "cache.db") as db:
+        (mode,) = db.execute("SELECT mode FROM Cache WHERE key = ?", (KEY,)).fetchone()
+    assert mode == diskcache.core.MODE_PICKLE
+
+    fresh = Store(store.root)
+    assert fresh.lookup(KEY) == manifest  # the entry file, or a miss; never the pickle
+    assert not marker.exists(), "the store unpickled a value from its index"
+    assert any("index" in w for w in fresh.warnings), fresh.warnings
+    fresh.close()
+
+
+# -- set-up and permissions ------------------------------------------------------------------
+
+def test_ensure_writable_creates_the_layout_and_a_cachedir_tag(tmp_path):
+    root = tmp_path / "new" / "store"
+    store = Store(root)
+    assert not root.exists()  # nothing is created before it is needed
+    store.ensure_writable()
+    tag = (root / "CACHEDIR.TAG").read_bytes()
+    assert tag.startswith(b"Signature: 8a477f597d28d172789f06886806bc55\n")
+    for sub in ("blobs", "entries", "tmp"):
+        assert (root / "v1" / sub).is_dir()
+    store.ensure_writable()  # idempotent
+    assert (root / "CACHEDIR.TAG").read_bytes() == tag
+    assert list((root / "v1" / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_store_files_get_the_modes_the_umask_allows(tmp_path, umask, mode):
+    # A store shared by a team (group-writable, umask 002) must be readable by the group.
+    previous = os.umask(umask)
+    try:
+        store = Store(tmp_path / "store")
+        store.ensure_writable()
+        manifest = commit_entry(store)
+        store.close()
+    finally:
+        os.umask(previous)
+    files = [store.root / "CACHEDIR.TAG", store.entry_path(KEY)]
+    files += [store.blob_path(name) for name in manifest["artifacts"].values()]
+    assert {oct(path.stat().st_mode & 0o777) for path in files} == {oct(mode)}
+
+
+def test_a_read_only_store_never_creates_anything(tmp_path):
+    root = tmp_path / "absent"
+    reader = Store(root, read_only=True)
+    assert reader.lookup(KEY) is None
+    assert list(reader.entries()) == []
+    reader.close()
+    assert not root.exists()
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
+                    reason="root ignores directory modes")
+def test_a_read_only_directory_gives_a_store_error_naming_it(tmp_path):
+    root = tmp_path / "readonly"
+    root.mkdir()
+    root.chmod(0o500)
+    try:
+        with pytest.raises(StoreError) as info:
+            Store(root).ensure_writable()
+    finally:
+        root.chmod(0o700)
+    assert str(root) in str(info.value)
+    assert "not writable" in str(info.value)
+    assert list(root.iterdir()) == []
+
+
+def test_a_store_path_that_is_a_file_gives_a_store_error_naming_it(tmp_path):
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    with pytest.raises(StoreError) as info:
+        Store(root).ensure_writable()
+    assert str(root) in str(info.value)
+    assert "not writable" in str(info.value)
+    assert root.read_text() == "not a directory"
