@@ -109,9 +109,37 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
             _progress(progress, rows[target], len(rows), len(the_plan.targets))
         else:
             todo.append(target)
+    if todo and store.read_only:
+        for target in todo:
+            rows[target] = Row(target.name, target.signature, target.arch,
+                               the_plan.keys[target].digest, "failed",
+                               error="not in the read-only store (build it where the store "
+                                     "is writable)")
+        todo = []
     if todo:
         store.ensure_writable()
-    outcomes = _compile_all(the_plan, todo, jobs)
+    with _KeyLocks(store, the_plan, todo) as locks:
+        for batch in (locks.mine, locks.wait_for_others(rows)):
+            if _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress):
+                break
+    for target in todo:
+        if target not in rows:
+            rows[target] = Row(target.name, target.signature, target.arch,
+                               the_plan.keys[target].digest, "skipped",
+                               error="not built: an earlier target failed (use -k to keep going)")
+            _progress(progress, rows[target], len(rows), len(the_plan.targets))
+    ordered = [rows[t] for t in the_plan.targets]
+    from .maintenance import record_build
+
+    record_build(store, {s: sum(r.status == s for r in ordered)
+                         for s in ("built", "cached", "failed", "skipped")})
+    return ordered
+
+
+def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress) -> bool:
+    """Compile and commit `batch`; True when a failure stops the build."""
+    outcomes = _compile_all(the_plan, batch, jobs)
+    stop = False
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
         if isinstance(outcome, Exception):
@@ -124,15 +152,44 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         rows[target] = row
         _progress(progress, row, len(rows), len(the_plan.targets))
         if row.status == "failed" and not keep_going:
+            stop = True
             break  # stop pulling: the sequential generator compiles only on demand
     outcomes.close()
-    for target in todo:
-        if target not in rows:
-            rows[target] = Row(target.name, target.signature, target.arch,
-                               the_plan.keys[target].digest, "skipped",
-                               error="not built: an earlier target failed (use -k to keep going)")
-            _progress(progress, rows[target], len(rows), len(the_plan.targets))
-    return [rows[t] for t in the_plan.targets]
+    return stop
+
+
+class _KeyLocks:
+    """Per-key locks for one build: compile what nobody else is compiling first,
+    then wait for the others and take their entries (or compile them if they failed)."""
+
+    def __init__(self, store: Store, the_plan: Plan, todo):
+        from .locks import KeyLock
+
+        self.store, self.the_plan = store, the_plan
+        self.locks = {t: KeyLock(store.base / "locks", the_plan.keys[t].digest) for t in todo}
+        self.mine = [t for t in todo if self.locks[t].try_acquire()]
+        self.others = [t for t in todo if t not in self.mine]
+
+    def wait_for_others(self, rows) -> list:
+        """Targets another process held: cached rows for those it finished, the rest to build."""
+        left = []
+        for target in self.others:
+            self.locks[target].acquire()
+            manifest = self.store.lookup(self.the_plan.keys[target].digest)
+            if manifest is None:
+                left.append(target)
+            else:
+                rows[target] = Row(target.name, target.signature, target.arch,
+                                   self.the_plan.keys[target].digest, "cached",
+                                   artifacts=dict(manifest["artifacts"]))
+        return left
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for lock in self.locks.values():
+            lock.release()
 
 
 def _progress(progress, row, done, total):

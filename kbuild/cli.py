@@ -64,7 +64,24 @@ def _parser() -> argparse.ArgumentParser:
                    help="build the other targets when one fails")
     p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                    help="compile N targets at once (default: the number of cores)")
+    p.add_argument("--read-only", action="store_true",
+                   help="only look up the store (a shared one): targets not in it fail")
+    p.add_argument("--max-size", metavar="SIZE",
+                   help="after building, evict least-recently-used entries down to SIZE "
+                        "(default: [store] max_size)")
     p.set_defaults(run=cmd_build)
+
+    p = sub.add_parser("gc", parents=[common],
+                       help="evict least-recently-used entries and orphan blobs")
+    p.add_argument("--max-size", metavar="SIZE", help="e.g. 500MB (default: [store] max_size; "
+                   "without one, only orphan blobs and stale temp files go)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_gc)
+
+    p = sub.add_parser("stats", parents=[common],
+                       help="entries, blobs, bytes, and hits/misses/builds of recent builds")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_stats)
 
     p = sub.add_parser("status", parents=[common],
                        help="which targets are up-to-date, stale or missing, and why (no compile)")
@@ -129,8 +146,9 @@ def cmd_build(args) -> int:
     from .build import default_jobs, parse_archs
     from .project import open_project
 
-    project = _remember(args, open_project(args.config, args.store))
+    project = _remember(args, open_project(args.config, args.store, read_only=args.read_only))
     archs = parse_archs(args.arch)
+    max_size = _max_size(args, project)
     start = time.perf_counter()
     the_plan = project.plan(args.targets, archs)
     jobs = args.jobs if args.jobs else default_jobs()
@@ -139,6 +157,10 @@ def cmd_build(args) -> int:
                          progress=progress)
     if progress:
         progress.close()
+    if max_size is not None and not args.read_only:
+        from .maintenance import gc
+
+        gc(project.store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
     seconds = time.perf_counter() - start
     summary = {s: sum(r.status == s for r in rows) for s in ("built", "cached", "failed", "skipped")}
     summary["seconds"] = round(seconds, 3)
@@ -158,6 +180,64 @@ def cmd_build(args) -> int:
               + f" in {seconds:.2f}s")
     del the_plan
     return EXIT_FAILED if summary["failed"] else EXIT_OK
+
+
+def _max_size(args, project):
+    from .maintenance import parse_size
+
+    if getattr(args, "max_size", None):
+        return parse_size(args.max_size)
+    return project.config.max_size
+
+
+def cmd_gc(args) -> int:
+    from .errors import KbuildError
+    from .maintenance import gc
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store))
+    max_size = _max_size(args, project)
+    try:
+        the_plan = project.plan()
+        keep = [the_plan.keys[t].digest for t in the_plan.targets]
+    except KbuildError as exc:
+        # A project that does not import still gets its store bounded; say what is unprotected.
+        project.store.warnings.append(f"current keys unknown ({exc}); no entry is protected")
+        keep = []
+    result = gc(project.store, max_size, keep)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"evicted {result['evicted_entries']} entries, removed {result['removed_blobs']} "
+              f"blobs and {result['removed_temp_files']} temp files, freed "
+              f"{_size(result['freed_bytes'])}; the store now holds {result['blobs']} blobs "
+              f"({_size(result['bytes'])})")
+        for target in result["evicted"]:
+            print(f"  evicted {target}")
+    return EXIT_OK
+
+
+def cmd_stats(args) -> int:
+    from .config import default_store, load_config
+    from .errors import ConfigError
+    from .maintenance import stats
+    from .store import Store
+
+    try:
+        cfg = load_config(args.config) if args.config or not args.store else None
+    except ConfigError:
+        cfg = None
+    store = args._store = Store(default_store(cfg, args.store), read_only=True)
+    result = stats(store)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"store        {result['store']}")
+        print(f"entries      {result['entries']}")
+        print(f"blobs        {result['blobs']} ({_size(result['bytes'])})")
+        print(f"last {result['recent_builds']} builds: {result['hits']} hits, "
+              f"{result['misses']} misses, {result['builds']} built, {result['failures']} failed")
+    return EXIT_OK
 
 
 def cmd_status(args) -> int:

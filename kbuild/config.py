@@ -38,6 +38,7 @@ class ProjectConfig:
     archs: tuple[str, ...]
     store: Path | None
     kernels: tuple[KernelSpec, ...]
+    max_size: int | None = None  # [store] max_size, in bytes
 
     @property
     def root(self) -> Path:
@@ -76,6 +77,7 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
     archs = tuple(validate_arch(a, f"{path}: [project] arch") for a in
                   _string_list(project, "arch", path, "project", default=["sm_80"]))
     store = _typed(project, "store", str, path, "project", default=None)
+    max_size = _max_size(path, _table(data, "store", path, required=False))
     kernels_table = _table(data, "kernels", path, required=True)
     if not kernels_table:
         raise ConfigError(f"{path}: [kernels] declares no kernel; "
@@ -86,8 +88,18 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
         paths=tuple((path.parent / p).resolve() for p in paths),
         archs=archs,
         store=(path.parent / store).resolve() if store else None,
+        max_size=max_size,
         kernels=kernels,
     )
+
+
+def _max_size(path: Path, table: dict) -> int | None:
+    value = table.get("max_size")
+    if value is None:
+        return None
+    from .maintenance import parse_size
+
+    return parse_size(value, f"{path}: [store] max_size")
 
 
 def _kernel(path: Path, name: str, spec, default_archs) -> KernelSpec:

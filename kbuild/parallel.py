@@ -28,17 +28,19 @@ def compile_in_workers(the_plan, todo, jobs: int):
     _PLAN = the_plan
     the_plan._work_order = list(todo)
     context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context)
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-            futures = {pool.submit(_work, i): target for i, target in enumerate(todo)}
-            for future in as_completed(futures):
-                target = futures[future]
-                try:
-                    outcome, seconds = future.result()
-                except Exception as exc:  # noqa: BLE001 - a worker died
-                    outcome, seconds = CompileError(f"worker failed: {exc}"), 0.0
-                yield target, outcome, seconds
+        futures = {pool.submit(_work, i): target for i, target in enumerate(todo)}
+        for future in as_completed(futures):
+            target = futures[future]
+            try:
+                outcome, seconds = future.result()
+            except Exception as exc:  # noqa: BLE001 - a worker died
+                outcome, seconds = CompileError(f"worker failed: {exc}"), 0.0
+            yield target, outcome, seconds
     finally:
+        # A caller that stops early (a failure without -k) cancels what has not started.
+        pool.shutdown(wait=True, cancel_futures=True)
         _PLAN = None
 
 

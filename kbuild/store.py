@@ -166,7 +166,16 @@ class Store:
                 f"entry {key} ({manifest.get('target')}) names missing blob {missing[0]}; rebuilding")
             self.remove_entry(key)
             return None
+        self._touch(key)
         return manifest
+
+    def _touch(self, key: str) -> None:
+        # The entry file's mtime is its last use: `kbuild gc` evicts the oldest first.
+        if not self.read_only:
+            try:
+                os.utime(self.entry_path(key))
+            except OSError:
+                pass
 
     def commit(self, key: str, manifest: dict) -> None:
         """Write the manifest (after its blobs) atomically, then index it."""
