@@ -75,14 +75,16 @@ def simulating() -> bool:
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=()) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
 
-    `device_functions` are the lazily compiled device dispatchers it reaches:
-    numba caches their compiled form per argument types only, so a cache made
-    for another architecture is dropped first.
+    `device_functions` are the lazily compiled device dispatchers it reaches.
+    Each kernel compiles from a clean slate - their cached overloads dropped,
+    numba's function numbering restarted - so its PTX and cubin do not depend
+    on what the process compiled before (numba mangles a per-process counter
+    into symbol names) nor on the architecture of an earlier compile.
     """
     from numba.cuda.dispatcher import _Kernel
 
     with targeting(cc):
-        _forget_other_arch(device_functions, tuple(cc))
+        _clean_slate(device_functions)
         compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
         library = compiled._codelibrary
         ptx = library.get_asm_str(cc=tuple(cc))
@@ -95,8 +97,14 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=()) -> Artifact
     )
 
 
-def _forget_other_arch(device_functions, cc) -> None:
+def _clean_slate(device_functions) -> None:
+    import itertools
+
+    from numba.core import bytecode as core_bytecode
+    from numba.cuda.core import bytecode as cuda_bytecode
+
+    for module in (core_bytecode, cuda_bytecode):
+        module.FunctionIdentity._unique_ids = itertools.count(1)
     for disp in device_functions:
-        if getattr(disp, "_can_compile", False) and getattr(disp, "_kbuild_cc", cc) != cc:
+        if getattr(disp, "_can_compile", False):  # eager ones keep their only overloads
             disp.overloads.clear()
-        disp._kbuild_cc = cc
