@@ -48,11 +48,14 @@ def targeting(cc: tuple):
         previous = _state["cc"]
         if _state["depth"] == 0:
             _state["saved"] = (dispatcher.get_current_device, compiler.get_current_device,
-                               codegen.CUDACodeLibrary._ensure_cc)
+                               codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind)
             dispatcher.get_current_device = compiler.get_current_device = \
                 lambda: _TargetDevice(_state["cc"])
             codegen.CUDACodeLibrary._ensure_cc = \
                 lambda self, want: want if want is not None else _state["cc"]
+            # An eager @cuda.jit("sig") binds its kernel to a context right after
+            # compiling it at import; there is no context to bind to while building.
+            dispatcher._Kernel.bind = lambda self: None
         _state["cc"] = tuple(cc)
         _state["depth"] += 1
         try:
@@ -62,7 +65,7 @@ def targeting(cc: tuple):
             _state["cc"] = previous
             if _state["depth"] == 0:
                 (dispatcher.get_current_device, compiler.get_current_device,
-                 codegen.CUDACodeLibrary._ensure_cc) = _state["saved"]
+                 codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind) = _state["saved"]
 
 
 def simulating() -> bool:
