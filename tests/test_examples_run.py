@@ -1,0 +1,51 @@
+"""Every example kernel, launched from a warm store, gives numpy's answer.
+
+Under numba's simulator in CI; on a GPU (`-m gpu`, or KBUILD_GPU_TESTS=1) the
+same script launches the stored cubins and also proves zero compilations.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run")
+    shutil.copytree(REPO / "examples", root / "examples")
+    shutil.copy(REPO / "kbuild.toml", root / "kbuild.toml")
+    env = dict(os.environ, HOME=str(root), XDG_CACHE_HOME=str(root / "cache"))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--store", str(root / "store")],
+                          cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root, env
+
+
+def _run(root, env):
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "run_examples.py"),
+                           str(root / "kbuild.toml"), str(root / "store")],
+                          cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_example_matches_numpy_under_the_simulator(warm):
+    root, env = warm
+    result = _run(root, dict(env, NUMBA_ENABLE_CUDASIM="1"))
+    assert {k: v for k, v in result.items() if v is not True and k != "compiles"} == {}
+
+
+@pytest.mark.gpu
+def test_every_example_matches_numpy_on_the_gpu_without_compiling(warm):
+    root, env = warm
+    result = _run(root, dict(env, NUMBA_ENABLE_CUDASIM="0"))
+    assert result.pop("compiles") == 0
+    assert {k: v for k, v in result.items() if v is not True} == {}
