@@ -23,17 +23,27 @@ class Reason:
         context = _context(self.path)
         label = self.path[-1]
         if self.change == "changed" and label == "body":
+            if self.old and self.new and self.old != self.new:
+                # The same code keyed another way (line numbers now kept for lineinfo).
+                return f"{context or 'kernel'} changed (body: {self.old} -> {self.new})"
             return f"{context or 'kernel'} changed (body)"
         prefix = f"{context}: " if context else ""
         if self.change == "added":
-            return f"{prefix}{label} added"
+            return f"{prefix}{label} added{_value(label, self.new)}"
         if self.change == "removed":
-            return f"{prefix}{label} removed"
+            return f"{prefix}{label} removed{_value(label, self.old)}"
         return f"{prefix}{label} {self.old} -> {self.new}"
 
     def as_json(self) -> dict:
         return {"path": list(self.path), "change": self.change, "old": self.old,
                 "new": self.new, "message": self.message}
+
+
+def _value(label: str, text: str | None) -> str:
+    # "option max_registers added (32)"; a callee's summary only repeats its label.
+    if not text or label.endswith(text):
+        return ""
+    return f" ({text})"
 
 
 def _context(path) -> str:

@@ -5,15 +5,19 @@ This is the one documented place that lists what goes into a key
 digest of a `KeyNode` tree:
 
 - ``kernel MOD:QUALNAME`` - the kernel function:
-  - ``body``: its normalized AST (see `normalize`), positions only with lineinfo/debug;
+  - ``body``: its normalized AST (see `normalize`), positions only with lineinfo/debug,
+    and its bytecode without positions, local names or docstring (what numba compiles);
   - ``option NAME``: every decorator option (fastmath, opt, lineinfo, debug,
     max_registers, launch_bounds, lto, link files by content, ...);
   - ``global NAME`` / ``closure NAME`` / ``default NAME``: the values it reads
     (numbers, strings, tuples, numpy arrays and scalars, dtypes, numba types,
-    enums; library functions by qualified name);
+    enums, records field by field; library functions and numba's objects by
+    qualified name, other libraries' constants by value); only names read by
+    the body count, scope-aware (a nested function's local hides nothing);
   - ``callee MOD:QUALNAME``: the same tree for every device function (or
     jitable Python function) it reaches - through globals, module attributes,
-    closure cells or default values - transitively;
+    closure cells or default values - transitively; and for each name that
+    reaches one, which function it names (``global NAME`` -> MOD:QUALNAME);
 - ``signature``: each argument type by content (records by layout);
 - ``arch``: the target architecture;
 - ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema;
@@ -27,17 +31,20 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dis
 import enum
 import types as pytypes
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import normalize
-from .encode import Unencodable, digest_of
-from .errors import KeyingError
-from .values import canonical, summary
+from numba.core import types as nbtypes
 
-KEY_SCHEMA = 1
+from . import normalize
+from .encode import Unencodable, digest_of, encode
+from .errors import KeyingError
+from .values import canonical, summary, type_canonical
+
+KEY_SCHEMA = 2  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -133,7 +140,9 @@ class Keyer:
         self._sources = sources
         self._memo: dict = {}
         self._stack: list = []
-        self.device_functions: list = []  # device dispatchers reached, for the compiler
+        self.device_functions: list = []  # dispatchers reached as callees, for the compiler
+        self.stable_ids: dict = {}  # py_func -> a number from its content, for symbol names
+        self._ids_taken: set = set()
 
     def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
                     arch: str, toolchain: dict, config: dict) -> KeyNode:
@@ -159,15 +168,31 @@ class Keyer:
         if any(f is fn.py_func for f in self._stack):
             # Recursion: refer to the function by name; its content is keyed above.
             return leaf(label, ("recursive", qualified_name(fn.py_func)), "recursive")
-        if fn.role == "device" and not any(d is obj for d in self.device_functions):
+        if fn.role != "function" and not label.startswith("kernel ") \
+                and not any(d is obj for d in self.device_functions):
             self.device_functions.append(obj)
         self._stack.append(fn.py_func)
         try:
             node = self._function_tree(fn, label, where)
         finally:
             self._stack.pop()
+        # Not node.digest: that includes the label, which says how the function was
+        # reached (kernel or callee), not what it is.
+        self._assign_stable_id(fn.py_func, digest_of(
+            ("function", tuple((k.label, k.digest) for k in node.children))))
         self._memo[memo_key] = node
         return node
+
+    def _assign_stable_id(self, py_func, digest: str) -> None:
+        # numba numbers every function it compiles and mangles the number into symbol
+        # names; a number from the content makes those names independent of build order.
+        # Two distinct functions with one content keep numba's own numbering.
+        if py_func in self.stable_ids:
+            return
+        number = int(digest[:12], 16) + (1 << 48)
+        if number not in self._ids_taken:
+            self._ids_taken.add(number)
+            self.stable_ids[py_func] = number
 
     def _function_tree(self, fn: _Function, label: str, where: str) -> KeyNode:
         py_func = fn.py_func
@@ -177,23 +202,30 @@ class Keyer:
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         children += self._references(py_func, where)
+        if fn.role == "function":
+            # A stub whose @overload implementations are what numba compiles for it.
+            children += [self.function_node(impl, f"overload {qualified_name(impl)}", where)
+                         for impl in _overload_implementations(py_func)]
         if keep_positions:
             children.append(leaf("file", _relative_file(py_func), _relative_file(py_func)))
         return branch(label, name, children)
 
     def _body(self, py_func, keep_positions: bool, where: str) -> KeyNode:
-        found = self._sources.source_of(py_func)
+        found = function_def(self._sources, py_func)
         if found is not None:
-            source, first_line = found
-            try:
-                fdef = normalize.parse_function(source, py_func.__name__)
-                ast_bytes = normalize.normalized_ast(
-                    fdef, keep_positions=keep_positions, first_line=first_line)
-                return leaf("body", ast_bytes, "body")
-            except normalize.NoSource:
-                pass
+            fdef, first_line = found
+            ast_bytes = normalize.normalized_ast(
+                fdef, keep_positions=keep_positions, first_line=first_line)
+            # numba compiles the bytecode, not the source: key both, so source read
+            # back from a file edited after import (or `python -O`) can't pass for it.
+            return leaf("body", (ast_bytes, _code_fingerprint(py_func.__code__, where)),
+                        "source with line numbers" if keep_positions else "source")
         # No parsable source (a lambda, exec'd code): key the bytecode instead.
-        return leaf("body", _code_canonical(py_func.__code__, where), "bytecode")
+        code = py_func.__code__
+        if keep_positions:  # the line table ends up in the binary
+            return leaf("body", (_code_canonical(code, where), code.co_firstlineno,
+                                 code.co_linetable), "bytecode with line numbers")
+        return leaf("body", _code_canonical(code, where), "bytecode")
 
     def _option(self, name, value, where) -> KeyNode:
         if name == "link":
@@ -217,10 +249,17 @@ class Keyer:
         _fail(where, f"linked item of type {type(item).__name__}")
 
     def _references(self, py_func, where: str) -> list[KeyNode]:
-        refs = []
+        refs, bindings = [], {}
         for kind, name, value in _referenced_values(py_func, self._sources):
             refs.append(self._reference(kind, name, value, where))
-        return _disambiguate(refs)
+            label = refs[-1][1].label
+            if label.startswith("callee "):
+                callee = label[len("callee "):]
+                # Which name reaches which function: swapping `sq as f, cube as g` to
+                # `cube as f, sq as g` changes no body and no callee, only this.
+                label = f"{kind} {name}"
+                bindings[label] = leaf(label, ("calls", callee), callee)
+        return _disambiguate(refs) + list(bindings.values())
 
     def _reference(self, kind: str, name: str, value, where: str):
         fn = as_function(value)
@@ -228,6 +267,10 @@ class Keyer:
             callee_label = f"callee {qualified_name(fn.py_func)}"
             return name, self.function_node(value, callee_label, where)
         label = f"{kind} {name}"
+        if _is_extern_function(value):
+            return name, self._extern_function(label, value)
+        if _record_type(value) is not None:
+            return name, _type_node(label, value)
         if isinstance(value, _LibraryRef):
             return name, leaf(label, ("library", value.module, value.path),
                               f"{value.module}.{value.path}")
@@ -244,12 +287,57 @@ class Keyer:
             "make it a number, string, tuple, numpy array or dtype, enum, "
             "or a device function")
 
+    def _extern_function(self, label, extfn) -> KeyNode:
+        """A `cuda.declare_device` function: its name, signature and linked files by content."""
+        sig = extfn.sig
+        files = tuple(sorted(("file", path.rsplit("/", 1)[-1], self._sources.file_digest(path))
+                             for path in _extern_link_files(extfn)))
+        value = ("extern-function", extfn.name, tuple(type_canonical(a) for a in sig.args),
+                 type_canonical(sig.return_type), files)
+        return leaf(label, value, f"declare_device {extfn.name}{sig}")
+
     def _is_project(self, func) -> bool:
         return self._sources.is_project_module(func.__module__ or "")
 
     def _is_project_object(self, value) -> bool:
         module = getattr(value, "__module__", None)
         return isinstance(module, str) and self._sources.is_project_module(module)
+
+
+def _overload_implementations(func) -> list:
+    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
+    from numba.core.typing import templates as core_templates
+    from numba.cuda.typing import templates as cuda_templates
+
+    found = []
+    for module in (core_templates, cuda_templates):
+        registry = getattr(module, "builtin_registry", None)
+        for key, fntype in getattr(registry, "globals", ()):
+            if key is not func:
+                continue
+            for template in getattr(fntype, "templates", ()):
+                impl = getattr(template, "_overload_func", None)
+                if isinstance(impl, pytypes.FunctionType) and not any(impl is f for f in found):
+                    found.append(impl)
+    return found
+
+
+def _is_extern_function(value) -> bool:
+    cls = type(value)
+    return cls.__name__ == "ExternFunction" and cls.__module__.startswith("numba") \
+        and hasattr(value, "sig") and hasattr(value, "name")
+
+
+def _extern_link_files(extfn) -> list[str]:
+    """The files `declare_device(..., link=...)` registered for `extfn` with numba's target."""
+    from numba.cuda.descriptor import cuda_target
+
+    defns = getattr(cuda_target.target_context, "_defns", {})
+    paths = []
+    for impl, _sig in getattr(defns.get(extfn), "versions", ()):
+        for lib in getattr(impl, "libs", ()):
+            paths += [p for p in getattr(lib, "_linking_files", ()) if isinstance(p, str)]
+    return paths
 
 
 def signature_node(argtypes, signature_text: str) -> KeyNode:
@@ -259,14 +347,23 @@ def signature_node(argtypes, signature_text: str) -> KeyNode:
 
 
 def _type_node(label, t) -> KeyNode:
-    record = getattr(t, "dtype", t)
-    fields = getattr(record, "fields", None)
-    if isinstance(fields, dict) and hasattr(record, "aligned"):
-        kids = [leaf(f"field '{n}'", canonical(f.type), f"{f.type} @{f.offset}")
-                for n, f in fields.items()]
-        kids.append(leaf("layout", canonical(t), f"size {record.size}, aligned {record.aligned}"))
+    """A numba type by content; a record (or an array of records) with one child per field."""
+    record = _record_type(t)
+    if record is not None:
+        kids = [leaf(f"field '{n}'", (canonical(f.type), f.offset), f"{f.type} @{f.offset}")
+                for n, f in record.fields.items()]
+        kids.append(leaf("layout", canonical(t), f"size {record.size}, aligned {record.aligned}, "
+                                                 f"fields {', '.join(record.fields)}"))
         return branch(f"{label} record", str(t), kids)
     return leaf(label, canonical(t), str(t))
+
+
+def _record_type(t):
+    """The numba Record that `t` is or holds (as an array's dtype), else None."""
+    if not isinstance(t, nbtypes.Type):
+        return None
+    record = t if isinstance(t, nbtypes.Record) else getattr(t, "dtype", None)
+    return record if isinstance(record, nbtypes.Record) else None
 
 
 def _disambiguate(refs) -> list[KeyNode]:
@@ -329,11 +426,9 @@ def _resolve_chain(chain, value, sources):
     """Follow attribute accesses through modules: `mathx.sq` is the function `sq`."""
     i = 1
     while _is_namespace(value) and i < len(chain):
-        if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__):
-            target = getattr(value, chain[i], None)
-            fn = as_function(target) if target is not None else None
-            if fn is None or fn.role == "function":
-                return ".".join(chain), _LibraryRef(value.__name__, ".".join(chain[i:]))
+        if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__) \
+                and _by_name(value.__name__, getattr(value, chain[i], None)):
+            return ".".join(chain), _LibraryRef(value.__name__, ".".join(chain[i:]))
         value = getattr(value, chain[i], _MISSING)
         i += 1
     if value is _MISSING:
@@ -342,6 +437,32 @@ def _resolve_chain(chain, value, sources):
 
 
 _MISSING = object()
+
+# Packages whose versions are in the toolchain key: their attributes are keyed by name.
+_TOOLCHAIN_PACKAGES = frozenset({"numba", "llvmlite"})
+
+
+def _by_name(module_name: str, target) -> bool:
+    """Whether a library module's attribute is keyed by name rather than followed to its value.
+
+    Device functions are keyed by content wherever they live. numba's own objects
+    are keyed by name (its version is in the toolchain; the simulator's objects
+    differ). Elsewhere - a constant, an array or a submodule of a package that is
+    not under the project's paths - what it holds is followed and keyed by value,
+    since no key input records that package's version.
+    """
+    fn = as_function(target) if target is not None else None
+    if fn is not None and fn.role != "function":
+        return False
+    if module_name.partition(".")[0] in _TOOLCHAIN_PACKAGES:
+        return True
+    if isinstance(target, pytypes.ModuleType):
+        return False
+    try:
+        canonical(target)
+    except Unencodable:
+        return True
+    return False
 
 
 def _is_namespace(value) -> bool:
@@ -360,33 +481,40 @@ def _defaults(py_func):
         yield name, value
 
 
+def function_def(sources, py_func):
+    """(the function's `def` node, the file line of its first source line), or None."""
+    finder = getattr(sources, "function_def", None)
+    if finder is not None:
+        found = finder(py_func)
+        if found is not None:
+            return found
+    found = sources.source_of(py_func)
+    if found is None:
+        return None
+    try:
+        return normalize.parse_function(found[0], py_func.__name__), found[1]
+    except normalize.NoSource:
+        return None
+
+
 def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
     """Dotted names read by the function that are not its own locals."""
-    found = sources.source_of(py_func)
-    fdef = None
-    if found is not None:
-        try:
-            fdef = normalize.parse_function(found[0], py_func.__name__)
-        except normalize.NoSource:
-            fdef = None
+    found = function_def(sources, py_func)
+    fdef = found[0] if found is not None else None
     if fdef is None:
         return _code_names(py_func.__code__)
-    local = normalize.local_names(fdef)
     # Decorators and default expressions ran at definition time: options and
     # __defaults__ key them. Only the body (and nested code) reads at compile time.
-    body = [n for stmt in fdef.body for n in ast.walk(stmt)]
+    free = set(normalize.free_loads(fdef))
     chains: set[tuple[str, ...]] = set()
     bases = set()
-    for node in body:
+    for node in (n for stmt in fdef.body for n in ast.walk(stmt)):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             chain = _attribute_chain(node)
-            if chain and chain[0] not in local:
+            if chain and _chain_base(node) in free:
                 chains.add(chain)
                 bases.add(_chain_base(node))
-    for node in body:
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
-                and node.id not in local and _chain_base(node) not in bases:
-            chains.add((node.id,))
+    chains.update((node.id,) for node in free if node not in bases)
     return _drop_prefixed(chains)
 
 
@@ -426,17 +554,46 @@ def _code_names(code) -> set[tuple[str, ...]]:
 
 
 def _code_canonical(code, where):
-    consts = []
-    for c in code.co_consts:
-        if isinstance(c, pytypes.CodeType):
-            consts.append(_code_canonical(c, where))
-        else:
-            try:
-                consts.append(canonical(c))
-            except Unencodable:
-                _fail(where, f"a constant of type {type(c).__name__} in bytecode")
-    return ("code", code.co_code, tuple(consts), code.co_names, code.co_varnames,
+    consts = tuple(_const_canonical(c, where, _code_canonical) for c in code.co_consts)
+    return ("code", code.co_code, consts, code.co_names, code.co_varnames,
             code.co_freevars, code.co_argcount, code.co_kwonlyargcount)
+
+
+def _code_fingerprint(code, where):
+    """The instructions, minus what comments, formatting, docstrings, positions and local names change.
+
+    Locals by slot number, constants by value (a docstring shifts their
+    indices), names, comparisons and the like by their text; no line numbers.
+    """
+    ops = []
+    for ins in dis.get_instructions(code):
+        if ins.opcode in dis.hasconst:
+            # By index, not argval: dis cannot show some (3.11's KW_NAMES gives <unknown>).
+            arg = _const_canonical(code.co_consts[ins.arg], where, _code_fingerprint)
+        elif ins.opcode in dis.hasname or ins.opcode in dis.hascompare:
+            arg = ins.argrepr
+        else:
+            arg = ins.arg
+        ops.append((ins.opname, arg))
+    return ("bytecode", tuple(ops), code.co_argcount, code.co_posonlyargcount,
+            code.co_kwonlyargcount)
+
+
+def _const_canonical(c, where, code_form):
+    """A bytecode constant by content; sets in a hash-independent order."""
+    if isinstance(c, pytypes.CodeType):
+        return code_form(c, where)
+    if c is Ellipsis:
+        return ("Ellipsis",)
+    if isinstance(c, frozenset):
+        return ("frozenset", tuple(sorted((_const_canonical(x, where, code_form) for x in c),
+                                          key=encode)))
+    if isinstance(c, tuple):
+        return ("tuple", tuple(_const_canonical(x, where, code_form) for x in c))
+    try:
+        return canonical(c)
+    except Unencodable:
+        _fail(where, f"a constant of type {type(c).__name__} in bytecode")
 
 
 def _extern_name(value):

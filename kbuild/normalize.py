@@ -9,6 +9,7 @@ so renaming a local (alpha-equivalence) rebuilds nothing.
 from __future__ import annotations
 
 import ast
+import copy
 import textwrap
 
 from .encode import encode
@@ -55,6 +56,96 @@ def local_names(fn: ast.FunctionDef) -> set[str]:
     return bound - declared_global
 
 
+def free_loads(fn: ast.FunctionDef) -> list[ast.Name]:
+    """The `Name` loads in `fn`'s body that read a name from outside `fn` (globals, closures).
+
+    Scope-aware: a name bound only inside a nested function, lambda or
+    comprehension is local there and does not hide a global of the same name
+    read elsewhere in `fn`. Decorators and defaults of `fn` itself are not its body.
+    """
+    out: list[ast.Name] = []
+    _scope_loads(fn.body, _bound_names(fn.body, fn.args), (), out)
+    return out
+
+
+def _scope_loads(roots, bound, enclosing, out, *, is_class=False) -> None:
+    """Collect the free loads of one scope (its own nodes start at `roots`), then of nested ones."""
+    names, declared_global = bound
+    for node in _own_nodes(roots):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in declared_global or not any(node.id in b for b in (names, *enclosing)):
+                out.append(node)
+        elif isinstance(node, _SCOPE_NODES):
+            inner_roots, args = _scope_parts(node)
+            # A class body's names are not visible inside its methods.
+            inner_enclosing = enclosing if is_class else (names, *enclosing)
+            _scope_loads(inner_roots, _bound_names(inner_roots, args), inner_enclosing, out,
+                         is_class=isinstance(node, ast.ClassDef))
+
+
+def _scope_parts(node):
+    """(the nodes evaluated inside a nested scope, its arguments or None)."""
+    if isinstance(node, _FUNCTION_NODES):
+        return list(node.body), node.args
+    if isinstance(node, ast.Lambda):
+        return [node.body], node.args
+    if isinstance(node, ast.ClassDef):
+        return list(node.body), None
+    # Comprehensions: the first iterable is evaluated outside (see _own_nodes).
+    first, *rest = node.generators
+    parts = [first.target, *first.ifs]
+    for gen in rest:
+        parts += [gen.target, gen.iter, *gen.ifs]
+    elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+    return parts + elts, None
+
+
+def _own_nodes(roots):
+    """Nodes of one scope, not descending into nested scopes' own code.
+
+    A nested def's decorators and defaults, a class's bases and a
+    comprehension's first iterable run in the enclosing scope, so they are yielded here.
+    """
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, _FUNCTION_NODES + (ast.Lambda,)):
+            outer = list(getattr(node, "decorator_list", ())) + list(node.args.defaults)
+            outer += [d for d in node.args.kw_defaults if d is not None]
+        elif isinstance(node, ast.ClassDef):
+            outer = node.decorator_list + node.bases + [k.value for k in node.keywords]
+        elif isinstance(node, _SCOPE_NODES):  # a comprehension
+            outer = [node.generators[0].iter]
+        else:
+            outer = list(ast.iter_child_nodes(node))
+        stack.extend(reversed(outer))
+
+
+def _bound_names(roots, args) -> tuple[set, set]:
+    """(names bound in one scope, names it declares global)."""
+    bound = {a.arg for a in _all_args(args)} if args is not None else set()
+    declared, declared_global = set(), set()
+    for node in _own_nodes(roots):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+            if isinstance(node, ast.Global):
+                declared_global.update(node.names)
+        elif isinstance(node, _FUNCTION_NODES + (ast.ClassDef,)):
+            bound.add(node.name)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+    return bound - declared, declared_global
+
+
 def _all_args(args: ast.arguments):
     yield from args.posonlyargs
     yield from args.args
@@ -73,13 +164,29 @@ def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int
     """
     body = _strip_docstrings(fn.body)
     renames = {} if keep_positions or _has_nested_scope(fn) else _alpha_renames(fn)
-    args_node = fn.args
+    args_node = _without_default_values(fn.args)
     encoded = (
         _encode_node(args_node, renames, keep_positions, first_line),
         tuple(_encode_node(stmt, renames, keep_positions, first_line) for stmt in body),
         _encode_node(fn.returns, renames, keep_positions, first_line),
     )
     return encode(encoded)
+
+
+def _without_default_values(args: ast.arguments) -> ast.arguments:
+    """`args` with each default expression replaced by a marker.
+
+    Default values are keyed by value (``default NAME``, from ``__defaults__``),
+    which is what the compiler uses; the expression that made them is not code
+    the kernel runs, so `delta=1.0` -> `delta=2.0` shows as a default, not a body change.
+    """
+    def marker(expr):
+        return None if expr is None else ast.Name(id="<default>", ctx=ast.Load())
+
+    out = copy.copy(args)
+    out.defaults = [marker(d) for d in args.defaults]
+    out.kw_defaults = [marker(d) for d in args.kw_defaults]
+    return out
 
 
 def _strip_docstrings(body: list) -> list:
@@ -128,7 +235,9 @@ def _encode_node(node, renames, keep_positions, first_line):
         return ("...",)
     if not isinstance(node, ast.AST):
         raise TypeError(f"unexpected AST field value {type(node).__name__}")
-    fields = []
+    # The node's type fixes its fields and their order (per Python version, which
+    # the toolchain keys), so values alone are unambiguous and half the size.
+    fields = [type(node).__name__]
     for name in node._fields:
         if name == "type_comment":
             continue
@@ -136,12 +245,13 @@ def _encode_node(node, renames, keep_positions, first_line):
         if isinstance(node, ast.Name) and name == "id":
             value = renames.get(value, value)
         if isinstance(node, ast.Constant) and name == "value":
-            fields.append((name, _constant(value)))
+            fields.append(_constant(value))
             continue
-        fields.append((name, _encode_node(value, renames, keep_positions, first_line)))
+        fields.append(_encode_node(value, renames, keep_positions, first_line))
     if keep_positions and hasattr(node, "lineno"):
-        fields.append(("@line", node.lineno + first_line - 1, node.col_offset))
-    return (type(node).__name__, tuple(fields))
+        # Lines only: numba's line tables give every location column 1 (`.loc 1 8 1`).
+        fields.append(("@line", node.lineno + first_line - 1))
+    return tuple(fields)
 
 
 def _constant(value):

@@ -19,6 +19,7 @@ from numba.core import types as nbtypes
 from .encode import Unencodable, digest_of
 
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
+_SHOWN_ITEMS = 8  # arrays up to this size are summarised with their values
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x")
 
 
@@ -107,13 +108,20 @@ def summary(value) -> str:
     """A short readable form of a value for explanations; never hashed."""
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}={value.value!r}"
-    if isinstance(value, (bool, int, float, complex, type(None))):
+    if isinstance(value, bool) or value is None:
         return repr(value)
+    if isinstance(value, (int, float, complex)):
+        # As the builtin it subclasses: numba's NUMBA_OPT level reads 3, not _OptLevel(3).
+        return repr(next(t for t in (int, float, complex) if isinstance(value, t))(value))
     if isinstance(value, (str, bytes)):
         text = repr(value)
         return text if len(text) <= 40 else text[:37] + "..."
     if isinstance(value, np.ndarray):
         shape = "x".join(str(n) for n in value.shape) or "0-d"
+        if value.size <= _SHOWN_ITEMS and value.dtype.fields is None:
+            # Small tables are shown whole, so an edit reads as old -> new values.
+            items = ", ".join(repr(v) for v in value.ravel().tolist())
+            return f"array {value.dtype}[{shape}] [{items}]"
         return f"array {value.dtype}[{shape}] #{digest_of(canonical(value))[:8]}"
     if isinstance(value, np.generic):
         return f"{value.dtype} {value.item()!r}"

@@ -1,0 +1,365 @@
+"""Helpers for the invalidation tests: copy tests/editproj, edit it, run the real CLI.
+
+Every build is a fresh `python -m kbuild` process with HOME, XDG_CACHE_HOME and
+the store inside a temp directory, bytecode writing off (an edit that keeps a
+file's size within the same second must never meet a stale .pyc), and no
+inherited KBUILD_STORE or NUMBA_* settings.
+
+`SOUNDNESS` and `PRECISION` are the edit matrix shared by test_edit_matrix.py
+(which targets rebuild) and test_explain.py (what `kbuild explain` says).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent / "editproj"
+REPO_ROOT = PROJECT.parent.parent
+
+# Short name -> number of signatures, for every target of tests/editproj.
+TARGETS = {
+    "k_sq": 1, "k_cube": 1, "k_chain": 1, "k_shift": 1, "k_scale": 1, "k_table": 1,
+    "k_mode": 1, "k_fast": 1, "k_double": 1, "k_plain": 2, "k_pair": 1, "k_inner": 1,
+    "k_points": 1, "k_origin": 1, "k_lines": 1, "k_coop": 1,
+}
+ALL = frozenset(TARGETS)
+RECORD_KERNELS = frozenset({"k_points", "k_origin"})
+
+
+# -- running kbuild -------------------------------------------------------------
+
+def kbuild_env(home: Path, **extra: str) -> dict:
+    """The environment of one kbuild process: nothing from the user's cache or config."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NUMBA_", "KBUILD_", "PYTHONHASHSEED"))}
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
+               PYTHONDONTWRITEBYTECODE="1")
+    # This checkout's kbuild, whatever is installed; extra PYTHONPATH entries go first.
+    path = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if "PYTHONPATH" in extra:
+        path = extra.pop("PYTHONPATH").split(os.pathsep) + path
+    env.update(extra, PYTHONPATH=os.pathsep.join(path))
+    return env
+
+
+def run_kbuild(project: Path, store: Path, *args: str, env_extra=None,
+               launcher=("-m", "kbuild"), expect_rc: int = 0) -> dict:
+    """Run `python -m kbuild ARGS --json --config project/kbuild.toml --store store`; its JSON.
+
+    `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first.
+    """
+    cmd = [sys.executable, *launcher, *args, "--json",
+           "--config", str(project / "kbuild.toml"), "--store", str(store)]
+    env = kbuild_env(project.parent / "home", **(env_extra or {}))
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == expect_rc, (
+        f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+        f"stderr:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def build(project: Path, store: Path, *args: str, **kw) -> dict:
+    return run_kbuild(project, store, "build", *args, **kw)
+
+
+def status_keys(project: Path, store: Path, **kw) -> dict:
+    """The key of every target from a dry run (`kbuild status --json`)."""
+    return keys_of(run_kbuild(project, store, "status", **kw))
+
+
+def short(target: str) -> str:
+    """'lab.kernels:k_sq' -> 'k_sq'."""
+    return target.rpartition(":")[2]
+
+
+def with_status(result: dict, status: str) -> set[str]:
+    """Short names of the targets that have at least one row with `status`."""
+    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
+
+
+def keys_of(result: dict) -> dict:
+    """(target, signature, arch) -> key, from `build --json` or `status --json`."""
+    return {(r["target"], r["signature"], r["arch"]): r["key"] for r in result["targets"]}
+
+
+def copy_project(dst: Path) -> Path:
+    """A fresh checkout of tests/editproj at `dst` (no bytecode caches)."""
+    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dst
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+_BASELINE: list = []
+
+
+def make_baseline(base: Path):
+    """(project, store, build JSON): tests/editproj copied under `base` and built.
+
+    Built once per test session (the first caller's `base` holds it); callers
+    only ever copy it (`checkout`), so the test modules can share it.
+    """
+    if not _BASELINE:
+        project = copy_project(base / "editproj")
+        store = base / "store"
+        _BASELINE.append((project, store, build(project, store)))
+    return _BASELINE[0]
+
+
+def checkout(baseline, where: Path):
+    """A fresh copy of the baseline's project and store under `where` (another path)."""
+    _, store, _ = baseline
+    return (copy_project(where / "checkout" / "editproj"),
+            copy_tree(store, where / "store"))
+
+
+def manifest(store: Path, key: str) -> dict:
+    """The manifest of entry `key` in `store`, read straight from disk."""
+    return json.loads((store / "v1" / "entries" / key[:2] / f"{key}.json").read_text())
+
+
+# -- edits ----------------------------------------------------------------------
+
+def replace(path: str, old: str, new: str):
+    """An edit: replace the one occurrence of `old` in PROJECT/path with `new`."""
+
+    def edit(root: Path) -> None:
+        file = root / path
+        text = file.read_text()
+        assert text.count(old) == 1, f"{path}: expected one {old!r}, found {text.count(old)}"
+        file.write_text(text.replace(old, new))
+
+    edit.__name__ = f"replace in {path}"
+    return edit
+
+
+def edits(*steps):
+    """Several edits applied in order."""
+
+    def edit(root: Path) -> None:
+        for step in steps:
+            step(root)
+
+    return edit
+
+
+def move_block(path: str, block: str, before: str):
+    """An edit: cut `block` out of `path` and paste it just before `before`."""
+
+    def edit(root: Path) -> None:
+        file = root / path
+        text = file.read_text()
+        assert text.count(block) == 1, f"{path}: block not found once"
+        text = text.replace(block, "")
+        assert text.count(before) == 1, f"{path}: anchor {before!r} not found once"
+        file.write_text(text.replace(before, block + before))
+
+    return edit
+
+
+def touch_all(root: Path) -> None:
+    """Set every file's mtime an hour ahead (content unchanged)."""
+    for file in root.rglob("*"):
+        if file.is_file():
+            st = file.stat()
+            os.utime(file, (st.st_atime + 3600, st.st_mtime + 3600))
+
+
+def no_edit(root: Path) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the edit matrix."""
+
+    id: str
+    edit: object
+    rebuilt: frozenset  # short names of the targets that must rebuild, and no others
+    args: tuple = ()  # extra `kbuild build` arguments
+    env: dict = field(default_factory=dict)
+    explains: dict = field(default_factory=dict)  # short name -> substring(s) of its reasons
+
+    def apply(self, root: Path) -> None:
+        self.edit(root)
+
+
+def case(id, edit, rebuilt=(), *, args=(), env=None, explains=None) -> Case:
+    return Case(id, edit, frozenset(rebuilt), tuple(args), dict(env or {}),
+                dict(explains or {}))
+
+
+_SQ = "def sq(x):\n    return x * x\n"
+_CUBE = "def cube(x):\n    return x * x * x\n"
+_POINT = 'POINT_DTYPE = np.dtype([("x", np.float32), ("y", np.float32), ("tag", np.uint8)], align=True)'
+_PLAIN_SIG = 'signatures = ["void(float32[::1], float32[::1])"]\n\n[kernels."lab.kernels:k_double"]'
+_K_SQ = "@cuda.jit\ndef k_sq(x, out):"
+_K_CUBE_BLOCK = ("@cuda.jit\ndef k_cube(x, out):\n    i = cuda.grid(1)\n    if i < out.size:\n"
+                 "        out[i] = mathx.cube(x[i])\n\n\n")
+
+
+def _point(fields: str, align: str = "True") -> str:
+    return f"POINT_DTYPE = np.dtype([{fields}], align={align})"
+
+
+# Edits that must rebuild exactly the targets that reach the change.
+SOUNDNESS = [
+    case("callee-in-other-file-body", replace("lab/mathx.py", _SQ, "def sq(x):\n    return x * x + 1\n"),
+         {"k_sq", "k_points", "k_pair"}, explains={"k_sq": "callee lab.mathx:sq changed (body)",
+                                                   "k_points": "callee lab.mathx:sq changed (body)"}),
+    case("callee-chain-leaf", replace("lab/mathx.py", "return x + x", "return 2 * x"),
+         {"k_chain"}, explains={"k_chain": "callee lab.vec:axpy2 > callee lab.mathx:twice changed (body)"}),
+    case("callee-chain-middle", replace("lab/vec.py", "return twice(a) + b", "return twice(a) - b"),
+         {"k_chain"}, explains={"k_chain": "callee lab.vec:axpy2 changed (body)"}),
+    case("callee-as-module-attribute", replace("lab/mathx.py", _CUBE, "def cube(x):\n    return x * x * x * x\n"),
+         {"k_cube", "k_pair"}, explains={"k_cube": "callee lab.mathx:cube changed (body)"}),
+    case("callee-rebound-name", replace("lab/mathx.py", "def unused(x):", "def sq_(x):\n    return x\n\n\nsq = cube\n\n\n@cuda.jit(device=True)\ndef unused(x):"),
+         {"k_sq", "k_points", "k_pair"},
+         explains={"k_sq": "global sq lab.mathx:sq -> lab.mathx:cube",
+                   "k_points": "global mathx.sq lab.mathx:sq -> lab.mathx:cube"}),
+    case("callees-swapped-between-names", replace("lab/kernels.py", "import cube as second, sq as first",
+                                                  "import cube as first, sq as second"),
+         {"k_pair"}, explains={"k_pair": "global first lab.mathx:sq -> lab.mathx:cube"}),
+    case("callee-option", replace("lab/mathx.py", "@cuda.jit(device=True)\n" + _SQ,
+                                  "@cuda.jit(device=True, fastmath=True)\n" + _SQ),
+         {"k_sq", "k_points", "k_pair"},
+         explains={"k_sq": "callee lab.mathx:sq: option fastmath False -> True"}),
+    case("closure-factory-argument", replace("lab/closures.py", "make_scaler(2.0)", "make_scaler(3.0)"),
+         {"k_double"}, explains={"k_double": "callee lab.closures:make_scaler.<locals>.scale: closure factor 2.0 -> 3.0"}),
+    case("closure-factory-body", replace("lab/closures.py", "return x * factor", "return factor * x"),
+         {"k_double"}, explains={"k_double": "callee lab.closures:make_scaler.<locals>.scale changed (body)"}),
+    case("default-argument-value", replace("lab/mathx.py", "delta=1.0", "delta=2.0"),
+         {"k_shift"}, explains={"k_shift": "callee lab.mathx:shift: default delta 1.0 -> 2.0"}),
+    case("module-constant", replace("lab/consts.py", "SCALE = 2.5", "SCALE = 3.0"),
+         {"k_scale", "k_inner"}, explains={"k_scale": "global consts.SCALE 2.5 -> 3.0",
+                                           "k_inner": "global SCALE 2.5 -> 3.0"}),
+    case("array-values", replace("lab/consts.py", "[0.5, -1.0, 2.0, 0.25]", "[0.5, -1.0, 2.0, 0.5]"),
+         {"k_table"}, explains={"k_table": "global TABLE array float32[4] [0.5, -1.0, 2.0, 0.25] -> array float32[4] [0.5, -1.0, 2.0, 0.5]"}),
+    case("array-dtype", replace("lab/consts.py", "dtype=np.float32)", "dtype=np.float64)"),
+         {"k_table"}, explains={"k_table": "global TABLE array float32[4] [0.5, -1.0, 2.0, 0.25] -> array float64[4] [0.5, -1.0, 2.0, 0.25]"}),
+    case("array-shape", replace("lab/consts.py", "[0.5, -1.0, 2.0, 0.25]", "[0.5, -1.0, 2.0, 0.25, 1.0]"),
+         {"k_table"}, explains={"k_table": "-> array float32[5] [0.5, -1.0, 2.0, 0.25, 1.0]"}),
+    case("enum-member-value", replace("lab/consts.py", "FAST = 1", "FAST = 3"),
+         {"k_mode"}, explains={"k_mode": "global Mode.FAST Mode.FAST=1 -> Mode.FAST=3"}),
+    case("record-field-added", replace("lab/records.py", _POINT, _point(
+        '("x", np.float32), ("y", np.float32), ("z", np.float32), ("tag", np.uint8)')),
+         RECORD_KERNELS, explains={"k_points": "signature > argument 1 record: field 'z' added (float32 @8)",
+                                   "k_origin": "global Point record: field 'z' added (float32 @8)"}),
+    case("record-fields-reordered", replace("lab/records.py", _POINT, _point(
+        '("y", np.float32), ("x", np.float32), ("tag", np.uint8)')),
+         RECORD_KERNELS, explains={"k_points": "signature > argument 1 record: field 'x' float32 @0 -> float32 @4",
+                                   "k_origin": "global Point record: field 'y' float32 @4 -> float32 @0"}),
+    case("record-field-retyped", replace("lab/records.py", _POINT, _point(
+        '("x", np.float32), ("y", np.float64), ("tag", np.uint8)')),
+         RECORD_KERNELS, explains={"k_points": "signature > argument 1 record: field 'y' float32 @4 -> float64 @8",
+                                   "k_origin": "global Point record: field 'y' float32 @4 -> float64 @8"}),
+    case("record-packed", replace("lab/records.py", _POINT, _point(
+        '("x", np.float32), ("y", np.float32), ("tag", np.uint8)', "False")),
+         RECORD_KERNELS, explains={"k_points": "signature > argument 1 record: layout size 12, aligned True, fields x, y, tag -> size 9, aligned False, fields x, y, tag",
+                                   "k_origin": "global Point record: layout size 12, aligned True, fields x, y, tag -> size 9, aligned False, fields x, y, tag"}),
+    case("option-fastmath-added", replace("lab/kernels.py", _K_SQ, "@cuda.jit(fastmath=True)\ndef k_sq(x, out):"),
+         {"k_sq"}, explains={"k_sq": "option fastmath False -> True"}),
+    case("option-fastmath-removed", replace("lab/kernels.py", "@cuda.jit(fastmath=True)", "@cuda.jit"),
+         {"k_fast"}, explains={"k_fast": "option fastmath True -> False"}),
+    case("option-lineinfo", replace("lab/kernels.py", _K_SQ, "@cuda.jit(lineinfo=True)\ndef k_sq(x, out):"),
+         {"k_sq"}, explains={"k_sq": ("option lineinfo False -> True",
+                                      "kernel changed (body: source -> source with line numbers)",
+                                      "file added (lab/kernels.py)")}),
+    case("option-max-registers", replace("lab/kernels.py", "@cuda.jit\ndef k_plain", "@cuda.jit(max_registers=32)\ndef k_plain"),
+         {"k_plain"}, explains={"k_plain": "option max_registers added (32)"}),
+    case("kernel-body", replace("lab/kernels.py", "total = total * 0.5", "total = total * 0.25"),
+         {"k_plain"}, explains={"k_plain": "kernel changed (body)"}),
+    case("signature-in-config", replace("kbuild.toml", _PLAIN_SIG,
+                                        _PLAIN_SIG.replace("float32", "float64")),
+         {"k_fast"}, explains={"k_fast": "never built into this store"}),
+    case("arch", no_edit, ALL, args=("--arch", "sm_90"), explains={"k_sq": "never built into this store"}),
+    case("numba-config", no_edit, ALL, env={"NUMBA_OPT": "2"}, explains={"k_sq": "config: OPT 3 -> 2"}),
+    case("line-shift-with-lineinfo", replace("lab/lines.py", "from numba import cuda\n",
+                                             "from numba import cuda\n\nOFFSET = 1\n"),
+         {"k_lines"}, explains={"k_lines": "kernel changed (body)"}),
+    case("grid-sync-kernel-body", replace("lab/coop.py", "data[i] *= 2", "data[i] *= 3"),
+         {"k_coop"}, explains={"k_coop": "kernel changed (body)"}),
+]
+
+_K_PLAIN_BODY = "        total = x[i]\n        total = total * 0.5\n        out[i] = total\n"
+
+# Edits that must rebuild nothing (or only the one target whose code changed).
+PRECISION = [
+    case("comment", edits(
+        replace("lab/mathx.py", _SQ, "def sq(x):\n    # the square\n    return x * x  # of x\n"),
+        replace("lab/kernels.py", "    i = cuda.grid(1)\n    if i < out.size:\n        out[i] = sq(x[i])",
+                "    # one thread per element\n    i = cuda.grid(1)\n    if i < out.size:\n        out[i] = sq(x[i])"))),
+    case("docstring", edits(
+        replace("lab/mathx.py", _SQ, 'def sq(x):\n    """x squared."""\n    return x * x\n'),
+        replace("lab/kernels.py", "def k_plain(x, out):\n", 'def k_plain(x, out):\n    """Halve."""\n'))),
+    case("whitespace-and-line-breaks", edits(
+        replace("lab/kernels.py", "acc = acc * x[i] + TABLE[k]", "acc = (acc  *  x[i]\n                   + TABLE[k])"),
+        replace("lab/mathx.py", _CUBE, "def cube(x):\n\n    return (x * x\n            * x)\n"),
+        replace("lab/consts.py", "SCALE = 2.5", "SCALE = (\n    2.5\n)\n\n\n"))),
+    case("move-function-in-file", move_block("lab/mathx.py",
+                                             "@cuda.jit(device=True)\n" + _CUBE + "\n\n",
+                                             "@cuda.jit(device=True)\ndef unused")),
+    case("unrelated-function-above", edits(
+        replace("lab/kernels.py", "from lab.vec import axpy2\n",
+                "from lab.vec import axpy2\n\n\ndef helper(a, b):\n    return a + b\n\n\n"
+                "@cuda.jit(device=True)\ndef dev_helper(a):\n    return a\n"),
+        replace("lab/mathx.py", "from numba import cuda\n",
+                "from numba import cuda\n\n\n@cuda.jit(device=True)\ndef first(x):\n    return x\n"))),
+    case("reorder-definitions", move_block("lab/kernels.py", _K_CUBE_BLOCK, "@cuda.jit\ndef k_sq")),
+    case("reorder-imports", replace("lab/kernels.py", "from lab.mathx import shift, sq",
+                                    "from lab.mathx import sq, shift")),
+    case("unreached-constant", replace("lab/consts.py", "OFFSET = 7", "OFFSET = 8")),
+    case("unreached-enum-member", replace("lab/consts.py", "PRECISE = 2", "PRECISE = 5")),
+    case("unreached-device-function", replace("lab/mathx.py", "return x - 1.0", "return x - 2.0")),
+    case("unrelated-global", edits(
+        replace("lab/kernels.py", "from lab.vec import axpy2\n", "from lab.vec import axpy2\n\nLIMIT = 10\n"),
+        replace("lab/consts.py", "OFFSET = 7", "OFFSET = 7\nEXTRA = np.zeros(3)"))),
+    case("other-kernel-only", replace("lab/kernels.py", "out[i] = x[i] * consts.SCALE",
+                                      "out[i] = consts.SCALE * x[i]"), {"k_scale"}),
+    case("spacing-within-lines-with-lineinfo", replace("lab/lines.py", "out[i] = x[i] + 1.0",
+                                                       "out[i] = x[i]+1.0  # same line")),
+    case("touch-files", touch_all),
+    case("other-checkout-path", no_edit),
+    case("other-hash-seed", no_edit, env={"PYTHONHASHSEED": "12345"}),
+    case("rename-local-variable", edits(
+        replace("lab/kernels.py", _K_PLAIN_BODY, _K_PLAIN_BODY.replace("total", "half")),
+        replace("lab/kernels.py", "        acc = 0.0\n        for k in range(TABLE.size):\n"
+                "            acc = acc * x[i] + TABLE[k]\n        out[i] = acc",
+                "        s = 0.0\n        for j in range(TABLE.size):\n"
+                "            s = s * x[i] + TABLE[j]\n        out[i] = s"))),
+]
+
+
+# -- keying in this process ---------------------------------------------------------
+
+def load_module(path: Path, name: str):
+    """Import the file `path` as module `name` (registered in sys.modules, as keying needs)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def target_key(kernel, name: str, argtypes, roots, signature: str = "sig"):
+    """The key tree of `kernel` as target `name` for sm_80, computed here (pure keying)."""
+    from kbuild.keys import Keyer
+    from kbuild.sources import ProjectSources
+    from kbuild.toolchain import codegen_config, toolchain
+
+    keyer = Keyer(ProjectSources([str(r) for r in roots]))
+    return keyer.target_node(kernel, name, tuple(argtypes), signature, "sm_80",
+                             toolchain(), codegen_config())

@@ -1,0 +1,152 @@
+"""Keys are a function of content only: not of the hash seed, the checkout path or import order.
+
+Keys come from `kbuild status --json` (a dry run, no compile) in fresh
+interpreters and are compared byte for byte with a reference run. Record
+types, as arguments and as globals, hash by layout (NVIDIA Warp #287 put
+`<Struct object at 0x...>` in its module hash and recompiled on every run).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from editmatrix_support import (
+    build, copy_project, keys_of, make_baseline, manifest, replace, run_kbuild, status_keys,
+)
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}| at 0x")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """(project, keys) of tests/editproj at one path with PYTHONHASHSEED=0."""
+    base = tmp_path_factory.mktemp("reference")
+    project = copy_project(base / "a" / "editproj")
+    keys = status_keys(project, base / "store", env_extra={"PYTHONHASHSEED": "0"})
+    assert len(keys) == 17 and len(set(keys.values())) == 17
+    assert all(re.fullmatch(r"[0-9a-f]{32}", k) for k in keys.values())
+    return project, keys
+
+
+@pytest.mark.parametrize("seed", ["1", "random"])
+def test_keys_do_not_depend_on_the_hash_seed(reference, tmp_path, seed):
+    project, keys = reference
+    assert status_keys(project, tmp_path / "store", env_extra={"PYTHONHASHSEED": seed}) == keys
+
+
+def test_keys_do_not_depend_on_the_checkout_path(reference, tmp_path):
+    _, keys = reference
+    other = copy_project(tmp_path / "somewhere" / "much" / "deeper" / "renamed-checkout")
+    assert status_keys(other, tmp_path / "store", env_extra={"PYTHONHASHSEED": "1"}) == keys
+
+
+def test_keys_do_not_depend_on_the_order_of_targets(reference, tmp_path):
+    """kbuild.toml lists the kernels in reverse: modules are imported in another order."""
+    _, keys = reference
+    project = copy_project(tmp_path / "editproj")
+    config = project / "kbuild.toml"
+    head, *tables = config.read_text().split("\n[kernels.")
+    config.write_text("\n[kernels.".join([head] + [t.rstrip("\n") + "\n" for t in reversed(tables)]))
+    assert status_keys(project, tmp_path / "store") == keys
+
+
+def test_keys_do_not_depend_on_what_was_imported_first(reference, tmp_path):
+    """Modules imported (and device functions touched) before kbuild runs change nothing."""
+    _, keys = reference
+    project = copy_project(tmp_path / "editproj")
+    code = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "import lab.records, lab.closures, lab.coop, lab.consts; "
+            "from lab.closures import make_scaler; make_scaler(9.0); "
+            "from kbuild.cli import main; sys.exit(main())")
+    result = run_kbuild(project, tmp_path / "store", "status",
+                        launcher=("-c", code, str(project)))
+    assert keys_of(result) == keys
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    return make_baseline(tmp_path_factory.mktemp("baseline"))
+
+
+def test_build_gives_the_keys_status_promised_and_identical_key_trees(reference, baseline, tmp_path):
+    """Two builds, two paths, two seeds: same keys, key inputs and artifacts."""
+    project, keys = reference
+    first_project, first_store, first = baseline
+    second = build(project, tmp_path / "store", env_extra={"PYTHONHASHSEED": "4"})
+    assert keys_of(first) == keys_of(second) == keys
+    for row in first["targets"]:
+        one, two = manifest(first_store, row["key"]), manifest(tmp_path / "store", row["key"])
+        assert one["inputs"] == two["inputs"], row["target"]
+        assert not any(_ADDRESS.search(text) for _, text, _ in one["inputs"]), row["target"]
+        assert str(project) not in str(two["inputs"])
+        assert str(first_project) not in str(one["inputs"])
+    # numba-cuda's grid-sync PTX declares its externs in hash-seed order (PRODUCT.md), a
+    # lineinfo kernel's line table names its source file by absolute path, and k_pair's
+    # two callees come out in either order (see the xfail below).
+    differ = {"lab.coop:k_coop", "lab.lines:k_lines", "lab.kernels:k_pair"}
+    for row, again in zip(first["targets"], second["targets"]):
+        if row["target"] not in differ:
+            assert row["artifacts"] == again["artifacts"], row["target"]
+
+
+def test_artifacts_do_not_depend_on_what_else_was_built(baseline, tmp_path):
+    """One key, one artifact: k_scale built alone equals k_scale built after the others.
+
+    numba numbers the functions a process compiles into their mangled names
+    (`k_scaleB2v5...`); the compiler restarts that numbering for every kernel.
+    """
+    project, _, full = baseline
+    alone = build(project, tmp_path / "alone", "k_scale")
+    (row,) = [r for r in full["targets"] if r["target"] == "lab.kernels:k_scale"]
+    assert alone["targets"][0]["key"] == row["key"]
+    assert alone["targets"][0]["artifacts"] == row["artifacts"]
+
+
+def test_record_types_hash_by_layout_in_every_process(reference, tmp_path):
+    """Warp #287: struct-array arguments and record globals keyed by layout, not identity."""
+    _, keys = reference
+    project = copy_project(tmp_path / "editproj")
+    for seed in ("5", "6"):
+        again = status_keys(project, tmp_path / f"store{seed}", env_extra={"PYTHONHASHSEED": seed})
+        records = {k: v for k, v in again.items() if k[0].startswith("lab.records:")}
+        assert len(records) == 2
+        assert records.items() <= keys.items()
+
+
+def test_equal_record_layouts_made_separately_key_equal():
+    """One layout spelled two ways (a field list, an offsets dict) is one key."""
+    import numba
+
+    from kbuild.keys import signature_node
+
+    one = numba.from_dtype(np.dtype([("x", np.float32), ("y", np.float32)], align=True))
+    two = numba.from_dtype(np.dtype({"names": ["x", "y"], "formats": [np.float32, np.float32],
+                                     "offsets": [0, 4], "itemsize": 8, "aligned": True}))
+    assert signature_node((one[::1],), "s").digest == signature_node((two[::1],), "s").digest
+    assert signature_node((one,), "s").digest == signature_node((two,), "s").digest
+
+
+def test_editing_kbuild_toml_order_of_signatures_keeps_keys(reference, tmp_path):
+    """Listing k_plain's two signatures the other way round changes no key."""
+    _, keys = reference
+    project = copy_project(tmp_path / "editproj")
+    replace("kbuild.toml", '''    "void(float32[::1], float32[::1])",
+    "void(float64[::1], float64[::1])",''', '''    "void(float64[::1], float64[::1])",
+    "void(float32[::1], float32[::1])",''')(project)
+    assert status_keys(project, tmp_path / "store") == keys
+
+
+def test_artifacts_of_a_kernel_with_two_callees_are_reproducible(baseline, tmp_path):
+    """numba-cuda keeps the libraries a kernel links in a set (address order); kbuild's
+    compiler links them in the order they were added, so k_pair's PTX is one file."""
+    """Ten fresh builds of k_pair (sq and cube) give one PTX. Each order shows up about
+    half the time today, so the failure is seen within a few builds."""
+    project, _, _ = baseline
+    seen = set()
+    for i in range(10):
+        (row,) = build(project, tmp_path / f"store{i}", "k_pair")["targets"]
+        seen.add(row["artifacts"]["ptx"])
+        assert len(seen) == 1, f"build {i + 1} of k_pair gave a second PTX"
