@@ -46,15 +46,18 @@ class Plan:
     keyer: Keyer
 
 
-def plan(config: ProjectConfig, names=None, archs=None) -> Plan:
-    """Resolve the requested targets (default: all) and compute their keys."""
+def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = None) -> Plan:
+    """Resolve the requested targets (default: all) and compute their keys.
+
+    Plans that share a `keyer` key each function once between them.
+    """
     specs = select_specs(config, names)
     kernels = {spec.name: resolve_kernel(config, spec) for spec in specs}
     # A signature or arch named twice is one target, built once.
     targets = list(dict.fromkeys(Target(spec.name, sig, arch)
                                  for spec in specs for sig in spec.signatures
                                  for arch in (archs or spec.archs)))
-    keyer = Keyer(ProjectSources(config.paths))
+    keyer = keyer or Keyer(ProjectSources(config.paths))
     keys = {t: target_key(keyer, kernels[t.name], t) for t in targets}
     return Plan(config, kernels, targets, keys, keyer)
 
@@ -98,6 +101,8 @@ def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNod
 def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int = 1,
           progress=None) -> list[Row]:
     """Build what is out of date; return one row per target, in plan order."""
+    if not store.read_only:
+        store.check_root()  # a file at the store path fails here, not with a warning per target
     rows: dict[Target, Row] = {}
     todo = []
     for target in the_plan.targets:
@@ -119,9 +124,14 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     if todo:
         store.ensure_writable()
     with _KeyLocks(store, the_plan, todo) as locks:
-        for batch in (locks.mine, locks.wait_for_others(rows)):
-            if _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress):
-                break
+        stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
+                              progress)
+        # Ours are committed: let go of them before waiting, or two builds that split the keys
+        # between them would each wait for the other's locks forever.
+        locks.release_mine()
+        if not stop:
+            _compile_batch(the_plan, store, locks.wait_for_others(rows), jobs, keep_going, rows,
+                           progress)
     for target in todo:
         if target not in rows:
             rows[target] = Row(target.name, target.signature, target.arch,
@@ -168,21 +178,37 @@ class _KeyLocks:
         self.store, self.the_plan = store, the_plan
         self.locks = {t: KeyLock(store.base / "locks", the_plan.keys[t].digest) for t in todo}
         self.mine = [t for t in todo if self.locks[t].try_acquire()]
-        self.others = [t for t in todo if t not in self.mine]
+        # Waiters take locks in one global order (by key), so they never wait in a cycle.
+        self.others = sorted((t for t in todo if t not in self.mine),
+                             key=lambda t: the_plan.keys[t].digest)
+
+    def take_mine(self, rows) -> list:
+        """Our locked targets still missing: another build may have committed one between
+        our lookup and our lock."""
+        return [t for t in self.mine if not self._take_cached(t, rows)]
+
+    def release_mine(self) -> None:
+        for target in self.mine:
+            self.locks[target].release()
 
     def wait_for_others(self, rows) -> list:
         """Targets another process held: cached rows for those it finished, the rest to build."""
         left = []
         for target in self.others:
             self.locks[target].acquire()
-            manifest = self.store.lookup(self.the_plan.keys[target].digest)
-            if manifest is None:
-                left.append(target)
+            if self._take_cached(target, rows):
+                self.locks[target].release()
             else:
-                rows[target] = Row(target.name, target.signature, target.arch,
-                                   self.the_plan.keys[target].digest, "cached",
-                                   artifacts=dict(manifest["artifacts"]))
+                left.append(target)  # its builder failed or died: ours now, lock kept
         return left
+
+    def _take_cached(self, target, rows) -> bool:
+        manifest = self.store.lookup(self.the_plan.keys[target].digest)
+        if manifest is not None:
+            rows[target] = Row(target.name, target.signature, target.arch,
+                               self.the_plan.keys[target].digest, "cached",
+                               artifacts=dict(manifest["artifacts"]))
+        return manifest is not None
 
     def __enter__(self):
         return self
@@ -231,7 +257,8 @@ def compile_target(the_plan: Plan, target: Target):
     start = time.perf_counter()
     try:
         artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
-                                   arch_cc(target.arch), the_plan.keyer.device_functions)
+                                   arch_cc(target.arch), the_plan.keyer.device_functions,
+                                   the_plan.keyer.stable_ids)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         return CompileError(_compile_message(exc)), time.perf_counter() - start
     return artifacts, time.perf_counter() - start

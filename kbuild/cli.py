@@ -149,6 +149,8 @@ def cmd_build(args) -> int:
     project = _remember(args, open_project(args.config, args.store, read_only=args.read_only))
     archs = parse_archs(args.arch)
     max_size = _max_size(args, project)
+    if not args.read_only:
+        project.store.check_root()  # before keying imports numba and the project
     start = time.perf_counter()
     the_plan = project.plan(args.targets, archs)
     jobs = args.jobs if args.jobs else default_jobs()

@@ -9,9 +9,11 @@ Layout (the version is in the path; an unknown layout is never read)::
     STORE/v1/tmp/
 
 Blobs are written first, the manifest file last (its rename is the commit),
-then the index. Every blob read is checked against its name. Nothing here is
-pickled: manifests are JSON with a schema version, the index holds only text,
-and its Disk refuses to unpickle anything a tampered index might hold.
+then the index. The entry file is the truth: the index mirrors it, and a
+lookup that finds them disagreeing trusts the file and heals the index. Every
+blob read is checked against its name. Nothing here is pickled: manifests are
+JSON with a schema version, the index holds only text, and its Disk refuses
+to unpickle anything a tampered index might hold.
 """
 
 from __future__ import annotations
@@ -75,6 +77,16 @@ class Store:
 
     # -- set-up -------------------------------------------------------------
 
+    def check_root(self) -> None:
+        """Fail at once, creating nothing, when the store path or a parent is not a directory."""
+        for path in (self.root, *self.root.parents):
+            if path.exists():
+                if not path.is_dir():
+                    raise StoreError(
+                        f"store {self.root} is not writable ({path} is not a directory); "
+                        "pass --store DIR or set KBUILD_STORE to a writable directory")
+                return
+
     def ensure_writable(self) -> None:
         """Create the layout, or fail clearly before any compile work starts."""
         try:
@@ -132,7 +144,8 @@ class Store:
         except FileNotFoundError:
             raise CorruptBlob(f"blob {name} is missing") from None
         if digest(data) != name:
-            self.warnings.append(f"blob {name} is corrupt (its bytes do not match its hash); removed")
+            self.warnings.append(f"blob {name} is corrupt (its bytes do not match its hash)"
+                                 + ("" if self.read_only else "; removed"))
             if not self.read_only:
                 path.unlink(missing_ok=True)
             raise CorruptBlob(f"blob {name} is corrupt")
@@ -151,23 +164,44 @@ class Store:
         return self.base / "entries" / key[:2] / f"{key}.json"
 
     def lookup(self, key: str) -> dict | None:
-        """The valid manifest for `key` whose blobs all exist, else None (healing what it finds)."""
-        text = self._index_get(key)
+        """The valid manifest for `key` whose blobs all verify, else None (healing what it finds).
+
+        The entry file (the commit) is always read, so a damaged file is never hidden
+        by a healthy index row. Blobs are hashed here and not only when a launcher reads
+        them: a `cached` row is what CI trusts (`kbuild build --read-only` as a gate),
+        and hashing a kernel's PTX and cubin with xxh3 costs microseconds.
+        """
+        text = self._read_entry_file(key)
+        indexed = self._index_get(key)
         if text is None:
-            text = self._read_entry_file(key)
-            if text is None:
-                return None
+            if indexed is not None:
+                self._index_delete(key)  # a row whose entry was never committed or is gone
+            return None
         manifest = self._validated(key, text)
         if manifest is None:
             return None
-        missing = [b for b in manifest["artifacts"].values() if not self.has_blob(b)]
-        if missing:
-            self.warnings.append(
-                f"entry {key} ({manifest.get('target')}) names missing blob {missing[0]}; rebuilding")
+        problem = self._blob_problem(manifest)
+        if problem:
+            self.warnings.append(f"entry {key} ({manifest.get('target')}) {problem}; rebuilding")
             self.remove_entry(key)
             return None
+        if indexed != text:
+            self._index_set(key, text)  # a deleted, damaged or stale index heals as it is read
         self._touch(key)
         return manifest
+
+    def _blob_problem(self, manifest: dict) -> str | None:
+        for name in sorted(set(manifest["artifacts"].values())):
+            path = self.blob_path(name)
+            try:
+                data = path.read_bytes()
+            except OSError:
+                return f"names missing blob {name}"
+            if digest(data) != name:
+                if not self.read_only:
+                    path.unlink(missing_ok=True)
+                return f"names corrupt blob {name} (its bytes do not match its hash)"
+        return None
 
     def _touch(self, key: str) -> None:
         # The entry file's mtime is its last use: `kbuild gc` evicts the oldest first.
@@ -193,10 +227,7 @@ class Store:
         if self.read_only:
             return
         self.entry_path(key).unlink(missing_ok=True)
-        try:
-            self._index_cache().delete(key)
-        except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt later
-            self.warnings.append(f"index: {exc}")
+        self._index_delete(key)
 
     def entries(self):
         """(key, manifest) for every valid entry file, in key order."""
@@ -235,7 +266,7 @@ class Store:
     def _read_entry_file(self, key: str) -> str | None:
         try:
             return self.entry_path(key).read_text(encoding="utf-8")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, UnicodeDecodeError) as exc:
             self.warnings.append(f"entry {key} is unreadable ({exc}); rebuilding")
@@ -258,9 +289,19 @@ class Store:
         return value if isinstance(value, str) else None
 
     def _index_set(self, key: str, text: str) -> None:
+        if self.read_only:
+            return
         try:
             self._index_cache().set(key, text)
         except Exception as exc:  # noqa: BLE001
+            self._drop_index(exc)
+
+    def _index_delete(self, key: str) -> None:
+        if self.read_only:
+            return
+        try:
+            self._index_cache().delete(key)
+        except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt later
             self._drop_index(exc)
 
     def _drop_index(self, exc) -> None:

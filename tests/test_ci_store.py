@@ -1,0 +1,568 @@
+"""The store as CI uses it: moved, archived, shared by concurrent builds, killed, damaged, bounded.
+
+Real compiler, real store, `kbuild` in subprocesses. The examples are built once per module
+for sm_90 only; a test that changes the project or the store works on a copy of both.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kbuild.encode import digest
+
+from conftest import blob_files, copy_examples, entry_files, store_files
+
+ARCH = "sm_90"
+SAXPY = "examples.saxpy:saxpy"
+SAXPY_LINE = "out[i] = a * x[i] + y[i]"
+SAXPY_EDITED = "out[i] = a * x[i] - y[i]"
+
+
+class Built:
+    """The module's one cold build: a project copy, its store, and `build --json`."""
+
+    def __init__(self, project: Path, store: Path, result):
+        self.project, self.store, self.result = project, store, result
+        self.rows = result.json["targets"]
+        self.keys = [r["key"] for r in self.rows]
+
+    def row(self, target: str) -> dict:
+        (found,) = [r for r in self.rows if r["target"] == target]
+        return found
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, repo_root, run_kbuild) -> Built:
+    base = tmp_path_factory.mktemp("ci")
+    project = copy_examples(repo_root, base / "project")
+    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
+    assert result.returncode == 0, result.stderr
+    assert {r["status"] for r in result.json["targets"]} == {"built"}
+    return Built(project, base / "store", result)
+
+
+@pytest.fixture
+def build(run_kbuild):
+    """`build(project, store, *args)`: `kbuild build --json --arch sm_90` there."""
+
+    def run(project, store, *args):
+        return run_kbuild("build", "--json", "--arch", ARCH, *args, cwd=project, store=store)
+
+    return run
+
+
+def clone(built: Built, dest: Path) -> tuple[Path, Path]:
+    """A private copy of the built project and store under `dest`."""
+    shutil.copytree(built.project, dest / "project")
+    shutil.copytree(built.store, dest / "store")
+    return dest / "project", dest / "store"
+
+
+def statuses(result) -> dict:
+    """key -> status of one `build --json`."""
+    return {r["key"]: r["status"] for r in result.json["targets"]}
+
+
+def warning_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("kbuild: warning:")]
+
+
+def assert_blobs_verify(store: Path) -> None:
+    for name, path in blob_files(store).items():
+        assert digest(path.read_bytes()) == name, f"blob {path} does not match its name"
+
+
+def edit_saxpy(project: Path) -> None:
+    path = project / "examples" / "saxpy.py"
+    source = path.read_text()
+    assert SAXPY_LINE in source
+    path.write_text(source.replace(SAXPY_LINE, SAXPY_EDITED))
+
+
+def kbuild_env(home: Path, store: Path) -> dict:
+    """What `run_kbuild` gives a process, for the tests that need Popen."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KBUILD_STORE", "PYTHONDONTWRITEBYTECODE", "NUMBA_ENABLE_CUDASIM")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
+               NUMBA_CACHE_DIR=str(home / "numba-cache"), KBUILD_STORE=str(store))
+    return env
+
+
+def popen_build(project: Path, env: dict, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "kbuild", "build", "--json", "--arch", ARCH,
+                             *args], cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+# -- 1. relocatable --------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["move", "copy-with-new-mtimes"])
+def test_a_project_and_store_at_new_paths_are_all_cached(built, build, tmp_path, how):
+    project, store = clone(built, tmp_path / "old")
+    new_project, new_store = tmp_path / "runner" / "checkout", tmp_path / "restored" / "cache"
+    if how == "move":
+        new_project.parent.mkdir()
+        new_store.parent.mkdir()
+        shutil.move(project, new_project)
+        shutil.move(store, new_store)
+    else:  # what a cache restore does: fresh files, fresh mtimes
+        shutil.copytree(project, new_project, copy_function=shutil.copy)
+        shutil.copytree(store, new_store, copy_function=shutil.copy)
+    result = build(new_project, new_store)
+    assert result.returncode == 0, result.stderr
+    assert [(r["key"], r["status"], r["artifacts"]) for r in result.json["targets"]] == \
+        [(r["key"], "cached", r["artifacts"]) for r in built.rows]
+    assert warning_lines(result) == []
+
+
+def test_no_store_file_names_the_project_the_store_or_the_machine(built):
+    paths = {str(p) for p in (built.project, built.store, built.project.resolve(),
+                              built.store.resolve(), built.store.parent)}
+    host = socket.gethostname()
+    # As a whole word: a short host name such as "vm" is also inside "nvvm".
+    host_word = re.compile(rb"(?<![A-Za-z0-9])" + re.escape(host.encode()) + rb"(?![A-Za-z0-9])")
+    checked = 0
+    for path in sorted(built.store.rglob("*")):
+        if not path.is_file() or path.suffix == ".lock":
+            continue
+        data = path.read_bytes()
+        for text in paths:
+            assert text.encode() not in data, f"{path} contains the path {text}"
+        assert not host_word.search(data), f"{path} contains the host name {host!r}"
+        checked += 1
+    assert len(entry_files(built.store)) == len(built.rows) and checked > len(built.rows)
+
+
+# -- 2. export / import through the CLI -----------------------------------------------
+
+def test_export_then_import_into_an_empty_store_elsewhere_is_all_cached(
+        built, build, run_kbuild, tmp_path):
+    archive = tmp_path / "kernels.tar.gz"
+    done = run_kbuild("export", archive, "--arch", ARCH, "--json", cwd=built.project,
+                      store=built.store)
+    assert done.returncode == 0, done.stderr
+    assert done.json["entries"] == len(built.rows) and archive.is_file()
+
+    checkout = copy_examples(built.project, tmp_path / "machine-b" / "checkout")
+    store_b = tmp_path / "machine-b" / "store"
+    first = run_kbuild("import", archive, "--json", cwd=checkout, store=store_b)
+    assert first.returncode == 0, first.stderr
+    assert first.json["new_entries"] == len(built.rows) and first.json["new_blobs"] > 0
+    again = run_kbuild("import", archive, "--json", cwd=checkout, store=store_b)
+    assert again.returncode == 0, again.stderr
+    assert (again.json["new_entries"], again.json["new_blobs"]) == (0, 0)
+
+    result = build(checkout, store_b)
+    assert result.returncode == 0, result.stderr
+    assert [(r["key"], r["status"], r["artifacts"]) for r in result.json["targets"]] == \
+        [(r["key"], "cached", r["artifacts"]) for r in built.rows]
+
+
+def test_import_of_an_archive_with_a_dotdot_member_exits_2_and_changes_nothing(
+        built, run_kbuild, tmp_path):
+    archive = tmp_path / "evil.tar"
+    with tarfile.open(archive, "w") as tar:
+        info = tarfile.TarInfo("../x")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"pwn"))
+    _, store = clone(built, tmp_path)
+    before = store_files(store)
+    done = run_kbuild("import", archive, cwd=tmp_path / "project", store=store)
+    assert done.returncode == 2
+    assert "'../x'" in done.stderr and "nothing was imported" in done.stderr
+    assert store_files(store) == before
+    assert not (tmp_path / "x").exists()
+
+
+# -- 3. concurrent builds on one store ----------------------------------------------------
+
+def test_four_simultaneous_builds_compile_each_key_once_and_agree(
+        repo_root, build, tmp_path):
+    project = copy_examples(repo_root, tmp_path / "project")
+    store = tmp_path / "store"
+    env = kbuild_env(tmp_path / "home", store)
+    procs = [popen_build(project, env) for _ in range(4)]
+    outputs = [p.communicate(timeout=240) for p in procs]
+    results = []
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err.decode()
+        results.append(json.loads(out))
+
+    keys = [r["key"] for r in results[0]["targets"]]
+    builders = {key: 0 for key in keys}
+    for result in results:
+        rows = result["targets"]
+        assert [r["key"] for r in rows] == keys
+        assert {r["status"] for r in rows} <= {"built", "cached"}
+        for r in rows:
+            builders[r["key"]] += r["status"] == "built"
+        assert [r["artifacts"] for r in rows] == [r["artifacts"] for r in results[0]["targets"]]
+    assert builders == {key: 1 for key in keys}, "a key was compiled by two processes"
+
+    fifth = build(project, store)
+    assert set(statuses(fifth).values()) == {"cached"}
+    assert len(entry_files(store)) == len(keys)
+    assert_blobs_verify(store)
+
+
+def test_a_build_waiting_for_a_locked_key_first_builds_and_releases_its_own(
+        built, run_kbuild, tmp_path):
+    # Stands in for a second build that took one key first. Before the fix the build
+    # waited for it while holding all its other locks: two builds that split the keys
+    # between them waited for each other forever.
+    project = copy_examples(built.project, tmp_path / "project")
+    store = tmp_path / "store"
+    held, first = built.keys[-1], built.keys[0]
+    (store / "v1" / "locks").mkdir(parents=True)
+    fd = os.open(store / "v1" / "locks" / f"{held}.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    proc = popen_build(project, kbuild_env(tmp_path / "home", store), "-j1")
+    try:
+        wait_until(lambda: len(entry_files(store)) == len(built.keys) - 1, 120,
+                   "the unlocked targets to be committed")
+        probe = os.open(store / "v1" / "locks" / f"{first}.lock", os.O_RDWR)
+        try:
+            # Its own locks are given back while it waits (retry: it may be mid-release).
+            wait_until(lambda: _try_flock(probe), 30, f"the lock of {first} to be released")
+        finally:
+            os.close(probe)
+        assert proc.poll() is None, "the build did not wait for the locked key"
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    # Nobody committed the held key, so the waiter built it after the lock was free.
+    assert set(statuses_of(json.loads(out)).values()) == {"built"}
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
+def statuses_of(obj: dict) -> dict:
+    return {r["key"]: r["status"] for r in obj["targets"]}
+
+
+# -- 4. crash safety ----------------------------------------------------------------------
+
+def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
+        built, build, run_kbuild, tmp_path):
+    project = copy_examples(built.project, tmp_path / "project")
+    store = tmp_path / "store"
+    proc = popen_build(project, kbuild_env(tmp_path / "home", store), "-j1")
+    entries = store / "v1" / "entries"
+    try:
+        wait_until(lambda: proc.poll() is not None or any(entries.glob("??/*.json")), 120,
+                   "the first committed entry")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    committed = len(entry_files(store))
+    assert committed >= 1  # killed after some (usually not all) entries were committed
+
+    # Whatever was committed is whole: valid JSON naming blobs that exist and verify.
+    for key, path in entry_files(store).items():
+        manifest = json.loads(path.read_text())
+        assert manifest["key"] == key
+        for name in manifest["artifacts"].values():
+            assert digest(blob_files(store)[name].read_bytes()) == name
+    assert_blobs_verify(store)
+
+    result = build(project, store)
+    assert result.returncode == 0, result.stderr
+    assert warning_lines(result) == []
+    assert set(statuses(result).values()) <= {"built", "cached"}
+    assert sum(s == "cached" for s in statuses(result).values()) == committed
+    assert [r["key"] for r in result.json["targets"]] == built.keys
+    for row in result.json["targets"]:
+        for name in row["artifacts"].values():
+            assert digest(blob_files(store)[name].read_bytes()) == name
+    status = run_kbuild("status", "--json", "--arch", ARCH, cwd=project, store=store)
+    assert status.json["summary"] == {"up-to-date": len(built.keys), "stale": 0, "missing": 0}
+
+
+def test_leftover_temp_files_are_harmless_and_gc_removes_the_old_ones(
+        built, build, run_kbuild, tmp_path):
+    project, store = clone(built, tmp_path)
+    tmp = store / "v1" / "tmp"
+    old, fresh = tmp / "0123456789abcdef.crashed", tmp / "fedcba9876543210.writing"
+    old.write_bytes(b"half a cubin")
+    fresh.write_bytes(b"another build's write in progress")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+
+    result = build(project, store)
+    assert result.returncode == 0 and warning_lines(result) == []
+    assert set(statuses(result).values()) == {"cached"}
+
+    gc = run_kbuild("gc", "--json", cwd=project, store=store)
+    assert gc.returncode == 0, gc.stderr
+    assert gc.json["removed_temp_files"] == 1 and gc.json["evicted_entries"] == 0
+    assert not old.exists() and fresh.exists()
+
+
+# -- 5. corruption: reported once, healed by rebuilding only what it hit ------------------
+
+def _truncate_cubin(store, built):
+    row = built.row(SAXPY)
+    path = blob_files(store)[row["artifacts"]["cubin"]]
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return {row["key"]}, "corrupt blob"
+
+
+def _garble_manifest(store, built):
+    row = built.row(SAXPY)
+    entry_files(store)[row["key"]].write_text("{not json")
+    return {row["key"]}, "not valid JSON"
+
+
+def _delete_a_blob(store, built):
+    name = built.row(SAXPY)["artifacts"]["ptx"]
+    blob_files(store)[name].unlink()
+    users = {r["key"] for r in built.rows if name in r["artifacts"].values()}
+    return users, "missing blob"
+
+
+def _delete_the_index(store, built):
+    shutil.rmtree(store / "v1" / "index")
+    return set(), None  # the index is only a mirror of the entry files: nothing is lost
+
+
+def _garble_the_index(store, built):
+    (store / "v1" / "index" / "cache.db").write_bytes(b"not an sqlite database " * 200)
+    return set(), "index"
+
+
+DAMAGE = {"truncated-blob": _truncate_cubin, "manifest-not-json": _garble_manifest,
+          "manifest-names-a-missing-blob": _delete_a_blob,
+          "index-deleted": _delete_the_index, "index-garbage": _garble_the_index}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damage_is_reported_once_and_only_the_affected_target_rebuilds(
+        built, build, run_kbuild, tmp_path, damage):
+    project, store = clone(built, tmp_path)
+    affected, message = DAMAGE[damage](store, built)
+    if damage == "truncated-blob":
+        # Reading it is refused (and, read-only, leaves the file for the build to heal).
+        cat = run_kbuild("cat", built.row(SAXPY)["artifacts"]["cubin"], cwd=project, store=store)
+        assert cat.returncode == 1 and "corrupt" in cat.stderr and cat.stdout_bytes == b""
+        # `build` hashes the blobs of every entry it reports `cached`: a CI gate such as
+        # `kbuild build --read-only` must not pass a store holding a damaged cubin.
+
+    result = build(project, store)
+    assert result.returncode == 0, result.stderr
+    expected = {key: "built" if key in affected else "cached" for key in built.keys}
+    assert statuses(result) == expected
+    warnings = warning_lines(result)
+    if message is None:
+        assert warnings == [] and result.json["warnings"] == []
+    else:
+        assert len(warnings) == 1 and message in warnings[0], result.stderr
+        assert len(result.json["warnings"]) == 1
+        if affected:
+            assert all(key in warnings[0] for key in affected)
+    # Rebuilt bytes equal the originals (saxpy's code is reproducible), and all verify.
+    assert [r["artifacts"] for r in result.json["targets"]] == [r["artifacts"] for r in built.rows]
+    assert_blobs_verify(store)
+
+    again = build(project, store)
+    assert set(statuses(again).values()) == {"cached"} and warning_lines(again) == []
+    # The index heals too: it holds every entry again, as its entry file says.
+    import diskcache
+
+    with diskcache.Cache(str(store / "v1" / "index")) as index:
+        for key, path in entry_files(store).items():
+            assert index.get(key) == path.read_text()
+
+
+# -- 6. gc --------------------------------------------------------------------------------
+
+def test_gc_evicts_a_stale_entry_and_its_blobs_but_keeps_current_keys(
+        built, build, run_kbuild, tmp_path):
+    project, store = clone(built, tmp_path)
+    edit_saxpy(project)
+    rebuilt = build(project, store)
+    old = built.row(SAXPY)
+    new_key = next(k for k, s in statuses(rebuilt).items() if s == "built")
+    assert set(statuses(rebuilt).values()) == {"built", "cached"} and new_key != old["key"]
+    old_blobs = {name: blob_files(store)[name].stat().st_size
+                 for name in old["artifacts"].values()}
+
+    gc = run_kbuild("gc", "--max-size", "1", "--json", cwd=project, store=store)
+    assert gc.returncode == 0, gc.stderr
+    assert gc.json["evicted_entries"] == 1 and gc.json["evicted"] == [SAXPY]
+    assert gc.json["removed_blobs"] == 2 and gc.json["freed_bytes"] == sum(old_blobs.values())
+    assert gc.json["bytes"] == sum(p.stat().st_size for p in blob_files(store).values())
+    assert old["key"] not in entry_files(store)
+    assert not set(old_blobs) & set(blob_files(store))
+    assert set(entry_files(store)) == set(statuses(rebuilt))
+
+    after = build(project, store)
+    assert set(statuses(after).values()) == {"cached"}
+
+
+def test_gc_evicts_least_recently_used_entries_first(built, run_kbuild, tmp_path):
+    project, store = clone(built, tmp_path)
+    # Architectures kbuild.toml does not declare: entries that are not current keys.
+    extra = run_kbuild("build", SAXPY, "--arch", "sm_75,sm_86,sm_89", "--json", cwd=project,
+                       store=store)
+    assert extra.returncode == 0, extra.stderr
+    # Last used: the greatest key longest ago, so neither key nor file order passes for LRU.
+    oldest, middle, newest = sorted((r["key"] for r in extra.json["targets"]), reverse=True)
+    now = time.time()
+    for key, age in ((oldest, 30000), (middle, 20000), (newest, 10000)):
+        os.utime(entry_files(store)[key], (now - age, now - age))
+    sizes = {name: p.stat().st_size for name, p in blob_files(store).items()}
+    total = sum(sizes.values())
+    artifacts = {r["key"]: set(r["artifacts"].values()) for r in extra.json["targets"]}
+    oldest_bytes = sum(sizes[n] for n in artifacts[oldest])
+
+    # A bound that one eviction meets: only the least recently used entry goes.
+    gc = run_kbuild("gc", "--max-size", str(total - oldest_bytes), "--json", cwd=project,
+                    store=store)
+    assert gc.returncode == 0, gc.stderr
+    assert gc.json["evicted_entries"] == 1 and gc.json["freed_bytes"] == oldest_bytes
+    assert gc.json["removed_blobs"] == len(artifacts[oldest])
+    assert set(entry_files(store)) == set(built.keys) | {middle, newest}
+    assert not artifacts[oldest] & set(blob_files(store))
+
+    # One byte less: the next least recently used goes, the newest stays.
+    gc = run_kbuild("gc", "--max-size", str(total - oldest_bytes - 1), "--json", cwd=project,
+                    store=store)
+    assert gc.json["evicted_entries"] == 1
+    assert set(entry_files(store)) == set(built.keys) | {newest}
+
+
+def test_store_max_size_in_kbuild_toml_applies_after_build(built, build, tmp_path):
+    project, store = clone(built, tmp_path)
+    with open(project / "kbuild.toml", "a") as fh:
+        fh.write('\n[store]\nmax_size = "1"\n')
+    edit_saxpy(project)
+    result = build(project, store)
+    assert result.returncode == 0, result.stderr
+    assert set(entry_files(store)) == set(statuses(result))  # the old saxpy entry is gone
+    assert built.row(SAXPY)["key"] not in entry_files(store)
+    referenced = {n for r in result.json["targets"] for n in r["artifacts"].values()}
+    assert set(blob_files(store)) == referenced
+
+
+@pytest.mark.parametrize("command", ["gc", "build"])
+def test_an_unreadable_size_exits_2_naming_it(built, run_kbuild, tmp_path, command):
+    project, store = clone(built, tmp_path)
+    before = store_files(store)
+    done = run_kbuild(command, "--max-size", "lots", cwd=project, store=store)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--max-size: cannot read size 'lots'" in done.stderr and "500MB" in done.stderr
+    assert store_files(store) == before
+
+
+# -- 7. stats and keys --------------------------------------------------------------------
+
+def test_stats_after_a_cold_and_a_no_op_build(built, build, run_kbuild, tmp_path):
+    project, store = clone(built, tmp_path)  # the cold build is already in its log
+    noop = build(project, store)
+    assert set(statuses(noop).values()) == {"cached"}
+    stats = run_kbuild("stats", "--json", cwd=project, store=store)
+    assert stats.returncode == 0, stats.stderr
+    n = len(built.rows)
+    blobs = blob_files(store)
+    assert stats.json["entries"] == n
+    assert stats.json["blobs"] == len(blobs) > 0
+    assert stats.json["bytes"] == sum(p.stat().st_size for p in blobs.values())
+    assert (stats.json["recent_builds"], stats.json["builds"], stats.json["hits"]) == (2, n, n)
+    assert stats.json["misses"] == n and stats.json["failures"] == 0
+
+
+def test_keys_match_the_build_and_their_digest_follows_the_sources(
+        built, run_kbuild, tmp_path):
+    project, _ = clone(built, tmp_path)
+    first = run_kbuild("keys", "--json", "--arch", ARCH, cwd=project)
+    second = run_kbuild("keys", "--json", "--arch", ARCH, cwd=project)
+    assert first.returncode == 0, first.stderr
+    assert [(r["target"], r["signature"], r["arch"], r["key"]) for r in first.json["targets"]] \
+        == [(r["target"], r["signature"], r["arch"], r["key"]) for r in built.rows]
+    assert first.json == second.json and re.fullmatch(r"[0-9a-f]{32}", first.json["digest"])
+
+    edit_saxpy(project)
+    edited = run_kbuild("keys", "--json", "--arch", ARCH, cwd=project)
+    assert edited.json["digest"] != first.json["digest"]
+    changed = [a["target"] for a, b in zip(first.json["targets"], edited.json["targets"])
+               if a["key"] != b["key"]]
+    assert changed == [SAXPY]
+
+
+# -- 8. trust -----------------------------------------------------------------------------
+
+def test_a_store_path_that_is_a_file_fails_before_any_compile(built, run_kbuild, tmp_path):
+    # We may run as root, which chmod does not stop; a file where the store should be does.
+    project = copy_examples(built.project, tmp_path / "project")
+    store = tmp_path / "store-is-a-file"
+    store.write_text("not a directory")
+    start = time.monotonic()
+    done = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=store)
+    seconds = time.monotonic() - start
+    assert done.returncode == 2
+    assert done.stdout == ""  # no rows: nothing was looked up or compiled
+    assert f"store {store} is not writable" in done.stderr
+    assert warning_lines(done) == []  # one clear error, not a warning per target
+    assert store.read_text() == "not a directory"
+    assert seconds < built.result.json["summary"]["seconds"] + 5
+
+
+def test_a_read_only_build_of_an_empty_store_fails_every_row_and_writes_nothing(
+        built, run_kbuild, tmp_path):
+    project = copy_examples(built.project, tmp_path / "project")
+    store = tmp_path / "store"
+    done = run_kbuild("build", "--json", "--arch", ARCH, "--read-only", cwd=project, store=store)
+    assert done.returncode == 1
+    rows = done.json["targets"]
+    assert len(rows) == len(built.rows)
+    assert all(r["status"] == "failed" and "read-only" in r["error"] for r in rows)
+    assert not store.exists()
+
+
+def test_nothing_in_kbuild_imports_a_deserializer_of_code():
+    banned = {"pickle", "marshal", "shelve", "cloudpickle", "dill"}
+    package = Path(__file__).resolve().parents[1] / "kbuild"
+    found = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
+                names = [a.value for a in node.args[:1] if isinstance(a, ast.Constant)]
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in banned]
+    assert found == []
