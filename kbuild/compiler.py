@@ -48,7 +48,8 @@ def targeting(cc: tuple):
         previous = _state["cc"]
         if _state["depth"] == 0:
             _state["saved"] = (dispatcher.get_current_device, compiler.get_current_device,
-                               codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind)
+                               codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind,
+                               codegen.CUDACodeLibrary.__init__)
             dispatcher.get_current_device = compiler.get_current_device = \
                 lambda: _TargetDevice(_state["cc"])
             codegen.CUDACodeLibrary._ensure_cc = \
@@ -56,6 +57,7 @@ def targeting(cc: tuple):
             # An eager @cuda.jit("sig") binds its kernel to a context right after
             # compiling it at import; there is no context to bind to while building.
             dispatcher._Kernel.bind = lambda self: None
+            codegen.CUDACodeLibrary.__init__ = _ordered_init(codegen.CUDACodeLibrary.__init__)
         _state["cc"] = tuple(cc)
         _state["depth"] += 1
         try:
@@ -65,7 +67,31 @@ def targeting(cc: tuple):
             _state["cc"] = previous
             if _state["depth"] == 0:
                 (dispatcher.get_current_device, compiler.get_current_device,
-                 codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind) = _state["saved"]
+                 codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind,
+                 codegen.CUDACodeLibrary.__init__) = _state["saved"]
+
+
+class _OrderedSet(dict):
+    """A set that iterates in insertion order (a dict's keys), never in hash order."""
+
+    def add(self, item):
+        self[item] = None
+
+    def update(self, items):
+        for item in items:
+            self[item] = None
+
+
+def _ordered_init(original):
+    """numba-cuda links a kernel's libraries and files in `set` order, which follows
+    memory addresses and PYTHONHASHSEED; link them in the order they were added."""
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._linking_libraries = _OrderedSet.fromkeys(self._linking_libraries)
+        self._linking_files = _OrderedSet.fromkeys(self._linking_files)
+
+    return __init__
 
 
 def simulating() -> bool:
@@ -75,19 +101,20 @@ def simulating() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def compile_kernel(kernel, argtypes, cc: tuple, device_functions=()) -> Artifacts:
+def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
 
-    `device_functions` are the lazily compiled device dispatchers it reaches.
-    Each kernel compiles from a clean slate - their cached overloads dropped,
-    numba's function numbering restarted - so its PTX and cubin do not depend
-    on what the process compiled before (numba mangles a per-process counter
-    into symbol names) nor on the architecture of an earlier compile.
+    `device_functions` are the lazily compiled dispatchers it reaches: numba
+    caches their compiled form per argument types only, so a cache made for
+    another architecture is dropped first. numba mangles a per-process function
+    number into symbol names; `stable_ids` (py_func -> number, from content)
+    replaces it for keyed functions and the counter restarts for each kernel, so
+    a kernel's PTX and cubin do not depend on what the process compiled before.
     """
     from numba.cuda.dispatcher import _Kernel
 
-    with targeting(cc):
-        _clean_slate(device_functions)
+    with targeting(cc), _numbering(stable_ids or {}):
+        _forget_other_arch(device_functions, tuple(cc))
         compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
         library = compiled._codelibrary
         ptx = library.get_asm_str(cc=tuple(cc))
@@ -100,14 +127,43 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=()) -> Artifact
     )
 
 
-def _clean_slate(device_functions) -> None:
+def _forget_other_arch(device_functions, cc) -> None:
+    for disp in device_functions:
+        if getattr(disp, "_can_compile", False) and getattr(disp, "_kbuild_cc", cc) != cc:
+            disp.overloads.clear()  # eager ones keep their only overloads
+        disp._kbuild_cc = cc
+
+
+@contextlib.contextmanager
+def _numbering(stable_ids: dict):
+    """numba's FunctionIdentity numbers: from `stable_ids` where known, else 1, 2, ... per kernel."""
     import itertools
 
     from numba.core import bytecode as core_bytecode
     from numba.cuda.core import bytecode as cuda_bytecode
 
-    for module in (core_bytecode, cuda_bytecode):
-        module.FunctionIdentity._unique_ids = itertools.count(1)
-    for disp in device_functions:
-        if getattr(disp, "_can_compile", False):  # eager ones keep their only overloads
-            disp.overloads.clear()
+    classes = [m.FunctionIdentity for m in (core_bytecode, cuda_bytecode)]
+    saved = [(cls, cls.__dict__["from_function"]) for cls in classes]
+    issued = set()
+
+    def numbered(original):
+        def from_function(cls, pyfunc):
+            ident = original.__func__(cls, pyfunc)
+            number = stable_ids.get(getattr(ident, "func", None))
+            if number is not None and number not in issued:  # a re-derived copy counts on
+                issued.add(number)
+                cls._unique_ids = itertools.count(ident.unique_id)  # hand the number back
+                ident.unique_id = number
+                ident.unique_name = f"{ident.func_qualname}${number}"
+            return ident
+
+        return classmethod(from_function)
+
+    for cls, original in saved:
+        cls._unique_ids = itertools.count(1)
+        cls.from_function = numbered(original)
+    try:
+        yield
+    finally:
+        for cls, original in saved:
+            cls.from_function = original
