@@ -41,7 +41,10 @@ def add_import_paths(config: ProjectConfig) -> None:
         text = str(root)
         if text not in sys.path:
             sys.path.insert(0, text)
-    _SourceOnlyFinder.roots.update(os.path.realpath(r) for r in config.paths)
+    new_roots = {os.path.realpath(r) for r in config.paths} - _SourceOnlyFinder.roots
+    if not new_roots and _SourceOnlyFinder.hook in sys.path_hooks:
+        return  # once per root, not once per kernel: the purge below is costly
+    _SourceOnlyFinder.roots.update(new_roots)
     if _SourceOnlyFinder.hook not in sys.path_hooks:
         sys.path_hooks.insert(0, _SourceOnlyFinder.hook)
     for path in list(sys.path_importer_cache):

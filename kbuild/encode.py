@@ -35,38 +35,101 @@ def digest_of(value) -> str:
     return digest(encode(value))
 
 
-def _item(tag: bytes, payload: bytes) -> bytes:
-    return tag + struct.pack("<Q", len(payload)) + payload
+_LENGTH = struct.Struct("<Q")
+_HEADER = b"\0" * 9
 
 
 def encode(value) -> bytes:
-    """Encode `value` canonically. Dicts are encoded with sorted keys."""
-    # bool before int: bool is a subclass of int.
+    """Encode `value` canonically. Dicts and sets are encoded in sorted order."""
+    out = bytearray()
+    _write(value, out)
+    return bytes(out)
+
+
+def _write(value, out: bytearray) -> None:
+    # Written into one buffer, the length patched in after the payload: keys
+    # encode whole ASTs, and building bytes per node would copy them per level.
+    kind = type(value)
+    if kind is tuple or kind is list:
+        out += b"T" if kind is tuple else b"L"
+        out += _HEADER[:8]
+        start = len(out)
+        for item in value:
+            _write(item, out)
+        _LENGTH.pack_into(out, start - 8, len(out) - start)
+        return
+    if kind is str:
+        data = value.encode("utf-8")
+        out += b"S"
+        out += _LENGTH.pack(len(data))
+        out += data
+        return
+    fast = _EXACT.get(kind)
+    if fast is not None:
+        tag, payload = fast(value)
+    else:
+        tag, payload = _scalar(value)
+    if tag is None:
+        if isinstance(value, enum.Enum):
+            _leaf(b"E", _encode_enum(value), out)
+        elif isinstance(value, tuple):  # a namedtuple or other tuple subclass
+            _write(tuple(value), out)
+        elif isinstance(value, list):
+            _write(list(value), out)
+        elif isinstance(value, dict):
+            _leaf(b"D", _encode_dict(value), out)
+        elif isinstance(value, (frozenset, set)):
+            _leaf(b"Z", b"".join(sorted(encode(v) for v in value)), out)
+        else:
+            raise Unencodable(value)
+        return
+    _leaf(tag, payload, out)
+
+
+def _scalar(value):
+    """(tag, payload) of a scalar, or (None, None) for anything else."""
+    # bool before int: bool is a subclass of int; enums may subclass int too.
     if value is None:
-        return _item(b"N", b"")
+        return b"N", b""
     if isinstance(value, bool):
-        return _item(b"B", b"\x01" if value else b"\x00")
+        return b"B", b"\x01" if value else b"\x00"
     if isinstance(value, enum.Enum):
-        return _encode_enum(value)
+        return None, None
     if isinstance(value, int):
-        return _item(b"I", str(int(value)).encode())
+        return b"I", str(int(value)).encode()
     if isinstance(value, float):
-        return _item(b"F", _float_bytes(value))
+        return b"F", _float_bytes(value)
     if isinstance(value, complex):
-        return _item(b"C", _float_bytes(value.real) + _float_bytes(value.imag))
+        return b"C", _float_bytes(value.real) + _float_bytes(value.imag)
     if isinstance(value, str):
-        return _item(b"S", value.encode("utf-8"))
+        return b"S", value.encode("utf-8")
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _item(b"Y", bytes(value))
-    if isinstance(value, tuple):
-        return _item(b"T", b"".join(encode(v) for v in value))
-    if isinstance(value, list):
-        return _item(b"L", b"".join(encode(v) for v in value))
-    if isinstance(value, dict):
-        return _encode_dict(value)
-    if isinstance(value, (frozenset, set)):
-        return _item(b"Z", b"".join(sorted(encode(v) for v in value)))
-    raise Unencodable(value)
+        return b"Y", bytes(value)
+    return None, None
+
+
+_EXACT = {
+    type(None): lambda v: (b"N", b""),
+    bool: lambda v: (b"B", b"\x01" if v else b"\x00"),
+    int: lambda v: (b"I", str(v).encode()),
+    bytes: lambda v: (b"Y", v),
+}
+
+
+def _open(tag: bytes, out: bytearray) -> int:
+    out += tag
+    out += _HEADER[:8]
+    return len(out)
+
+
+def _close(start: int, out: bytearray) -> None:
+    _LENGTH.pack_into(out, start - 8, len(out) - start)
+
+
+def _leaf(tag: bytes, payload: bytes, out: bytearray) -> None:
+    out += tag
+    out += _LENGTH.pack(len(payload))
+    out += payload
 
 
 def _float_bytes(x: float) -> bytes:
@@ -78,10 +141,10 @@ def _float_bytes(x: float) -> bytes:
 
 def _encode_dict(d: dict) -> bytes:
     items = sorted((encode(k), encode(v)) for k, v in d.items())
-    return _item(b"D", b"".join(k + v for k, v in items))
+    return b"".join(k + v for k, v in items)
 
 
 def _encode_enum(member: enum.Enum) -> bytes:
     cls = type(member)
     head = encode((cls.__module__, cls.__qualname__, member.name))
-    return _item(b"E", head + encode(member.value))
+    return head + encode(member.value)

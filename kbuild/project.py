@@ -79,7 +79,12 @@ class Project:
         """Resolve and key the requested targets (cached per selection)."""
         cache_key = (tuple(names or ()), tuple(archs or ()))
         if cache_key not in self._plans:
-            self._plans[cache_key] = _build.plan(self.config, names, archs)
+            if "_keyer" not in self.__dict__:
+                from .keys import Keyer
+                from .sources import ProjectSources
+
+                self._keyer = Keyer(ProjectSources(self.config.paths))
+            self._plans[cache_key] = _build.plan(self.config, names, archs, self._keyer)
         return self._plans[cache_key]
 
     def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import linecache
 import os
 import sys
 from functools import lru_cache
@@ -29,6 +31,28 @@ class ProjectSources:
             return None
         return "".join(lines), first
 
+    def function_def(self, func):
+        """(the `def` node of `func` from its file's syntax tree, 1), or None.
+
+        Each file is parsed once per process, instead of tokenizing it again
+        for every function as `inspect.getsource` does. Line numbers in the
+        node are the file's own, hence the first line 1.
+        """
+        code = getattr(func, "__code__", None)
+        if code is None or func.__name__ == "<lambda>":
+            return None
+        defs = self._defs_by_line(code.co_filename)
+        for node in defs.get(code.co_firstlineno, ()):
+            if node.name == func.__name__:
+                return node, 1
+        return None
+
+    def _defs_by_line(self, filename: str) -> dict:
+        cache = self.__dict__.setdefault("_defs", {})
+        if filename not in cache:
+            cache[filename] = _index_defs(filename)
+        return cache[filename]
+
     def is_project_module(self, module_name: str) -> bool:
         cached = self._project_cache.get(module_name)
         if cached is None:
@@ -53,3 +77,20 @@ class ProjectSources:
 def _file_digest(path: str, _mtime_ns: int) -> str:
     with open(path, "rb") as fh:
         return digest(fh.read())
+
+
+def _index_defs(filename: str) -> dict:
+    """Every function definition in a file, by the line its code object starts on."""
+    linecache.checkcache(filename)
+    text = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return {}
+    index: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # A decorated function's code starts at its first decorator.
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            index.setdefault(first, []).append(node)
+    return index
