@@ -1,0 +1,404 @@
+"""kbuild's benchmark suite: kbuild against plain numba-cuda on synthetic projects.
+
+    python benchmarks/run.py [--sizes 16,64,256] [--repeats 3] [--cold-repeats N]
+                             [--out FILE] [--kbuild-rev REV]
+
+For each size N a project from gen_project.py (N kernels, one arch, sm_90) is
+written to a temp dir, and every measurement runs in fresh subprocesses timed
+from outside (interpreter start-up and imports included):
+
+  cold              `kbuild build -j2` into an empty store  vs  seq_compile.py (one process)
+  noop              `kbuild build` on the warm store        vs  `python -c "import numba.cuda"`
+  edit_common       rebuild after editing `common`          vs  the cold kbuild build
+  edit_kernel       rebuild after editing one kernel        vs  the cold kbuild build
+  warm_start        warm_start.py on the warm store         vs  seq_compile.py
+  warm_start_1plan  warm_start.py --one-plan                vs  seq_compile.py
+
+Each number is the median of its repeats. A measurement and its baseline run
+alternately (A B A B ...), so a change in machine load hits both alike; the
+1-minute load average at the start of each row and the CPU seconds of every
+run (user + system, workers included) are in the JSON to judge the noise.
+
+HOME, XDG_CACHE_HOME, KBUILD_STORE and NUMBA_CACHE_DIR point into the temp dir,
+so no user cache is read or written. The kbuild package is copied into the
+temp dir when the run starts (from the working tree, or from a commit with
+--kbuild-rev) and put first on PYTHONPATH: an edit to kbuild/ during a run
+would otherwise change every key half-way through.
+
+Prints one JSON object, then a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gen_project  # noqa: E402
+
+JOBS = 2
+N_DEVICE_FNS = 16
+
+# (measurement, N, highest acceptable ratio): the goals the table checks.
+TARGETS = [("cold", 64, 0.6), ("noop", 256, 2.0), ("edit_common", 64, 0.25)]
+
+BASELINES = {
+    "cold": "sequential numba-cuda compile, one process",
+    "noop": "python -c 'import numba.cuda'",
+    "edit_common": "cold kbuild build -j2",
+    "edit_kernel": "cold kbuild build -j2",
+    "warm_start": "sequential numba-cuda compile, one process",
+    "warm_start_1plan": "sequential numba-cuda compile, one process",
+}
+
+
+class BenchError(RuntimeError):
+    """A subprocess failed or kbuild did something other than expected."""
+
+
+@dataclass
+class Timed:
+    """One subprocess run."""
+
+    wall: float  # seconds, measured from outside the process
+    cpu: float  # user + system seconds of the process and the children it waited for
+    data: object  # what it reported: kbuild's summary, a script's JSON, or stdout
+
+
+@dataclass
+class Sandbox:
+    """One generated project in a temp dir, and how to run processes against it."""
+
+    work: Path
+    n: int
+    kbuild_root: Path  # the directory holding the kbuild package under test
+
+    @property
+    def project(self) -> Path:
+        return self.work / "project"
+
+    def store(self, name: str) -> Path:
+        return self.work / "stores" / name
+
+    def env(self, store: Path) -> dict:
+        home = self.work / "home"
+        return dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
+                    KBUILD_STORE=str(store), NUMBA_CACHE_DIR=str(home / "numba-cache"),
+                    PYTHONPATH=str(self.kbuild_root))
+
+    def run(self, argv, store: Path) -> Timed:
+        """Run argv in the project dir, its stdout as data. Raise on a non-zero exit."""
+        before = _children_cpu()
+        start = time.perf_counter()
+        done = subprocess.run(argv, cwd=self.project, env=self.env(store),
+                              capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if done.returncode != 0:
+            raise BenchError(f"{' '.join(map(str, argv))} exited {done.returncode}:\n"
+                             f"{(done.stdout + done.stderr)[-3000:]}")
+        return Timed(wall, _children_cpu() - before, done.stdout)
+
+    def kbuild(self, store: Path, *args) -> Timed:
+        """`kbuild build --json ARGS` into `store`; its summary as data.
+
+        The summary gains `compile_s`, the sum of the per-target seconds (time
+        in compiles, across workers), to tell compiling from keying and start-up.
+        """
+        timed = self.run([sys.executable, "-m", "kbuild", "build", "--json",
+                          "--store", str(store), *args], store)
+        report = json.loads(timed.data)
+        timed.data = dict(report["summary"],
+                          compile_s=round(sum(t["seconds"] for t in report["targets"]), 4))
+        return timed
+
+    def script(self, name: str, *args, store: Path) -> Timed:
+        """Run benchmarks/NAME ARGS; the JSON line it prints last as data."""
+        timed = self.run([sys.executable, str(HERE / name), *map(str, args)], store)
+        timed.data = json.loads(timed.data.strip().splitlines()[-1])
+        return timed
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- measurements -------------------------------------------------------------
+
+def expect(summary: dict, what: str, **counts) -> None:
+    """Fail loudly when kbuild built or cached other than the scenario implies."""
+    got = {k: summary.get(k) for k in counts}
+    if got != counts:
+        raise BenchError(f"{what}: expected {counts}, kbuild reported {summary}")
+
+
+def alternate(repeats: int, first, second) -> tuple[list, list]:
+    """Run first(r), second(r), first(r+1), ...: both see the same drift in machine load."""
+    a, b = [], []
+    for r in range(repeats):
+        a.append(first(r))
+        b.append(second(r))
+    return a, b
+
+
+def measure_cold(box: Sandbox, repeats: int):
+    """Cold kbuild builds into fresh stores (the first one stays as the warm store)
+    against the sequential compile."""
+    def cold(r):
+        timed = box.kbuild(box.store("warm" if r == 0 else f"cold{r}"), "-j", str(JOBS))
+        expect(timed.data, "cold build", built=box.n, failed=0)
+        return timed
+
+    return alternate(repeats, cold,
+                     lambda r: box.script("seq_compile.py", box.project, store=box.store("seq")))
+
+
+def measure_noop(box: Sandbox, repeats: int):
+    warm = box.store("warm")
+
+    def noop(r):
+        timed = box.kbuild(warm)
+        expect(timed.data, "no-op build", built=0, cached=box.n)
+        return timed
+
+    return alternate(repeats, noop,
+                     lambda r: box.run([sys.executable, "-c", "import numba.cuda"], warm))
+
+
+def measure_edit(box: Sandbox, edit, repeats: int, expected_built: int, what: str) -> list:
+    """Rebuild after `edit(project)` in a copy of the warm store; the source is restored."""
+    runs = []
+    for r in range(repeats):
+        store = box.store(f"{what}{r}")
+        shutil.copytree(box.store("warm"), store)
+        path, original = edit(box.project)
+        try:
+            timed = box.kbuild(store, "-j", str(JOBS))
+        finally:
+            path.write_text(original)
+        expect(timed.data, what, failed=0, built=expected_built)
+        runs.append(timed)
+    return runs
+
+
+def measure_warm_start(box: Sandbox, repeats: int):
+    """warm_start.py as launchers do it, and with one plan for all kernels."""
+    def warm(*flags):
+        def one(r):
+            timed = box.script("warm_start.py", box.project, box.store("warm"), *flags,
+                               store=box.store("warm"))
+            if timed.data["kernels"] != box.n or timed.data["compiles"] != 0:
+                raise BenchError(f"warm start {flags}: expected {box.n} kernels and "
+                                 f"0 compiles, got {timed.data}")
+            return timed
+        return one
+
+    return alternate(repeats, warm(), warm("--one-plan"))
+
+
+def warm_up(box: Sandbox) -> None:
+    """Import numba-cuda and every project module once, untimed, so that the first
+    timed run finds the same warm file cache as the rest; check that kbuild is
+    imported from the snapshot."""
+    modules = sorted(p.stem for p in (box.project / gen_project.PACKAGE).glob("mod_*.py"))
+    code = "import numba.cuda, kbuild\nprint(kbuild.__file__)\n" + "".join(
+        f"import {gen_project.PACKAGE}.{m}\n" for m in modules)
+    where = box.run([sys.executable, "-c", code], box.store("warm-up")).data.strip()
+    if not Path(where).is_relative_to(box.kbuild_root):
+        raise BenchError(f"subprocesses import kbuild from {where}, "
+                         f"not the snapshot in {box.kbuild_root}")
+
+
+def bench_size(box: Sandbox, repeats: int, cold_repeats: int, log) -> list[dict]:
+    """Every measurement for one project size; one result row per measurement."""
+    n = box.n
+    gen_project.generate(box.project, n, gen_project.default_modules(n), N_DEVICE_FNS)
+    warm_up(box)
+    rows = []
+
+    def step(text):
+        log(f"N={n}: {text}")
+        return os.getloadavg()[0]
+
+    load = step(f"cold builds ({cold_repeats}x kbuild -j{JOBS}, {cold_repeats}x sequential)")
+    cold, seq = measure_cold(box, cold_repeats)
+    rows.append(row("cold", n, load, cold, seq))
+    load = step("no-op builds")
+    rows.append(row("noop", n, load, *measure_noop(box, repeats)))
+    load = step("rebuild after editing common")
+    common = measure_edit(box, gen_project.edit_common, cold_repeats, n, "edit_common")
+    rows.append(row("edit_common", n, load, common, cold))
+    load = step("rebuild after editing one kernel")
+    one = measure_edit(box, lambda root: gen_project.edit_kernel(root, 0), repeats, 1,
+                       "edit_kernel")
+    rows.append(row("edit_kernel", n, load, one, cold))
+    load = step("warm starts")
+    per_kernel, one_plan = measure_warm_start(box, repeats)
+    rows.append(row("warm_start", n, load, per_kernel, seq))
+    rows.append(row("warm_start_1plan", n, load, one_plan, seq))
+    return rows
+
+
+def row(measurement: str, n: int, load: float, kbuild: list, baseline: list) -> dict:
+    """One line of the report: medians, their ratio, and every run's numbers."""
+    kb = statistics.median(t.wall for t in kbuild)
+    base = statistics.median(t.wall for t in baseline)
+    return {"measurement": measurement, "n": n, "kbuild_s": round(kb, 4),
+            "baseline_s": round(base, 4), "ratio": round(kb / base, 4),
+            "baseline": BASELINES[measurement], "load_1min": round(load, 2),
+            "kbuild_runs": [_run_json(t) for t in kbuild],
+            "baseline_runs": [_run_json(t) for t in baseline]}
+
+
+def _run_json(timed: Timed) -> dict:
+    out = {"wall_s": round(timed.wall, 4), "cpu_s": round(timed.cpu, 4)}
+    if isinstance(timed.data, dict):
+        out["reported"] = timed.data
+    return out
+
+
+def snapshot_kbuild(dest: Path, rev: str | None) -> dict:
+    """Copy the kbuild package to DEST/kbuild (working tree, or `git archive REV`)."""
+    repo = HERE.parent
+    if rev is None:
+        shutil.copytree(repo / "kbuild", dest / "kbuild",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        dirty = bool(_git("status", "--porcelain", "--", "kbuild"))
+        return {"source": "working tree", "commit": _git("rev-parse", "--short", "HEAD"),
+                "kbuild_dirty": dirty}
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", rev, "kbuild"], cwd=repo,
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return {"source": f"git {rev}", "commit": _git("rev-parse", "--short", rev),
+            "kbuild_dirty": False}
+
+
+def _git(*args) -> str | None:
+    done = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+# -- report -------------------------------------------------------------------
+
+def check_targets(rows: list[dict]) -> list[dict]:
+    by_key = {(r["measurement"], r["n"]): r for r in rows}
+    checks = []
+    for measurement, n, limit in TARGETS:
+        found = by_key.get((measurement, n))
+        checks.append({"measurement": measurement, "n": n, "max_ratio": limit,
+                       "ratio": found and found["ratio"],
+                       "met": None if found is None else found["ratio"] <= limit})
+    return checks
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "python": platform.python_version(),
+            "platform": platform.platform(), "numba_cuda": _version("numba-cuda"),
+            "numba": _version("numba")}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def markdown(report: dict) -> str:
+    limits = {(m, n): limit for m, n, limit in TARGETS}
+    lines = ["| measurement | N | kbuild s | baseline s | ratio | target | load |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    for r in report["results"]:
+        limit = limits.get((r["measurement"], r["n"]))
+        target = "" if limit is None else \
+            f"≤ {limit:g}× {'MET' if r['ratio'] <= limit else 'MISSED'}"
+        lines.append(f"| {r['measurement']} | {r['n']} | {r['kbuild_s']:.3f} | "
+                     f"{r['baseline_s']:.3f} | {r['ratio']:.3f}× | {target} | "
+                     f"{r['load_1min']:.1f} |")
+    m, kb = report["machine"], report["kbuild"]
+    dirty = " + uncommitted changes" if kb["kbuild_dirty"] else ""
+    lines += ["", "Baselines: " + "; ".join(f"{k}: {v}" for k, v in BASELINES.items()) + ".",
+              "load: the 1-minute load average when the row started "
+              f"({m['cores']} cores; above that, other processes shared the CPU).",
+              f"kbuild: {kb['source']} at {kb['commit']}{dirty}. "
+              f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, "
+              f"numba-cuda {m['numba_cuda']}, numba {m['numba']}; "
+              f"total {report['seconds_total']:.0f} s."]
+    missing = [f"{c['measurement']}@N={c['n']}" for c in report["targets"] if c["met"] is None]
+    if missing:
+        lines.append(f"Targets not measured (size not run): {', '.join(missing)}.")
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="16,64,256", help="kernel counts, comma-separated")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="repeats of the cheap measurements (median taken)")
+    parser.add_argument("--cold-repeats", type=int, default=None,
+                        help="repeats of cold builds and the shared-function edit "
+                             "(default: --repeats for N <= 64, 1 above)")
+    parser.add_argument("--out", help="also write the JSON object here")
+    parser.add_argument("--kbuild-rev", metavar="REV",
+                        help="benchmark kbuild/ as committed at REV (default: the working tree)")
+    args = parser.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    rows = []
+
+    def log(text):
+        print(f"[{time.perf_counter() - start:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="kbuild-bench-") as tmp:
+        kbuild_root = Path(tmp) / "kbuild-under-test"
+        kbuild_info = snapshot_kbuild(kbuild_root, args.kbuild_rev)
+        for n in args.sizes:
+            cold_repeats = args.cold_repeats or (args.repeats if n <= 64 else 1)
+            box = Sandbox(Path(tmp) / f"n{n}", n, kbuild_root)
+            rows += bench_size(box, args.repeats, cold_repeats, log)
+    report = {"machine": machine(), "kbuild": kbuild_info,
+              "config": {"sizes": args.sizes, "repeats": args.repeats,
+                         "cold_repeats": args.cold_repeats, "jobs": JOBS,
+                         "arch": gen_project.ARCH, "device_fns": N_DEVICE_FNS},
+              "results": rows, "targets": check_targets(rows),
+              "seconds_total": round(time.perf_counter() - start, 1)}
+    text = json.dumps(report, indent=1)
+    print(text)
+    print()
+    print(markdown(report))
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
