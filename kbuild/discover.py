@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .config import KernelSpec, ProjectConfig, arch_cc
 from .errors import TargetError
+from .sources import record_imported_source
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
 
     def get_code(self, fullname):
         path = self.get_filename(fullname)
-        return self.source_to_code(self.get_data(path), path)
+        data = self.get_data(path)
+        record_imported_source(path, data)
+        return self.source_to_code(data, path)
 
 
 class _SourceOnlyFinder:

@@ -10,6 +10,15 @@ import sys
 from functools import lru_cache
 
 from .encode import digest
+from .errors import KeyingError
+
+# path -> digest of the source bytes this process compiled the module from.
+_IMPORTED: dict[str, str] = {}
+
+
+def record_imported_source(path: str, data: bytes) -> None:
+    """Remember what a project module was compiled from (called by its loader)."""
+    _IMPORTED[os.path.realpath(path)] = digest(data)
 
 
 class ProjectSources:
@@ -83,6 +92,12 @@ def _index_defs(filename: str) -> dict:
     """Every function definition in a file, by the line its code object starts on."""
     linecache.checkcache(filename)
     text = "".join(linecache.getlines(filename))
+    imported = _IMPORTED.get(os.path.realpath(filename))
+    if imported is not None and digest(text.encode("utf-8")) != imported:
+        # The code numba would compile is not the code on disk: keying either one
+        # would describe a binary this process cannot build.
+        raise KeyingError(f"{filename} changed after this process imported it; run again "
+                          "in a new process (or Project.load() in a fresh interpreter)")
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
