@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -31,10 +32,19 @@ class ArchiveError(KbuildError):
 def export_archive(store: Store, keys, path: Path) -> dict:
     """Write the entries `keys` (and the blobs they name) to the archive at `path`."""
     path = Path(path)
-    mode = "w:gz" if path.name.endswith((".gz", ".tgz")) else "w"
+    partial = path.with_name(path.name + ".partial")
+    try:
+        counts = _write_archive(store, keys, partial, path.name.endswith((".gz", ".tgz")))
+        os.replace(partial, path)  # no half-written archive under the name asked for
+    finally:
+        partial.unlink(missing_ok=True)
+    return dict(counts, bytes=path.stat().st_size, file=str(path))
+
+
+def _write_archive(store: Store, keys, path: Path, gzip: bool) -> dict:
     entries = blobs = 0
     names = set()
-    with tarfile.open(path, mode) as tar:
+    with tarfile.open(path, "w:gz" if gzip else "w") as tar:
         for key in sorted(set(keys)):
             manifest = store.lookup(key)
             if manifest is None:
@@ -47,7 +57,7 @@ def export_archive(store: Store, keys, path: Path) -> dict:
             text = json.dumps(manifest, sort_keys=True, indent=1).encode()
             _add(tar, f"{LAYOUT}/entries/{key}.json", text)
             entries += 1
-    return {"entries": entries, "blobs": blobs, "bytes": path.stat().st_size, "file": str(path)}
+    return {"entries": entries, "blobs": blobs}
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

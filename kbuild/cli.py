@@ -220,17 +220,9 @@ def cmd_gc(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from .config import default_store, load_config
-    from .errors import ConfigError
     from .maintenance import stats
-    from .store import Store
 
-    try:
-        cfg = load_config(args.config) if args.config or not args.store else None
-    except ConfigError:
-        cfg = None
-    store = args._store = Store(default_store(cfg, args.store), read_only=True)
-    result = stats(store)
+    result = stats(_store_only(args, read_only=True))
     if args.json:
         _print_json(result)
     else:
@@ -290,12 +282,9 @@ def cmd_clean(args) -> int:
 
 
 def cmd_keys(args) -> int:
-    from .build import parse_archs
     from .encode import digest_of
-    from .project import open_project
 
-    project = _remember(args, open_project(args.config, args.store, read_only=True))
-    the_plan = project.plan(args.targets, parse_archs(args.arch))
+    _, the_plan = _planned(args)
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
     combined = digest_of(tuple(sorted(r["key"] for r in rows)))
@@ -310,11 +299,8 @@ def cmd_keys(args) -> int:
 
 def cmd_export(args) -> int:
     from .archive import export_archive
-    from .build import parse_archs
-    from .project import open_project
 
-    project = _remember(args, open_project(args.config, args.store, read_only=True))
-    the_plan = project.plan(args.targets, parse_archs(args.arch))
+    project, the_plan = _planned(args)
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
                             args.file)
     if args.json:
@@ -327,15 +313,8 @@ def cmd_export(args) -> int:
 
 def cmd_import(args) -> int:
     from .archive import import_archive
-    from .config import default_store, load_config
-    from .errors import ConfigError
-    from .store import Store
 
-    try:
-        cfg = load_config(args.config) if args.config or not args.store else None
-    except ConfigError:
-        cfg = None
-    store = args._store = Store(default_store(cfg, args.store))
+    store = _store_only(args)
     result = import_archive(store, args.file)
     if args.json:
         _print_json(result)
@@ -347,12 +326,9 @@ def cmd_import(args) -> int:
 
 def cmd_graph(args) -> int:
     from . import graph as graphs
-    from .build import parse_archs
     from .errors import KbuildError
-    from .project import open_project
 
-    project = _remember(args, open_project(args.config, args.store, read_only=True))
-    the_plan = project.plan(args.targets, parse_archs(args.arch))
+    project, the_plan = _planned(args)
     graph = graphs.target_graph(the_plan, lambda key: project.store.lookup(key) is not None)
     if args.format == "png":
         try:
@@ -371,16 +347,9 @@ def cmd_graph(args) -> int:
 
 
 def cmd_cat(args) -> int:
-    from .config import default_store, load_config
-    from .errors import ConfigError
-    from .store import CorruptBlob, Store
+    from .store import CorruptBlob
 
-    try:
-        cfg = load_config(args.config) if args.config or not args.store else None
-    except ConfigError:
-        cfg = None
-    store = Store(default_store(cfg, args.store), read_only=True)
-    args._store = store
+    store = _store_only(args, read_only=True)
     try:
         data = store.read_blob(args.hash)
     except CorruptBlob as exc:
@@ -406,6 +375,33 @@ class _ProgressBar:
     def close(self):
         sys.stderr.write("\r" + " " * 100 + "\r")
         sys.stderr.flush()
+
+
+def _store_only(args, read_only: bool = False):
+    """The store a command names, for commands that need no project (cat, import, stats).
+
+    A kbuild.toml is read only for its `store` setting; a broken or missing one is
+    no obstacle when --store says where the store is.
+    """
+    from .config import default_store, load_config
+    from .errors import ConfigError
+    from .store import Store
+
+    try:
+        cfg = load_config(args.config) if args.config or not args.store else None
+    except ConfigError:
+        cfg = None
+    args._store = Store(default_store(cfg, args.store), read_only=read_only)
+    return args._store
+
+
+def _planned(args, read_only: bool = True):
+    """(project, plan of the command's targets and --arch) for commands that key targets."""
+    from .build import parse_archs
+    from .project import open_project
+
+    project = _remember(args, open_project(args.config, args.store, read_only=read_only))
+    return project, project.plan(getattr(args, "targets", None), parse_archs(args.arch))
 
 
 def _remember(args, project):
