@@ -33,6 +33,7 @@ import ast
 import builtins
 import dis
 import enum
+import sys
 import types as pytypes
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -281,11 +282,28 @@ class Keyer:
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
+        if isinstance(value, type) and self._is_project_object(value):
+            return name, self._project_class(label, value, where)
         raise KeyingError(
             f"{where}: {kind} '{name}' is a {type(value).__module__}."
             f"{type(value).__qualname__}, which kbuild cannot key by content; "
             "make it a number, string, tuple, numpy array or dtype, enum, "
             "or a device function")
+
+    def _project_class(self, label, cls, where) -> KeyNode:
+        """A class of the project's (a numba extension type, say) by its module's whole source.
+
+        What numba compiles for it lives in typing and lowering functions registered
+        elsewhere (`@type_callable`, `@lower`, `@overload_method`), usually beside the
+        class; keying the whole module is coarse but never misses those.
+        """
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        if not path:
+            _fail(where, f"class {cls.__qualname__} (no source file)")
+        value = ("project-class", cls.__module__, cls.__qualname__,
+                 self._sources.file_digest(path))
+        return leaf(label, value, f"class {cls.__qualname__} (module {cls.__module__} source)")
 
     def _extern_function(self, label, extfn) -> KeyNode:
         """A `cuda.declare_device` function: its name, signature and linked files by content."""
@@ -334,7 +352,7 @@ def _extern_link_files(extfn) -> list[str]:
 
     defns = getattr(cuda_target.target_context, "_defns", {})
     paths = []
-    for impl, _sig in getattr(defns.get(extfn), "versions", ()):
+    for _sig, impl in getattr(defns.get(extfn), "versions", ()):
         for lib in getattr(impl, "libs", ()):
             paths += [p for p in getattr(lib, "_linking_files", ()) if isinstance(p, str)]
     return paths
