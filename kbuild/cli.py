@@ -34,6 +34,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `kbuild status | head`: the reader left; say nothing more on a closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     finally:
         _flush_warnings(args)
 

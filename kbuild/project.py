@@ -105,7 +105,8 @@ class Project:
             if self.store.lookup(node.digest) is not None:
                 row.update(status="up-to-date", reasons=[])
             else:
-                old = previous.get((target.name, target.signature, target.arch))
+                old = previous.get((target.name, target.signature, target.arch)) or \
+                    self._replaced_signature(previous, the_plan, target)
                 if old is None:
                     row.update(status="missing", reasons=["never built into this store"])
                 else:
@@ -115,6 +116,13 @@ class Project:
                                changes=[r.as_json() for r in reasons])
             rows.append(row)
         return rows
+
+    def _replaced_signature(self, previous: dict, the_plan, target):
+        """The newest entry of this target and arch under a signature no longer declared."""
+        declared = set(the_plan.kernels[target.name].argtypes)
+        candidates = [m for (name, sig, arch), m in previous.items()
+                      if name == target.name and arch == target.arch and sig not in declared]
+        return max(candidates, key=lambda m: m.get("built_at", ""), default=None)
 
     def _previous_entries(self) -> dict:
         """The newest entry per (target, signature, arch) in the store."""

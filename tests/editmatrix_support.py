@@ -282,7 +282,8 @@ SOUNDNESS = [
          {"k_plain"}, explains={"k_plain": "kernel changed (body)"}),
     case("signature-in-config", replace("kbuild.toml", _PLAIN_SIG,
                                         _PLAIN_SIG.replace("float32", "float64")),
-         {"k_fast"}, explains={"k_fast": "never built into this store"}),
+         {"k_fast"}, explains={"k_fast": "signature: argument 1 array(float32, 1d, C) -> "
+                                         "array(float64, 1d, C)"}),
     case("arch", no_edit, ALL, args=("--arch", "sm_90"), explains={"k_sq": "never built into this store"}),
     case("numba-config", no_edit, ALL, env={"NUMBA_OPT": "2"}, explains={"k_sq": "config: OPT 3 -> 2"}),
     case("line-shift-with-lineinfo", replace("lab/lines.py", "from numba import cuda\n",
