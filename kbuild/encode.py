@@ -46,6 +46,20 @@ def encode(value) -> bytes:
     return bytes(out)
 
 
+def encode_into(value, out: bytearray) -> None:
+    """Append the encoding of `value` to `out` (what `encode` returns, without a copy)."""
+    _write(value, out)
+
+
+def open_tuple(out: bytearray) -> int:
+    """Start a tuple whose items the caller appends; pass the result to `close_tuple`."""
+    return _open(b"T", out)
+
+
+def close_tuple(start: int, out: bytearray) -> None:
+    _close(start, out)
+
+
 def _write(value, out: bytearray) -> None:
     # Written into one buffer, the length patched in after the payload: keys
     # encode whole ASTs, and building bytes per node would copy them per level.

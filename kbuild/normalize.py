@@ -12,7 +12,7 @@ import ast
 import copy
 import textwrap
 
-from .encode import encode
+from .encode import close_tuple, encode, encode_into, open_tuple
 
 _POSITION_FIELDS = ("lineno", "col_offset", "end_lineno", "end_col_offset")
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -164,13 +164,15 @@ def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int
     """
     body = _strip_docstrings(fn.body)
     renames = {} if keep_positions or _has_nested_scope(fn) else _alpha_renames(fn)
-    args_node = _without_default_values(fn.args)
-    encoded = (
-        _encode_node(args_node, renames, keep_positions, first_line),
-        tuple(_encode_node(stmt, renames, keep_positions, first_line) for stmt in body),
-        _encode_node(fn.returns, renames, keep_positions, first_line),
-    )
-    return encode(encoded)
+    write = _NodeWriter(renames, keep_positions, first_line)
+    # Written straight into one buffer: the same bytes as encoding the nested tuples
+    # (args, (statements...), returns), without building them first.
+    start = open_tuple(write.out)
+    write(_without_default_values(fn.args))
+    write(body)
+    write(fn.returns)
+    close_tuple(start, write.out)
+    return bytes(write.out)
 
 
 def _without_default_values(args: ast.arguments) -> ast.arguments:
@@ -252,6 +254,46 @@ def _encode_node(node, renames, keep_positions, first_line):
         # Lines only: numba's line tables give every location column 1 (`.loc 1 8 1`).
         fields.append(("@line", node.lineno + first_line - 1))
     return tuple(fields)
+
+
+class _NodeWriter:
+    """Encodes an AST node as the tuple `_encode_node` would make, straight into `out`."""
+
+    def __init__(self, renames, keep_positions, first_line):
+        self.out = bytearray()
+        self.renames, self.keep_positions, self.first_line = renames, keep_positions, first_line
+
+    def __call__(self, node) -> None:
+        out = self.out
+        if isinstance(node, list):
+            start = open_tuple(out)
+            for item in node:
+                self(item)
+            close_tuple(start, out)
+        elif isinstance(node, ast.AST):
+            self._node(node)
+        else:
+            encode_into(_encode_node(node, self.renames, self.keep_positions, self.first_line),
+                        out)
+
+    def _node(self, node) -> None:
+        out = self.out
+        start = open_tuple(out)
+        encode_into(type(node).__name__, out)
+        is_name, is_constant = isinstance(node, ast.Name), isinstance(node, ast.Constant)
+        for name in node._fields:
+            if name == "type_comment":
+                continue
+            value = getattr(node, name, None)
+            if is_name and name == "id":
+                encode_into(self.renames.get(value, value), out)
+            elif is_constant and name == "value":
+                encode_into(_constant(value), out)
+            else:
+                self(value)
+        if self.keep_positions and hasattr(node, "lineno"):
+            encode_into(("@line", node.lineno + self.first_line - 1), out)
+        close_tuple(start, out)
 
 
 def _constant(value):
