@@ -65,20 +65,25 @@ class KernelLauncher:
             ready = self._ready[(signature, device_arch)] = self._load(signature, device_arch)
         return ready
 
-    def _load(self, signature: str, device_arch: str):
+    def _load(self, signature: str, device_arch: str, built: bool = False):
         arch, kind = choose_artifact(self.resolved.spec.archs, device_arch)
         if arch is None:
             return self._miss(signature, None, f"nothing is built for {device_arch} or below "
                               f"(built archs: {', '.join(self.resolved.spec.archs)})")
         target = Target(self.name, signature, arch)
         manifest = self._fresh_manifest(target)
-        if manifest is None:
-            return self._miss(signature, target, self._why_stale(target))
-        try:
-            binary = self.project.store.read_blob(manifest["artifacts"][kind])
-        except CorruptBlob as exc:
-            return self._miss(signature, target, str(exc))
-        return self._launchable(manifest, signature, binary, kind, device_arch)
+        why = self._why_stale(target) if manifest is None else None
+        if manifest is not None:
+            try:
+                binary = self.project.store.read_blob(manifest["artifacts"][kind])
+            except CorruptBlob as exc:
+                why = str(exc)
+        if why is None:
+            return self._launchable(manifest, signature, binary, kind, device_arch)
+        if built:  # just built, yet still unusable: never loop
+            raise LaunchError(f"kernel '{self.name}' {signature}: built into store "
+                              f"{self.project.store.root} but still unusable: {why}")
+        return self._miss(signature, target, why)
 
     def _fresh_manifest(self, target):
         the_plan = self.project.plan([self.name], [target.arch])
@@ -103,7 +108,7 @@ class KernelLauncher:
             if failed:
                 raise LaunchError(
                     f"kernel '{self.name}' {signature} failed to build: {failed[0].error}")
-        return self._load_after_build(signature, target)
+        return self._load(signature, current_arch(self.resolved.spec.archs), built=True)
 
     def _build_in_subprocess(self, target):
         """The simulator cannot compile: a real `kbuild build` process builds the target."""
@@ -119,16 +124,6 @@ class KernelLauncher:
         if done.returncode != 0:
             raise LaunchError(f"kernel '{self.name}' failed to build: "
                               f"{(done.stdout + done.stderr).strip()[-2000:]}")
-
-    def _load_after_build(self, signature, target):
-        manifest = self._fresh_manifest(target)
-        if manifest is None:
-            raise LaunchError(f"kernel '{self.name}' {signature}: built but not found in "
-                              f"store {self.project.store.root}")
-        device_arch = current_arch(self.resolved.spec.archs)
-        kind = choose_artifact(self.resolved.spec.archs, device_arch)[1]
-        binary = self.project.store.read_blob(manifest["artifacts"][kind])
-        return self._launchable(manifest, signature, binary, kind, device_arch)
 
     def _launchable(self, manifest, signature, binary, kind, device_arch):
         if _simulating():
