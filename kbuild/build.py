@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ResolvedKernel, Target, resolve_kernel
 from .errors import CompileError, TargetError
-from .keys import Keyer, KeyNode, as_function
+from .keys import Keyer, KeyNode
 from .sources import ProjectSources
 from .store import Store
 from .toolchain import codegen_config, toolchain

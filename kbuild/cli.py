@@ -184,7 +184,6 @@ def cmd_build(args) -> int:
         print(f"{summary['built']} built, {summary['cached']} cached, {summary['failed']} failed"
               + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
               + f" in {seconds:.2f}s")
-    del the_plan
     return EXIT_FAILED if summary["failed"] else EXIT_OK
 
 

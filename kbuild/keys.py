@@ -35,7 +35,7 @@ import dis
 import enum
 import sys
 import types as pytypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from numba.core import types as nbtypes

@@ -12,9 +12,8 @@ import ast
 import copy
 import textwrap
 
-from .encode import close_tuple, encode, encode_into, open_tuple
+from .encode import close_tuple, encode_into, open_tuple
 
-_POSITION_FIELDS = ("lineno", "col_offset", "end_lineno", "end_col_offset")
 _FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPE_NODES = _FUNCTION_NODES + (ast.Lambda, ast.ClassDef, ast.ListComp,
                                   ast.SetComp, ast.DictComp, ast.GeneratorExp)

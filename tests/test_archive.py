@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import copy_examples
 
 from kbuild.archive import ArchiveError, export_archive, import_archive
 from kbuild.store import Store
@@ -27,8 +28,7 @@ def _kbuild(cwd, store, *args):
 @pytest.fixture(scope="module")
 def machine_a(tmp_path_factory):
     root = tmp_path_factory.mktemp("machine-a")
-    shutil.copytree(REPO / "examples", root / "project" / "examples")
-    shutil.copy(REPO / "kbuild.toml", root / "project" / "kbuild.toml")
+    copy_examples(REPO, root / "project")
     done = _kbuild(root / "project", root / "store", "build", "--json", "--arch", "sm_90")
     assert done.returncode == 0, done.stderr
     return root, json.loads(done.stdout)

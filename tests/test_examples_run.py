@@ -6,12 +6,12 @@ same script launches the stored cubins and also proves zero compilations.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import copy_examples
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,8 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
-    shutil.copytree(REPO / "examples", root / "examples")
-    shutil.copy(REPO / "kbuild.toml", root / "kbuild.toml")
+    copy_examples(REPO, root)
     env = dict(os.environ, HOME=str(root), XDG_CACHE_HOME=str(root / "cache"))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--store", str(root / "store")],

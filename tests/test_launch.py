@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import copy_examples
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,8 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 def warm(tmp_path_factory):
     """A copy of the examples and a store holding all of them."""
     root = tmp_path_factory.mktemp("launch")
-    shutil.copytree(REPO / "examples", root / "examples")
-    shutil.copy(REPO / "kbuild.toml", root / "kbuild.toml")
+    copy_examples(REPO, root)
     store = root / "store"
     done = _kbuild(root, store, "build", "--json")
     assert done.returncode == 0, done.stderr
@@ -90,8 +90,7 @@ def test_signature_mismatch_lists_declared_signatures(warm):
 def test_stale_source_is_never_launched(warm, tmp_path):
     root, store = warm
     copy = tmp_path / "proj"
-    shutil.copytree(root / "examples", copy / "examples")
-    shutil.copy(root / "kbuild.toml", copy / "kbuild.toml")
+    copy_examples(root, copy)
     store_copy = tmp_path / "store"
     shutil.copytree(store, store_copy)
     mathx = copy / "examples" / "mathx.py"
