@@ -11,6 +11,7 @@ from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ResolvedKernel, Target, resolve_kernel
 from .errors import CompileError, TargetError
 from .keys import Keyer, KeyNode
+from .objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
 from .store import Store
 from .toolchain import codegen_config, toolchain
@@ -28,11 +29,14 @@ class Row:
     seconds: float = 0.0
     artifacts: dict = field(default_factory=dict)
     error: str | None = None
+    link: str | None = None  # built rows: lto | relink | whole
+    note: str | None = None  # why a built target was linked as one program
 
     def as_json(self) -> dict:
         return {"target": self.target, "signature": self.signature, "arch": self.arch,
                 "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
-                "artifacts": self.artifacts, "error": self.error}
+                "artifacts": self.artifacts, "error": self.error, "link": self.link,
+                "note": self.note}
 
 
 @dataclass
@@ -44,6 +48,11 @@ class Plan:
     targets: list  # [Target]
     keys: dict  # Target -> KeyNode
     keyer: Keyer
+    separate: bool = True  # compile device functions into objects of their own (see lto)
+
+    def nodes_by_ident(self) -> dict:
+        """Every separately compiled device function's current tree, by identity."""
+        return {n.ident: n for n in self.keyer.nodes.values() if n.ident}
 
 
 def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = None) -> Plan:
@@ -148,7 +157,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
 
 def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress) -> bool:
     """Compile and commit `batch`; True when a failure stops the build."""
-    outcomes = _compile_all(the_plan, batch, jobs)
+    outcomes = _compile_all(the_plan, store, batch, jobs)
     stop = False
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
@@ -158,7 +167,7 @@ def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress) -> 
         else:
             artifacts = commit(store, the_plan, target, outcome, seconds)
             row = Row(target.name, target.signature, target.arch, key, "built", seconds,
-                      artifacts)
+                      artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
         rows[target] = row
         _progress(progress, row, len(rows), len(the_plan.targets))
         if row.status == "failed" and not keep_going:
@@ -224,29 +233,85 @@ def _progress(progress, row, done, total):
 
 
 def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> dict:
-    """Store the artifacts' blobs, then the manifest; return the artifact hashes."""
+    """Store the objects, then the artifacts' blobs, then the manifest; return the
+    artifact hashes."""
+    built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for obj in artifacts.objects:
+        if not store.has_entry(obj.key):
+            store.commit(obj.key, dict(obj.manifest, artifacts={"ltoir": store.put_blob(obj.ltoir)},
+                                       arch=target.arch, project=the_plan.config.name,
+                                       built_at=built_at))
     hashes = {"ptx": store.put_blob(artifacts.ptx), "cubin": store.put_blob(artifacts.cubin)}
     node = the_plan.keys[target]
     store.commit(node.digest, {
         "target": target.name, "signature": target.signature, "arch": target.arch,
         "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
+        "link": artifacts.link,
         "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     })
     return hashes
 
 
-def _compile_all(the_plan: Plan, todo, jobs: int):
-    """Yield (target, Artifacts or exception, seconds), grouped by arch."""
-    todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
-    if jobs > 1 and len(todo) > 1:
-        from .parallel import compile_in_workers
+def _compile_all(the_plan: Plan, store: Store, todo, jobs: int):
+    """Yield (target, Artifacts or exception, seconds): relink what stored objects allow,
+    compile the rest.
 
-        yield from compile_in_workers(the_plan, todo, jobs)
-        return
+    A target whose kernel object is stored but one of whose callees changed needs that
+    callee's new object; one such target per missing object is compiled first (which
+    makes the object), then the others are relinked with it.
+    """
+    todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
+    recipes, first, waiting = {}, [], []
+    makers = set()
     for target in todo:
-        yield (target,) + compile_target(the_plan, target)
+        found = _recipe(the_plan, store, target)
+        if isinstance(found, Recipe):
+            recipes[target] = found
+        elif found.missing is not None and (target.arch, found.missing) not in makers:
+            makers.add((target.arch, found.missing))
+            first.append(target)
+        elif found.missing is not None:
+            waiting.append(target)
+        else:
+            first.append(target)
+    yield from _run(the_plan, [(t, None) for t in first], jobs, store)
+    later = []
+    for target in waiting:
+        found = _recipe(the_plan, store, target)
+        if isinstance(found, Recipe):
+            recipes[target] = found
+        else:
+            later.append(target)
+    yield from _run(the_plan, [(t, recipes[t]) for t in todo if t in recipes]
+                    + [(t, None) for t in later], jobs, store)
+
+
+def _recipe(the_plan: Plan, store: Store, target: Target):
+    if not the_plan.separate:
+        return Unresolved("separate compilation is off")
+    return resolve(the_plan.keys[target], the_plan.nodes_by_ident(), store.lookup)
+
+
+def _run(the_plan: Plan, items, jobs: int, store: Store):
+    """Run (target, recipe or None) jobs: a link where there is a recipe, else a compile."""
+    if jobs > 1 and len(items) > 1:
+        from .parallel import run_in_workers
+
+        for (target, _), outcome, seconds in run_in_workers(
+                lambda item: _job(the_plan, store, item), items, jobs):
+            yield target, outcome, seconds
+        return
+    for item in items:
+        yield (item[0],) + _job(the_plan, store, item)
+
+
+def _job(the_plan, store, item):
+    target, recipe = item
+    if recipe is None:
+        return compile_target(the_plan, target)
+    return link_target(the_plan, store, target, recipe)
 
 
 def compile_target(the_plan: Plan, target: Target):
@@ -255,12 +320,33 @@ def compile_target(the_plan: Plan, target: Target):
 
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
+    apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
     try:
         artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
                                    arch_cc(target.arch), the_plan.keyer.device_functions,
-                                   the_plan.keyer.stable_ids)
+                                   the_plan.keyer.stable_ids, apart)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         return CompileError(_compile_message(exc)), time.perf_counter() - start
+    return artifacts, time.perf_counter() - start
+
+
+def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
+    """(Artifacts, seconds) of a target linked from stored objects; compiled if that fails
+    (a blob gone bad since the recipe was made, say)."""
+    from .compiler import Artifacts
+    from .lto import link
+    from .store import CorruptBlob
+
+    start = time.perf_counter()
+    options = the_plan.kernels[target.name].kernel.targetoptions
+    try:
+        ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
+        ptx, cubin = link(ltoirs, arch_cc(target.arch), fastmath=bool(options.get("fastmath")),
+                          max_registers=options.get("max_registers"))
+    except (CorruptBlob, Exception):  # noqa: BLE001 - any failure: compile it instead
+        return compile_target(the_plan, target)
+    artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
+                          link={"mode": "relink", "objects": [k for k, _ in recipe.objects]})
     return artifacts, time.perf_counter() - start
 
 

@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="compile N targets at once (default: the number of cores)")
     p.add_argument("--read-only", action="store_true",
                    help="only look up the store (a shared one): targets not in it fail")
+    p.add_argument("--whole-program", action="store_true",
+                   help="compile each kernel with its device functions as one program "
+                        "(default: device functions as separate objects, linked with LTO)")
     p.add_argument("--max-size", metavar="SIZE",
                    help="after building, evict least-recently-used entries down to SIZE "
                         "(default: [store] max_size)")
@@ -160,7 +163,7 @@ def cmd_build(args) -> int:
     jobs = args.jobs if args.jobs else default_jobs()
     progress = None if args.json or not sys.stderr.isatty() else _ProgressBar()
     rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
-                         progress=progress)
+                         progress=progress, separate=not args.whole_program)
     if progress:
         progress.close()
     if max_size is not None and not args.read_only:
@@ -177,8 +180,10 @@ def cmd_build(args) -> int:
         for r in rows:
             line = f"{r.status:8} {r.target} {r.signature} {r.arch}"
             if r.status == "built":
-                line += f"  {r.seconds:.2f}s"
+                line += f"  {r.seconds:.2f}s" + ("  relinked" if r.link == "relink" else "")
             print(line)
+            if r.note and r.status == "built" and not args.whole_program:
+                print(f"         linked as one program: {r.note}")
             if r.error and r.status == "failed":
                 print("         " + r.error.replace("\n", "\n         "))
         print(f"{summary['built']} built, {summary['cached']} cached, {summary['failed']} failed"
@@ -231,6 +236,7 @@ def cmd_stats(args) -> int:
     else:
         print(f"store        {result['store']}")
         print(f"entries      {result['entries']}")
+        print(f"objects      {result['objects']}")
         print(f"blobs        {result['blobs']} ({_size(result['bytes'])})")
         print(f"last {result['recent_builds']} builds: {result['hits']} hits, "
               f"{result['misses']} misses, {result['builds']} built, {result['failures']} failed")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _lock = threading.RLock()
 _state = {"cc": None, "depth": 0, "saved": None}
@@ -27,6 +27,10 @@ class Artifacts:
     cubin: bytes
     entry: str
     cooperative: bool
+    # How it was linked: {"mode": "lto", "objects": [keys]} from separately compiled
+    # objects, or {"mode": "whole", "reason": ...} as one program.
+    link: dict = field(default_factory=dict)
+    objects: tuple = ()  # the lto.Object files a separate compile made
 
 
 class _TargetDevice:
@@ -101,21 +105,31 @@ def simulating() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None) -> Artifacts:
+def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None,
+                   apart=None) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
 
     `device_functions` are the lazily compiled dispatchers it reaches: numba
     caches their compiled form per argument types only, so a cache made for
     another architecture is dropped first. numba mangles a per-process function
-    number into symbol names; `stable_ids` (py_func -> number, from content)
+    number into symbol names; `stable_ids` (py_func -> number, from identity)
     replaces it for keyed functions and the counter restarts for each kernel, so
     a kernel's PTX and cubin do not depend on what the process compiled before.
+
+    With `apart` = (function trees by py_func, the target's key tree), the
+    kernel and each device function become LTO-IR objects of their own, linked
+    with link-time optimisation (see `lto`); a kernel that cannot be split is
+    built as one program, as numba builds it, and the reason is recorded.
     """
     from numba.cuda.dispatcher import _Kernel
 
     with targeting(cc), _numbering(stable_ids or {}):
         _forget_other_arch(device_functions, tuple(cc))
-        compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
+        with _ptx_deferred() if apart else contextlib.nullcontext():
+            compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
+        made = _split(compiled, cc, device_functions, apart)
+        if isinstance(made, tuple):
+            return _linked(compiled, cc, made, kernel.targetoptions)
         library = compiled._codelibrary
         ptx = library.get_asm_str(cc=tuple(cc))
         cubin = library.get_cubin(cc=tuple(cc))
@@ -124,7 +138,46 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
         cubin=bytes(getattr(cubin, "code", cubin)),
         entry=compiled.entry_name,
         cooperative=bool(compiled.cooperative),
+        link={"mode": "whole", "reason": made or "separate compilation not asked for"},
     )
+
+
+def _split(compiled, cc, device_functions, apart):
+    if not apart:
+        return None
+    from .lto import split
+
+    return split(compiled, cc, device_functions, *apart)
+
+
+def _linked(compiled, cc, made, options) -> Artifacts:
+    from .lto import link
+
+    ptx, cubin = link([o.ltoir for o in made], cc, fastmath=bool(options.get("fastmath")),
+                      max_registers=options.get("max_registers"))
+    return Artifacts(ptx=ptx, cubin=cubin, entry=compiled.entry_name,
+                     cooperative=bool(compiled.cooperative),
+                     link={"mode": "lto", "objects": [o.key for o in made]}, objects=made)
+
+
+@contextlib.contextmanager
+def _ptx_deferred():
+    """numba's `_Kernel` makes the whole program's PTX only to search it for the names of
+    two helper libraries (reshape functions, NRT); a separately compiled kernel never uses
+    that PTX. Let the search read the LLVM IR, where the same names appear, instead.
+    NRT's search needs PTX syntax, so with NRT enabled nothing is deferred."""
+    from numba.cuda import codegen
+    from numba.cuda.core import config
+
+    if getattr(config, "CUDA_ENABLE_NRT", False):
+        yield
+        return
+    original = codegen.CUDACodeLibrary.get_asm_str
+    codegen.CUDACodeLibrary.get_asm_str = lambda self, cc=None: self.get_llvm_str()
+    try:
+        yield
+    finally:
+        codegen.CUDACodeLibrary.get_asm_str = original
 
 
 def _forget_other_arch(device_functions, cc) -> None:

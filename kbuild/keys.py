@@ -35,7 +35,7 @@ import dis
 import enum
 import sys
 import types as pytypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from numba.core import types as nbtypes
@@ -45,7 +45,8 @@ from .encode import Unencodable, digest_of, encode
 from .errors import KeyingError
 from .values import canonical, summary, type_canonical
 
-KEY_SCHEMA = 2  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 3  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+#                3: symbol numbers from identity (separately compiled objects)
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -59,6 +60,9 @@ class KeyNode:
     summary: str
     digest: str
     children: tuple = ()
+    # For a device function numba compiles into a library of its own (and so kbuild into an
+    # object of its own): its identity, which names its symbols. Not part of the digest.
+    ident: str | None = field(default=None, compare=False)
 
     def flatten(self, prefix=()):
         """Every node as (path of labels, summary, digest), depth first."""
@@ -142,7 +146,8 @@ class Keyer:
         self._memo: dict = {}
         self._stack: list = []
         self.device_functions: list = []  # dispatchers reached as callees, for the compiler
-        self.stable_ids: dict = {}  # py_func -> a number from its content, for symbol names
+        self.stable_ids: dict = {}  # py_func -> a number from its identity, for symbol names
+        self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
         self._ids_taken: set = set()
 
     def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
@@ -177,23 +182,27 @@ class Keyer:
             node = self._function_tree(fn, label, where)
         finally:
             self._stack.pop()
-        # Not node.digest: that includes the label, which says how the function was
-        # reached (kernel or callee), not what it is.
-        self._assign_stable_id(fn.py_func, digest_of(
-            ("function", tuple((k.label, k.digest) for k in node.children))))
+        number = self._assign_stable_id(fn.py_func, _identity(fn.py_func, node))
+        if number is not None and _compiled_apart(fn):
+            node = replace(node, ident=f"{qualified_name(fn.py_func)}${number}")
         self._memo[memo_key] = node
+        self.nodes.setdefault(fn.py_func, node)
         return node
 
-    def _assign_stable_id(self, py_func, digest: str) -> None:
+    def _assign_stable_id(self, py_func, identity: str) -> int | None:
         # numba numbers every function it compiles and mangles the number into symbol
-        # names; a number from the content makes those names independent of build order.
-        # Two distinct functions with one content keep numba's own numbering.
+        # names. A number from the function's identity (name, closure, defaults) makes
+        # those names independent of build order, and keeps them when only the body
+        # changes, so objects compiled against a callee still link with its new version.
+        # Two distinct functions with one identity keep numba's own numbering.
         if py_func in self.stable_ids:
-            return
-        number = int(digest[:12], 16) + (1 << 48)
-        if number not in self._ids_taken:
-            self._ids_taken.add(number)
-            self.stable_ids[py_func] = number
+            return self.stable_ids[py_func]
+        number = int(identity[:12], 16) + (1 << 48)
+        if number in self._ids_taken:
+            return None
+        self._ids_taken.add(number)
+        self.stable_ids[py_func] = number
+        return number
 
     def _function_tree(self, fn: _Function, label: str, where: str) -> KeyNode:
         py_func = fn.py_func
@@ -320,6 +329,34 @@ class Keyer:
     def _is_project_object(self, value) -> bool:
         module = getattr(value, "__module__", None)
         return isinstance(module, str) and self._sources.is_project_module(module)
+
+
+def _identity(py_func, node: KeyNode) -> str:
+    """What tells one function from another, whatever its body: its qualified name and the
+    values it closes over or takes as defaults (a closure factory's products differ)."""
+    captured = tuple((k.label, k.digest) for k in node.children
+                     if k.label.startswith(("closure ", "default ")))
+    return digest_of(("identity", qualified_name(py_func), captured))
+
+
+def _compiled_apart(fn: _Function) -> bool:
+    """Whether numba compiles calls to `fn` as calls into a library of its own.
+
+    A device function is, unless inlined at numba IR level (inline="always"); jitable
+    functions and @overload implementations are left inside their caller's object.
+    """
+    return fn.role == "device" and fn.options.get("inline", "never") in ("never", False, None)
+
+
+def own_digest(node: KeyNode) -> str:
+    """A function tree's digest with each separately compiled callee by identity only.
+
+    This keys the function's own object: what its code depends on except its callees'
+    bodies, which live in their own objects (their interfaces are checked at link time).
+    """
+    inner = tuple((k.label, ("interface", k.ident) if k.ident and k.label.startswith("callee ")
+                   else k.digest) for k in node.children)
+    return digest_of(("own", KEY_SCHEMA, node.summary, inner))
 
 
 def _overload_implementations(func) -> list:
@@ -520,7 +557,7 @@ def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
     found = function_def(sources, py_func)
     fdef = found[0] if found is not None else None
     if fdef is None:
-        return _code_names(py_func.__code__)
+        return _drop_prefixed(_code_names(py_func.__code__))
     # Decorators and default expressions ran at definition time: options and
     # __defaults__ key them. Only the body (and nested code) reads at compile time.
     free = set(normalize.free_loads(fdef))
@@ -563,8 +600,24 @@ def _drop_prefixed(chains):
     return out
 
 
+_LOAD_NAME_OPS = frozenset({"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF"})
+_LOAD_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
 def _code_names(code) -> set[tuple[str, ...]]:
-    names = set((n,) for n in code.co_names) | set((n,) for n in code.co_freevars)
+    """Dotted names read by bytecode (a function without source): `helpers.typed` is
+    followed through the module like in source, not keyed as the bare module."""
+    names = set((n,) for n in code.co_freevars)
+    chain = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in _LOAD_NAME_OPS:
+            chain = (ins.argval,)
+        elif ins.opname in _LOAD_ATTR_OPS and chain is not None:
+            chain += (ins.argval,)
+        else:
+            chain = None
+            continue
+        names.add(chain)
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
             names |= _code_names(const)

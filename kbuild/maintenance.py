@@ -38,11 +38,15 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
     """Evict LRU entries down to `max_size` bytes of blobs; remove orphans and stale temp files."""
     keep = set(keep)
     orphans, orphan_bytes = store.remove_orphan_blobs()
+    objects = 0
     removed, freed = [], orphan_bytes
     if max_size is not None:
         sizes = {name: store.blob_path(name).stat().st_size for name in store.blob_names()}
         total = sum(sizes.values())
         entries = sorted(store.entries(), key=lambda kv: _last_used(store, kv[0]))
+        # The objects a kept target links from stay too, so it can still be relinked.
+        keep |= {k for key, m in entries if key in keep
+                 for k in (m.get("link") or {}).get("objects", ())}
         users = _blob_users(entries)
         for key, manifest in entries:
             if total <= max_size:
@@ -50,7 +54,10 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
             if key in keep:
                 continue
             store.remove_entry(key)
-            removed.append(manifest.get("target", key))
+            if _is_object(manifest):
+                objects += 1
+            else:
+                removed.append(manifest.get("target", key))
             for name in set(manifest["artifacts"].values()):
                 users[name].discard(key)
                 if not users[name] and name in sizes:
@@ -60,8 +67,13 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
                     orphans += 1
     temp = _remove_stale_temp(store)
     blobs, size = store.size()
-    return {"evicted_entries": len(removed), "evicted": removed, "removed_blobs": orphans,
+    return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
+            "removed_blobs": orphans,
             "freed_bytes": freed, "removed_temp_files": temp, "blobs": blobs, "bytes": size}
+
+
+def _is_object(manifest: dict) -> bool:
+    return manifest.get("kind") == "object"
 
 
 def _last_used(store: Store, key: str) -> float:
@@ -111,11 +123,12 @@ def record_build(store: Store, summary: dict) -> None:
 
 def stats(store: Store) -> dict:
     """Entries, blobs and bytes now, and hits/misses/builds over recent builds."""
-    entries = sum(1 for _ in store.entries())
+    kinds = [_is_object(m) for _, m in store.entries()]
     blobs, size = store.size()
     recent = _recent_builds(store)
     totals = {k: sum(int(b.get(k, 0)) for b in recent) for k in ("cached", "built", "failed")}
-    return {"store": str(store.root), "entries": entries, "blobs": blobs, "bytes": size,
+    return {"store": str(store.root), "entries": kinds.count(False), "objects": kinds.count(True),
+            "blobs": blobs, "bytes": size,
             "recent_builds": len(recent), "hits": totals["cached"],
             "misses": totals["built"] + totals["failed"], "builds": totals["built"],
             "failures": totals["failed"],

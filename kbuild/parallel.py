@@ -1,4 +1,4 @@
-"""Compile targets in forked worker processes.
+"""Run compile and link jobs in forked worker processes.
 
 Workers are forked from the process that already imported numba and the
 project's modules and keyed every target, so a worker starts compiling at
@@ -13,39 +13,36 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from .errors import CompileError
 
-_PLAN = None  # the parent's plan, inherited by forked workers
+_JOB = None  # (function, items): inherited by forked workers, which are handed indices
 
 
-def compile_in_workers(the_plan, todo, jobs: int):
-    """Yield (target, Artifacts or CompileError, seconds) as workers finish."""
-    global _PLAN
+def run_in_workers(fn, items, jobs: int):
+    """Yield (item, fn(item)'s outcome, seconds) as workers finish; fn returns
+    (outcome, seconds) and runs in a worker forked from this process."""
+    global _JOB
+    items = list(items)
     if "fork" not in multiprocessing.get_all_start_methods():
-        from .build import compile_target
-
-        for target in todo:
-            yield (target,) + compile_target(the_plan, target)
+        for item in items:
+            yield (item,) + fn(item)
         return
-    _PLAN = the_plan
-    the_plan._work_order = list(todo)
+    _JOB = (fn, items)
     context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context)
     try:
-        futures = {pool.submit(_work, i): target for i, target in enumerate(todo)}
+        futures = {pool.submit(_work, i): item for i, item in enumerate(items)}
         for future in as_completed(futures):
-            target = futures[future]
+            item = futures[future]
             try:
                 outcome, seconds = future.result()
             except Exception as exc:  # noqa: BLE001 - a worker died
                 outcome, seconds = CompileError(f"worker failed: {exc}"), 0.0
-            yield target, outcome, seconds
+            yield item, outcome, seconds
     finally:
         # A caller that stops early (a failure without -k) cancels what has not started.
         pool.shutdown(wait=True, cancel_futures=True)
-        _PLAN = None
+        _JOB = None
 
 
 def _work(i: int):
-    from .build import compile_target
-
-    # Targets are handed out in arch-sorted order; look them up in the inherited plan.
-    return compile_target(_PLAN, _PLAN._work_order[i])
+    fn, items = _JOB
+    return fn(items[i])

@@ -87,9 +87,12 @@ class Project:
             self._plans[cache_key] = _build.plan(self.config, names, archs, self._keyer)
         return self._plans[cache_key]
 
-    def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None):
-        """Build what is out of date; one `Row` per target."""
+    def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None,
+              separate=True):
+        """Build what is out of date; one `Row` per target. `separate=False` compiles each
+        kernel with its device functions as one program, as numba does."""
         the_plan = self.plan(names, archs)
+        the_plan.separate = separate
         return _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
                             progress=progress)
 
@@ -128,6 +131,8 @@ class Project:
         """The newest entry per (target, signature, arch) in the store."""
         newest: dict = {}
         for key, manifest in self.store.entries():
+            if manifest.get("kind") == "object":
+                continue
             ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
             if ident not in newest or manifest.get("built_at", "") >= newest[ident].get("built_at", ""):
                 newest[ident] = manifest
@@ -135,14 +140,17 @@ class Project:
 
     def clean(self, everything: bool = False) -> dict:
         """Remove this project's entries (or all) and blobs no remaining entry uses."""
-        removed = 0
+        removed = objects = 0
         for key, manifest in list(self.store.entries()):
             # By project name only: another project may declare a target of the same name.
             if everything or manifest.get("project") == self.config.name:
                 self.store.remove_entry(key)
-                removed += 1
+                if manifest.get("kind") == "object":
+                    objects += 1
+                else:
+                    removed += 1
         blobs, freed = self.store.remove_orphan_blobs()
-        return {"entries": removed, "blobs": blobs, "bytes": freed}
+        return {"entries": removed, "objects": objects, "blobs": blobs, "bytes": freed}
 
     def __repr__(self):
         return f"Project({self.config.name!r}, store={str(self.store.root)!r})"

@@ -163,6 +163,9 @@ class Store:
     def entry_path(self, key: str) -> Path:
         return self.base / "entries" / key[:2] / f"{key}.json"
 
+    def has_entry(self, key: str) -> bool:
+        return self.entry_path(key).is_file()
+
     def lookup(self, key: str) -> dict | None:
         """The valid manifest for `key` whose blobs all verify, else None (healing what it finds).
 
@@ -355,7 +358,26 @@ def _manifest_problem(key: str, text: str) -> str | None:
     if not isinstance(artifacts, dict) or not artifacts or not all(
             isinstance(v, str) and _HEX32.match(v) for v in artifacts.values()):
         return "artifacts are not blob hashes"
+    if manifest.get("kind") == "object":
+        return _object_problem(manifest)
     if not isinstance(manifest.get("entry"), str):
+        return "no entry symbol"
+    return None
+
+
+def _object_problem(manifest: dict) -> str | None:
+    """A separately compiled object (see `objects`): its LTO-IR and its interface."""
+    def rows(name, width):
+        value = manifest.get(name)
+        return isinstance(value, list) and all(
+            isinstance(r, list) and len(r) == width and all(isinstance(x, str) for x in r)
+            for r in value)
+
+    if "ltoir" not in manifest["artifacts"]:
+        return "object without LTO-IR"
+    if not rows("exports", 2) or not rows("imports", 4):
+        return "object interface is malformed"
+    if not manifest["exports"] and not isinstance(manifest.get("entry"), str):
         return "no entry symbol"
     return None
 

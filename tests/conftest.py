@@ -150,6 +150,15 @@ def blob_files(root: Path) -> dict:
     return {p.name: p for p in (root / "v1" / "blobs").glob("??/??/*") if p.is_file()}
 
 
-def entry_files(root: Path) -> dict:
-    """target key -> path for every entry file in a store."""
-    return {p.stem: p for p in (root / "v1" / "entries").glob("??/*.json")}
+def entry_files(root: Path, kind: str = "target") -> dict:
+    """key -> path for every target entry file in a store (kind="object": the
+    separately compiled objects' entries instead; None: all)."""
+    found = {}
+    for path in (root / "v1" / "entries").glob("??/*.json"):
+        try:
+            is_object = json.loads(path.read_text()).get("kind") == "object"
+        except ValueError:  # a damaged entry is a target's as far as tests go
+            is_object = False
+        if kind is None or is_object == (kind == "object"):
+            found[path.stem] = path
+    return found

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kbuild"
-CORE = {"encode", "normalize", "values", "keys", "explain"}
+CORE = {"encode", "normalize", "values", "keys", "explain", "objects"}
 # keys asks simopts (which reads a decorator's source) only for numba's simulator kernels,
 # whose options exist nowhere else.
 ALLOWED = {name: CORE | {"errors"} for name in CORE}
@@ -36,7 +36,8 @@ def test_the_core_imports_no_adapter(module):
 
 
 @pytest.mark.parametrize("module", ["store", "config", "compiler", "loader", "archive",
-                                    "maintenance", "locks", "sources", "toolchain", "graph"])
+                                    "maintenance", "locks", "sources", "toolchain", "graph",
+                                    "lto"])
 def test_adapters_do_not_import_the_layers_above(module):
     extra = _kbuild_imports(PACKAGE / f"{module}.py") & ADAPTERS_MAY_NOT_IMPORT
     assert not extra, f"kbuild/{module}.py imports {sorted(extra)}"

@@ -137,7 +137,9 @@ def test_manifests_match_their_rows_and_mark_only_the_grid_sync_kernel_cooperati
 def test_blob_files_are_named_by_the_xxh3_128_of_their_bytes(built):
     blobs = blob_files(built.store)
     referenced = {h for r in built.rows for h in r["artifacts"].values()}
-    assert set(blobs) == referenced
+    objects = {json.loads(p.read_text())["artifacts"]["ltoir"]
+               for p in entry_files(built.store, kind="object").values()}
+    assert objects and set(blobs) == referenced | objects
     for name, path in blobs.items():
         assert xxhash.xxh3_128_hexdigest(path.read_bytes()) == name
         assert path.parent.name == name[2:4] and path.parent.parent.name == name[:2]
@@ -295,8 +297,11 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
     assert set(entries_after) == {r["key"] for r in other_rows}
     assert int(match.group(1)) == len(entries) - len(entries_after) == 22
     assert int(match.group(2)) == len(removed_blobs) > 0
-    assert set(blobs_after) == kept_blobs
-    assert removed_blobs == {h for r in built.rows for h in r["artifacts"].values()} - kept_blobs
+    # What stays: the other project's artifacts, and the objects its build committed.
+    kept_objects = {json.loads(p.read_text())["artifacts"]["ltoir"]
+                    for p in entry_files(store_copy, kind="object").values()}
+    assert set(blobs_after) == kept_blobs | kept_objects
+    assert removed_blobs >= {h for r in built.rows for h in r["artifacts"].values()} - kept_blobs
 
     # The other project's entries are intact: its next build is all cached.
     again = run_kbuild("build", "--json", cwd=other, store=store_copy)
@@ -306,9 +311,10 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
     # clean --all empties the store, and says so.
     everything = run_kbuild("clean", "--all", "--json", cwd=built.project, store=store_copy)
     assert everything.returncode == 0, everything.stderr
-    assert everything.json == {"entries": 2, "blobs": 4,
-                               "bytes": sum(sizes[name] for name in kept_blobs)}
-    assert entry_files(store_copy) == {} and blob_files(store_copy) == {}
+    assert everything.json == {"entries": 2, "objects": len(kept_objects),
+                               "blobs": 4 + len(kept_objects),
+                               "bytes": sum(sizes[name] for name in kept_blobs | kept_objects)}
+    assert entry_files(store_copy, kind=None) == {} and blob_files(store_copy) == {}
     gone = run_kbuild("cat", alias["artifacts"]["ptx"], cwd=other, store=store_copy)
     assert gone.returncode == 1
 
@@ -316,10 +322,12 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
 def test_clean_json_bytes_match_the_files_removed(built, store_copy, run_kbuild):
     blobs = blob_files(store_copy)
     sizes = {name: path.stat().st_size for name, path in blobs.items()}
+    objects = len(entry_files(store_copy, kind="object"))
     result = run_kbuild("clean", "--json", cwd=built.project, store=store_copy)
     assert result.returncode == 0, result.stderr
-    assert result.json == {"entries": 22, "blobs": len(blobs), "bytes": sum(sizes.values())}
-    assert entry_files(store_copy) == {} and blob_files(store_copy) == {}
+    assert result.json == {"entries": 22, "objects": objects, "blobs": len(blobs),
+                           "bytes": sum(sizes.values())}
+    assert entry_files(store_copy, kind=None) == {} and blob_files(store_copy) == {}
 
 
 # -- cat, help, version ---------------------------------------------------------------------

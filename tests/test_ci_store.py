@@ -279,9 +279,8 @@ def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
     project = copy_examples(built.project, tmp_path / "project")
     store = tmp_path / "store"
     proc = popen_build(project, kbuild_env(tmp_path / "home", store), "-j1")
-    entries = store / "v1" / "entries"
     try:
-        wait_until(lambda: proc.poll() is not None or any(entries.glob("??/*.json")), 120,
+        wait_until(lambda: proc.poll() is not None or entry_files(store), 120,
                    "the first committed entry")
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -290,7 +289,7 @@ def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
     assert committed >= 1  # killed after some (usually not all) entries were committed
 
     # Whatever was committed is whole: valid JSON naming blobs that exist and verify.
-    for key, path in entry_files(store).items():
+    for key, path in entry_files(store, kind=None).items():
         manifest = json.loads(path.read_text())
         assert manifest["key"] == key
         for name in manifest["artifacts"].values():
@@ -421,7 +420,9 @@ def test_gc_evicts_a_stale_entry_and_its_blobs_but_keeps_current_keys(
     gc = run_kbuild("gc", "--max-size", "1", "--json", cwd=project, store=store)
     assert gc.returncode == 0, gc.stderr
     assert gc.json["evicted_entries"] == 1 and gc.json["evicted"] == [SAXPY]
-    assert gc.json["removed_blobs"] == 2 and gc.json["freed_bytes"] == sum(old_blobs.values())
+    # The old saxpy's own object goes too; the objects current targets link from stay.
+    assert gc.json["evicted_objects"] == 1
+    assert gc.json["removed_blobs"] == 3 and gc.json["freed_bytes"] > sum(old_blobs.values())
     assert gc.json["bytes"] == sum(p.stat().st_size for p in blob_files(store).values())
     assert old["key"] not in entry_files(store)
     assert not set(old_blobs) & set(blob_files(store))
@@ -473,7 +474,13 @@ def test_store_max_size_in_kbuild_toml_applies_after_build(built, build, tmp_pat
     assert set(entry_files(store)) == set(statuses(result))  # the old saxpy entry is gone
     assert built.row(SAXPY)["key"] not in entry_files(store)
     referenced = {n for r in result.json["targets"] for n in r["artifacts"].values()}
-    assert set(blob_files(store)) == referenced
+    # Besides the targets' artifacts, only the objects current targets link from.
+    linked = {k for r in result.json["targets"]
+              for k in json.loads(entry_files(store)[r["key"]].read_text())["link"].get("objects", ())}
+    objects = entry_files(store, kind="object")
+    assert set(objects) == linked
+    assert set(blob_files(store)) == referenced | {
+        json.loads(p.read_text())["artifacts"]["ltoir"] for p in objects.values()}
 
 
 @pytest.mark.parametrize("command", ["gc", "build"])

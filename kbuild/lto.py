@@ -1,0 +1,147 @@
+"""Separate compilation: a compiled kernel split into LTO-IR objects, and their link.
+
+numba-cuda compiles each device function a kernel calls into a code library
+of its own and hands all of them to NVVM as one program. Here each library's
+module becomes an LTO-IR object instead (NVVM `-gen-lto`), keyed by
+`objects.kernel_object_key` / `objects.device_object_key`, and nvJitLink links
+the objects with link-time optimisation, so callees are still inlined across
+objects. The linked PTX is what the whole-program build would produce, up to
+the optimiser's choices; ptxas then makes the cubin, as numba does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import objects
+from .encode import Unencodable, digest_of
+from .values import type_canonical
+
+
+@dataclass(frozen=True)
+class Object:
+    """One LTO-IR object and the manifest that describes its interface."""
+
+    key: str
+    ltoir: bytes
+    manifest: dict
+
+
+def split(compiled, cc, device_functions, nodes, target_node):
+    """The objects of a compiled `_Kernel`, kernel object first; or, as a string, why
+    it has to be built as one program."""
+    library = compiled._codelibrary
+    reason = _whole_program_reason(compiled, library)
+    if reason:
+        return reason
+    owners = _library_owners(device_functions)
+    context = objects.link_context(target_node)
+    exports, units = {}, []
+    for lib in dict.fromkeys(library.linking_libraries):
+        if lib not in owners:
+            return f"it links {lib.name}, which kbuild does not compile on its own"
+        disp, cres = owners[lib]
+        node = nodes.get(disp.py_func)
+        if node is None or node.ident is None:
+            return f"callee {disp.py_func.__qualname__} is compiled into its caller"
+        try:
+            argtypes = _types_digest(cres.signature.args)
+            restype = _types_digest((cres.signature.return_type,))
+        except Unencodable as exc:
+            return f"callee {disp.py_func.__qualname__} has a type kbuild cannot key ({exc})"
+        symbol = cres.fndesc.llvm_func_name
+        key = objects.device_object_key(node, argtypes, context)
+        exports[symbol] = objects.Import(symbol, node.ident, argtypes, restype)
+        units.append((key, lib._module, symbol, node.summary, [[symbol, restype]]))
+    kernel = objects.kernel_node(target_node)
+    units.insert(0, (objects.kernel_object_key(target_node), library._module,
+                     compiled.entry_name, kernel.summary, []))
+    options = dict(library._nvvm_options)
+    made = []
+    for key, module, root, function, defines in units:
+        imports = [exports[fn.name].as_json() for fn in module.functions
+                   if fn.is_declaration and fn.name in exports]
+        manifest = {"kind": objects.OBJECT_KIND, "function": function, "exports": defines,
+                    "imports": imports}
+        if not defines:  # the kernel's own object
+            manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))
+        made.append(Object(key, _ltoir(module, root, options, cc), manifest))
+    return tuple(made)
+
+
+def _whole_program_reason(compiled, library) -> str | None:
+    options = library._nvvm_options
+    if compiled.debug or "g" in options:
+        return "debug=True (kept as one program for its debug info)"
+    if compiled.lineinfo:
+        return "lineinfo=True (kept as one program for its line table)"
+    if not options.get("opt", 3):
+        return "opt=False (link-time optimisation would optimise it)"
+    if library._linking_files:
+        return "it links files (link=..., declare_device or numba helpers)"
+    if library.needs_cudadevrt or compiled.cooperative:
+        return "it synchronises the grid (links cudadevrt)"
+    if compiled.target_context.enable_nrt:
+        return "numba's NRT is enabled"
+    return None
+
+
+def _library_owners(device_functions) -> dict:
+    """Code library -> (dispatcher, compile result), for every compiled device function."""
+    owners = {}
+    for disp in device_functions:
+        for cres in list(getattr(disp, "overloads", {}).values()):
+            lib = getattr(cres, "library", None)
+            if lib is not None:
+                owners[lib] = (disp, cres)
+    return owners
+
+
+def _types_digest(types_) -> str:
+    return digest_of(tuple(type_canonical(t) for t in types_))
+
+
+def _ltoir(module, root: str, nvvm_options: dict, cc) -> bytes:
+    """NVVM `-gen-lto` of one module. numba gives linked device functions linkonce_odr
+    linkage, which lets NVVM drop a definition nothing in its own module calls; the
+    object's own function is made external for the compile, the rest stay linkonce_odr
+    so two objects may both carry a helper."""
+    from numba.cuda.cudadrv import nvrtc, nvvm
+
+    saved = [(fn, fn.linkage) for fn in module.functions if not fn.is_declaration]
+    try:
+        for fn, linkage in saved:
+            if fn.name == root:
+                fn.linkage = "" if linkage in ("linkonce_odr", "weak_odr") else linkage
+            elif linkage in ("", "external"):
+                fn.linkage = "linkonce_odr"
+        text = str(module)
+    finally:
+        for fn, linkage in saved:
+            fn.linkage = linkage
+    options = dict(nvvm_options, arch=nvrtc.get_arch_option(*cc[:2]))
+    options["gen-lto"] = None
+    return bytes(nvvm.compile_ir([text], **options))
+
+
+def link(ltoirs, cc, *, fastmath: bool = False, max_registers=None) -> tuple[bytes, bytes]:
+    """(PTX, cubin) of LTO-IR objects, linked with link-time optimisation for `cc`."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+    from numba.cuda.cudadrv.driver import _Linker
+
+    arch = f"sm_{cc[0]}{cc[1]}"
+    # numba passes fastmath to NVVM as ftz, fma, prec-div and prec-sqrt; the objects carry
+    # them (nvJitLink refuses them as link options, and the linked PTX shows they hold).
+    math = {}
+    codes = [ObjectCode.from_ltoir(data, name=f"object{i}") for i, data in enumerate(ltoirs)]
+    linker = Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=True,
+                                                  ptx=True, **math))
+    try:
+        ptx = bytes(linker.link("ptx").code).rstrip(b"\x00").strip()
+    finally:
+        linker.close()
+    # PTX to cubin exactly as numba links a whole-program kernel's PTX.
+    cubin_linker = _Linker(max_registers=max_registers, cc=tuple(cc[:2]))
+    cubin_linker.add_ptx(ptx)
+    cubin = cubin_linker.complete()
+    return ptx, bytes(getattr(cubin, "code", cubin))

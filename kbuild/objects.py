@@ -1,0 +1,123 @@
+"""Separately compiled objects and link recipes (pure: no I/O, no numba).
+
+A target is linked (nvJitLink, link-time optimisation) from LTO-IR objects:
+its kernel's own object, and one object per (device function, argument
+types) it reaches. Each object is keyed by its function's *own* tree
+(`keys.own_digest`: callees by identity, not by body), so editing a device
+function changes the objects of that function only; every caller's object
+is reused and relinked with the new one.
+
+Reuse is safe because an object records its interface: the symbols it
+defines (with the return type numba inferred) and the symbols it calls
+(with the argument and return types it was compiled against). A recipe
+only links objects whose imports are all met by exports with the same
+types; otherwise the target is compiled again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .encode import digest_of
+from .keys import KEY_SCHEMA, KeyNode, own_digest
+
+OBJECT_KIND = "object"
+# Target inputs an object depends on besides its function; kernel options that reach NVVM.
+_CONTEXT_LABELS = ("arch", "toolchain", "config")
+_NVVM_OPTIONS = ("option fastmath", "option opt")
+
+
+def kernel_node(target: KeyNode) -> KeyNode:
+    (node,) = [k for k in target.children if k.label.startswith("kernel ")]
+    return node
+
+
+def kernel_object_key(target: KeyNode) -> str:
+    """The key of a target's kernel object: the target tree, the kernel by its own digest."""
+    inner = tuple((k.label, own_digest(k) if k.label.startswith("kernel ") else k.digest)
+                  for k in target.children)
+    return digest_of(("kernel-object", KEY_SCHEMA, inner))
+
+
+def link_context(target: KeyNode) -> str:
+    """What a device function's object shares with the kernel that links it: the arch,
+    the toolchain, numba's codegen config and the kernel's NVVM options (numba compiles
+    callees with the kernel's options)."""
+    shared = [(k.label, k.digest) for k in target.children if k.label in _CONTEXT_LABELS]
+    shared += [(k.label, k.digest) for k in kernel_node(target).children
+               if k.label in _NVVM_OPTIONS]
+    return digest_of(("link-context", KEY_SCHEMA, tuple(shared)))
+
+
+def device_object_key(node: KeyNode, argtypes: str, context: str) -> str:
+    """The key of a device function's object for argument types `argtypes` (a digest)."""
+    return digest_of(("device-object", KEY_SCHEMA, own_digest(node), argtypes, context))
+
+
+@dataclass(frozen=True)
+class Import:
+    """A call out of an object: the symbol, whose function it is, and the types compiled against."""
+
+    symbol: str
+    ident: str
+    argtypes: str
+    restype: str
+
+    def as_json(self) -> list:
+        return [self.symbol, self.ident, self.argtypes, self.restype]
+
+    @classmethod
+    def from_json(cls, item) -> Import:
+        return cls(*item)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The objects to link for one target, kernel object first: (object key, LTO-IR blob)."""
+
+    objects: tuple
+    entry: str  # the kernel's symbol
+    cooperative: bool
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """Why a target cannot be relinked; `missing` names an object no build has made yet."""
+
+    reason: str
+    missing: tuple | None = None  # (ident, argtypes digest)
+
+
+def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolved:
+    """The link recipe of `target` from stored objects, or why there is none.
+
+    `lookup(key)` returns an object's manifest or None; `nodes_by_ident` maps a
+    device function's identity to its current function tree.
+    """
+    first = kernel_object_key(target)
+    manifest = lookup(first)
+    if manifest is None:
+        return Unresolved("the kernel's own object is not stored")
+    context = link_context(target)
+    found = {first: manifest}
+    pending = list(manifest.get("imports", ()))
+    while pending:
+        imp = Import.from_json(pending.pop())
+        node = nodes_by_ident.get(imp.ident)
+        if node is None:
+            return Unresolved(f"callee {imp.ident} is no longer reached")
+        key = device_object_key(node, imp.argtypes, context)
+        if key not in found:
+            found[key] = lookup(key)
+            if found[key] is None:
+                return Unresolved(f"callee {imp.ident} changed", (imp.ident, imp.argtypes))
+            pending += found[key].get("imports", ())
+        if [imp.symbol, imp.restype] not in found[key].get("exports", ()):
+            return Unresolved(f"the interface of callee {imp.ident} changed")
+    return Recipe(link_order(first, found), manifest["entry"], bool(manifest["cooperative"]))
+
+
+def link_order(first: str, objects) -> tuple:
+    """Kernel object first, then the others by key: one order however they were found."""
+    rest = sorted(k for k in objects if k != first)
+    return tuple((key, objects[key]["artifacts"]["ltoir"]) for key in [first] + rest)

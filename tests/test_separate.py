@@ -1,0 +1,194 @@
+"""Separate compilation: device functions as LTO-IR objects, kernels relinked on a callee edit.
+
+Every test compares against the ground truth a cold build in an empty store gives:
+a relinked target must have exactly the artifacts a fresh build makes.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from conftest import blob_files, entry_files
+
+HELPERS = '''
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def shared(x):
+    return x * 2.0 + 1.0
+
+
+@cuda.jit(device=True)
+def inner(x):
+    return x - 0.5
+
+
+@cuda.jit(device=True)
+def outer(x):
+    return inner(x) * 3.0
+
+
+@cuda.jit(device=True, inline="always")
+def inlined(x):
+    return x + 4.0
+
+
+@cuda.jit(device=True)
+def typed(x):
+    return x * 2.0
+'''
+
+KERNELS = '''
+from numba import cuda
+
+from pkg import helpers
+from pkg.helpers import inlined, outer, shared
+
+
+def _body(name, expr):
+    return f"""
+@cuda.jit{'(lineinfo=True)' if name == 'k_lineinfo' else ''}
+def {name}(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = {expr}
+"""
+
+
+for _name, _expr in [("k_shared_a", "shared(x[i])"), ("k_shared_b", "shared(x[i]) + outer(x[i])"),
+                     ("k_outer", "outer(x[i]) * 2.0"), ("k_inlined_a", "inlined(x[i])"),
+                     ("k_inlined_b", "inlined(x[i]) * 2.0"), ("k_typed_a", "helpers.typed(x[i])"),
+                     ("k_typed_b", "helpers.typed(x[i]) + 1.0"), ("k_lineinfo", "shared(x[i])")]:
+    exec(_body(_name, _expr))
+'''
+
+NAMES = ["k_shared_a", "k_shared_b", "k_outer", "k_inlined_a", "k_inlined_b", "k_typed_a",
+         "k_typed_b", "k_lineinfo"]
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "helpers.py").write_text(HELPERS)
+    (root / "pkg" / "kernels.py").write_text(KERNELS)
+    toml = '[project]\nname = "sep"\narch = ["sm_80"]\n'
+    for name in NAMES:
+        toml += f'\n[kernels."pkg.kernels:{name}"]\nsignatures = ["void(float32[::1], float32[::1])"]\n'
+    (root / "kbuild.toml").write_text(toml)
+    return root
+
+
+def _rows(result):
+    assert result.returncode == 0, result.stderr + result.stdout
+    return {r["target"].rpartition(":")[2]: r for r in result.json["targets"]}
+
+
+def _edit(project, old, new):
+    path = project / "pkg" / "helpers.py"
+    text = path.read_text()
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, new))
+
+
+def _fresh_artifacts(run_kbuild, project, store):
+    return {name: r["artifacts"] for name, r in
+            _rows(run_kbuild("build", "--json", cwd=project, store=store)).items()}
+
+
+def test_a_cold_build_links_separate_objects_and_says_which_kernels_are_one_program(
+        project, tmp_path, run_kbuild):
+    rows = _rows(run_kbuild("build", "--json", cwd=project, store=tmp_path / "s"))
+    assert {n: r["link"] for n, r in rows.items()} == {
+        **{n: "lto" for n in NAMES}, "k_lineinfo": "whole"}
+    assert "lineinfo" in rows["k_lineinfo"]["note"]
+    assert all(r["note"] is None for n, r in rows.items() if n != "k_lineinfo")
+    # One object per kernel linked apart, one per (device function, argument types).
+    objects = entry_files(tmp_path / "s", kind="object")
+    assert len(objects) == 7 + 4  # shared, inner, outer, typed; inlined lives in its callers
+
+    human = run_kbuild("build", cwd=project, store=tmp_path / "s2")
+    assert "linked as one program: lineinfo=True" in human.stdout
+
+    whole = _rows(run_kbuild("build", "--json", "--whole-program", cwd=project,
+                             store=tmp_path / "s3"))
+    assert {r["link"] for r in whole.values()} == {"whole"}
+    assert entry_files(tmp_path / "s3", kind="object") == {}
+
+
+# (edit in helpers.py, targets rebuilt, of which relinked from stored objects)
+EDITS = {
+    "a body used by two kernels: one compile makes its object, the other relinks":
+        ("return x * 2.0 + 1.0", "return x * 2.5 + 1.0",
+         {"k_shared_a", "k_shared_b", "k_lineinfo"}, 1),
+    "a callee's callee: its callers' objects are all reused":
+        ("return x - 0.5", "return x - 0.75", {"k_shared_b", "k_outer"}, 1),
+    "an inline='always' body is in its callers' objects: never relinked":
+        ("return x + 4.0", "return x + 5.0", {"k_inlined_a", "k_inlined_b"}, 0),
+    "a changed return type changes the callers' code: never relinked":
+        ("return x * 2.0\n", "return int(x) * 2\n", {"k_typed_a", "k_typed_b"}, 0),
+}
+
+
+@pytest.mark.parametrize("case", list(EDITS))
+def test_an_edited_device_function_relinks_exactly_what_a_fresh_build_would_make(
+        case, project, tmp_path, run_kbuild):
+    old, new, rebuilt, relinked = EDITS[case]
+    store = tmp_path / "store"
+    _rows(run_kbuild("build", "--json", cwd=project, store=store))
+    objects_before = set(entry_files(store, kind="object"))
+    _edit(project, old, new)
+
+    rows = _rows(run_kbuild("build", "--json", "-j", "2", cwd=project, store=store))
+    assert {n for n, r in rows.items() if r["status"] == "built"} == rebuilt
+    assert sum(r["link"] == "relink" for r in rows.values()) == relinked
+    # Soundness: every artifact is what an empty store builds from the edited sources.
+    fresh = _fresh_artifacts(run_kbuild, project, tmp_path / "fresh")
+    assert {n: r["artifacts"] for n, r in rows.items()} == fresh
+    if relinked:
+        # Only the edited function's object is new: its callers' objects were reused.
+        assert len(set(entry_files(store, kind="object")) - objects_before) == 1
+
+
+def test_a_damaged_object_is_never_linked(project, tmp_path, run_kbuild):
+    store = tmp_path / "store"
+    _rows(run_kbuild("build", "--json", cwd=project, store=store))
+    for path in entry_files(store, kind="object").values():
+        blob = re.search(r'"ltoir": "([0-9a-f]{32})"', path.read_text()).group(1)
+        blob_files(store)[blob].write_bytes(b"not LTO-IR")
+    _edit(project, "return x * 2.0 + 1.0", "return x * 2.5 + 1.0")
+
+    result = run_kbuild("build", "--json", cwd=project, store=store)
+    rows = _rows(result)
+    assert "corrupt" in result.stderr
+    assert not any(r["link"] == "relink" for r in rows.values())
+    assert {n: r["artifacts"] for n, r in rows.items()} == \
+        _fresh_artifacts(run_kbuild, project, tmp_path / "fresh")
+
+
+def _instructions(ptx: str) -> int:
+    return sum(1 for line in ptx.splitlines()
+               if line.strip().endswith(";") and not line.strip().startswith((".", "//")))
+
+
+def test_linked_kernels_have_no_more_instructions_than_whole_program_ones(
+        examples_project, tmp_path, run_kbuild):
+    """No loss at run time: the examples linked from objects against numba's own build."""
+    apart = run_kbuild("build", "--json", "--arch", "sm_90", cwd=examples_project,
+                       store=tmp_path / "a")
+    whole = run_kbuild("build", "--json", "--arch", "sm_90", "--whole-program",
+                       cwd=examples_project, store=tmp_path / "w")
+    blobs_a, blobs_w = blob_files(tmp_path / "a"), blob_files(tmp_path / "w")
+    linked = 0
+    for a, w in zip(apart.json["targets"], whole.json["targets"]):
+        assert (a["target"], a["signature"]) == (w["target"], w["signature"])
+        count_a = _instructions(blobs_a[a["artifacts"]["ptx"]].read_text())
+        count_w = _instructions(blobs_w[w["artifacts"]["ptx"]].read_text())
+        assert count_a <= count_w, textwrap.shorten(f"{a['target']} {a['signature']}", 80)
+        linked += a["link"] == "lto"
+    assert linked >= len(apart.json["targets"]) - 2  # only the grid-sync kernel is whole
