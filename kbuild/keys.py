@@ -142,7 +142,7 @@ class Keyer:
     """Builds key trees, remembering every function it has keyed in this process."""
 
     def __init__(self, sources: Sources):
-        self._sources = sources
+        self._sources = self.sources = sources
         self._memo: dict = {}
         self._stack: list = []
         self.device_functions: list = []  # dispatchers reached as callees, for the compiler
@@ -221,14 +221,12 @@ class Keyer:
         return branch(label, name, children)
 
     def _body(self, py_func, keep_positions: bool, where: str) -> KeyNode:
-        found = function_def(self._sources, py_func)
-        if found is not None:
-            fdef, first_line = found
-            ast_bytes = normalize.normalized_ast(
-                fdef, keep_positions=keep_positions, first_line=first_line)
+        tree = _remembered(self._sources, py_func, f"ast{int(keep_positions)}",
+                           lambda: _normalized_digest(self._sources, py_func, keep_positions))
+        if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
             # back from a file edited after import (or `python -O`) can't pass for it.
-            return leaf("body", (ast_bytes, _code_fingerprint(py_func.__code__, where)),
+            return leaf("body", (tree, _code_fingerprint(py_func.__code__, where)),
                         "source with line numbers" if keep_positions else "source")
         # No parsable source (a lambda, exec'd code): key the bytecode instead.
         code = py_func.__code__
@@ -357,6 +355,22 @@ def own_digest(node: KeyNode) -> str:
     inner = tuple((k.label, ("interface", k.ident) if k.ident and k.label.startswith("callee ")
                    else k.digest) for k in node.children)
     return digest_of(("own", KEY_SCHEMA, node.summary, inner))
+
+
+def _remembered(sources, py_func, kind: str, compute):
+    """`compute()` for `py_func`, remembered by the sources across processes if they can
+    (`ProjectSources.remembered`: by the digest of the source numba compiles)."""
+    remembered = getattr(sources, "remembered", None)
+    return compute() if remembered is None else remembered(py_func, kind, compute)
+
+
+def _normalized_digest(sources, py_func, keep_positions: bool) -> str | None:
+    found = function_def(sources, py_func)
+    if found is None:
+        return None
+    fdef, first_line = found
+    return digest_of(normalize.normalized_ast(fdef, keep_positions=keep_positions,
+                                              first_line=first_line))
 
 
 def _overload_implementations(func) -> list:
@@ -554,6 +568,12 @@ def function_def(sources, py_func):
 
 def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
     """Dotted names read by the function that are not its own locals."""
+    chains = _remembered(sources, py_func, "chains",
+                         lambda: sorted(map(list, _load_chains_of(py_func, sources))))
+    return set(map(tuple, chains))
+
+
+def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
     found = function_def(sources, py_func)
     fdef = found[0] if found is not None else None
     if fdef is None:

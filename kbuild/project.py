@@ -83,8 +83,10 @@ class Project:
                 from .keys import Keyer
                 from .sources import ProjectSources
 
-                self._keyer = Keyer(ProjectSources(self.config.paths))
+                facts = None if self.store.read_only else self.store.base / "facts"
+                self._keyer = Keyer(ProjectSources(self.config.paths, facts_dir=facts))
             self._plans[cache_key] = _build.plan(self.config, names, archs, self._keyer)
+            self._save_facts()
         return self._plans[cache_key]
 
     def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None,
@@ -93,8 +95,15 @@ class Project:
         kernel with its device functions as one program, as numba does."""
         the_plan = self.plan(names, archs)
         the_plan.separate = separate
-        return _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
+        rows = _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
                             progress=progress)
+        self._save_facts()
+        return rows
+
+    def _save_facts(self) -> None:
+        # Only into a store that exists: looking at a project creates no store.
+        if not self.store.read_only and self.store.base.is_dir():
+            self._keyer.sources.save_facts()
 
     def status(self, names=None, archs=None) -> list[dict]:
         """A dry run: up-to-date, stale or missing for every target, and why."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import linecache
 import os
 import sys
+import tempfile
 from functools import lru_cache
+from pathlib import Path
 
 from .encode import digest
 from .errors import KeyingError
@@ -29,9 +32,44 @@ class ProjectSources:
     still keyed by content but library helpers (``math.sqrt``) by name.
     """
 
-    def __init__(self, roots):
+    def __init__(self, roots, facts_dir=None):
         self._roots = tuple(os.path.realpath(r) + os.sep for r in roots)
         self._project_cache: dict[str, bool] = {}
+        # Facts about functions (normalized syntax tree digests, names read) by the digest
+        # of the source they were compiled from: a no-op build parses nothing.
+        self._facts_dir = Path(facts_dir) / _facts_version() if facts_dir else None
+        self._facts: dict[str, dict] = {}
+        self._changed: set[str] = set()
+
+    def remembered(self, func, kind: str, compute):
+        """`compute()` (JSON data) for `func`, kept in the facts directory under the digest
+        of the source this process compiled `func` from; computed when not there."""
+        code = getattr(func, "__code__", None)
+        source = code and _IMPORTED.get(_realpath(code.co_filename))
+        if self._facts_dir is None or source is None:
+            return compute()
+        table = self._facts.get(source)
+        if table is None:
+            table = self._facts[source] = _read_facts(self._facts_dir / f"{source}.json")
+        slot = f"{code.co_firstlineno} {func.__qualname__} {kind}"
+        if slot not in table:
+            table[slot] = compute()
+            self._changed.add(source)
+        return table[slot]
+
+    def save_facts(self) -> None:
+        """Write what `remembered` computed; a facts directory that cannot be written is
+        only slower, never wrong."""
+        for source in sorted(self._changed):
+            try:
+                self._facts_dir.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=self._facts_dir, prefix=".facts.")
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(self._facts[source], fh, sort_keys=True)
+                os.replace(tmp, self._facts_dir / f"{source}.json")
+            except OSError:
+                return
+        self._changed.clear()
 
     def source_of(self, func):
         try:
@@ -80,6 +118,27 @@ class ProjectSources:
 
     def file_digest(self, path: str) -> str:
         return _file_digest(os.path.realpath(path), os.stat(path).st_mtime_ns)
+
+
+@lru_cache(maxsize=None)
+def _realpath(path: str) -> str:
+    return os.path.realpath(path)
+
+
+@lru_cache(maxsize=1)
+def _facts_version() -> str:
+    """Facts are what kbuild's own code computes: a new kbuild starts a new directory."""
+    here = Path(__file__).resolve().parent
+    return digest(b"".join((here / f"{name}.py").read_bytes()
+                           for name in ("encode", "normalize", "keys", "values")))[:16]
+
+
+def _read_facts(path: Path) -> dict:
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
 
 
 @lru_cache(maxsize=None)

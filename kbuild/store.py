@@ -397,7 +397,12 @@ def _umask() -> int:
 
 
 def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
-    """Write via a temp file in the store and `os.replace`: readers never see half a file."""
+    """Write via a temp file in the store and `os.replace`: readers never see half a file.
+
+    No fsync: a process killed mid-write leaves only a temp file, and what a power loss
+    could tear is caught on read (blobs are verified against their names, manifests
+    validated) and rebuilt. An fsync per file cost a 64-kernel build about 0.6 s.
+    """
     tmp_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=path.name[:16] + ".")
     try:
@@ -405,8 +410,6 @@ def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
             # mkstemp makes the file 0600; a store shared by a team needs the umask's modes.
             os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
