@@ -192,3 +192,41 @@ def test_linked_kernels_have_no_more_instructions_than_whole_program_ones(
         assert count_a <= count_w, textwrap.shorten(f"{a['target']} {a['signature']}", 80)
         linked += a["link"] == "lto"
     assert linked >= len(apart.json["targets"]) - 2  # only the grid-sync kernel is whole
+
+
+COUNT_PARSES = """
+import json, sys
+from kbuild import Project, normalize
+
+parsed = []
+real = normalize.normalized_ast
+normalize.normalized_ast = lambda *a, **k: parsed.append(1) or real(*a, **k)
+rows = Project.load(sys.argv[1], store=sys.argv[2]).build()
+print(json.dumps({"parsed": len(parsed), "built": sorted(r.target for r in rows
+                                                         if r.status == "built")}))
+"""
+
+
+def test_a_no_op_build_normalizes_no_source_and_an_edit_only_its_file(
+        project, tmp_path, run_kbuild):
+    import json
+    import subprocess
+    import sys
+
+    store = tmp_path / "store"
+    _rows(run_kbuild("build", "--json", cwd=project, store=store))
+    assert list((store / "v1" / "facts").glob("*/*.json")), "no facts kept"
+
+    def plan_in_a_new_process():
+        out = subprocess.run([sys.executable, "-c", COUNT_PARSES, str(project / "kbuild.toml"),
+                              str(store)], cwd=project, capture_output=True, text=True,
+                             check=True)
+        return json.loads(out.stdout.splitlines()[-1])
+
+    assert plan_in_a_new_process() == {"parsed": 0, "built": []}
+    _edit(project, "return x * 2.0 + 1.0", "return x * 2.5 + 1.0")
+    after = plan_in_a_new_process()
+    # Only the edited file's five device functions are normalized again.
+    assert after["parsed"] == 5
+    assert after["built"] == [f"pkg.kernels:{n}" for n in ("k_lineinfo", "k_shared_a",
+                                                           "k_shared_b")]
