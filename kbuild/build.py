@@ -99,8 +99,11 @@ def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNod
 
 
 def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int = 1,
-          progress=None) -> list[Row]:
-    """Build what is out of date; return one row per target, in plan order."""
+          progress=None, executor=None) -> list[Row]:
+    """Build what is out of date; return one row per target, in plan order.
+
+    `executor` (e.g. a `distributed.DaskExecutor`) compiles instead of local processes.
+    """
     if not store.read_only:
         store.check_root()  # a file at the store path fails here, not with a warning per target
     rows: dict[Target, Row] = {}
@@ -125,13 +128,13 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         store.ensure_writable()
     with _KeyLocks(store, the_plan, todo) as locks:
         stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
-                              progress)
+                              progress, executor)
         # Ours are committed: let go of them before waiting, or two builds that split the keys
         # between them would each wait for the other's locks forever.
         locks.release_mine()
         if not stop:
             _compile_batch(the_plan, store, locks.wait_for_others(rows), jobs, keep_going, rows,
-                           progress)
+                           progress, executor)
     for target in todo:
         if target not in rows:
             rows[target] = Row(target.name, target.signature, target.arch,
@@ -146,9 +149,10 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     return ordered
 
 
-def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress) -> bool:
+def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
+                   executor=None) -> bool:
     """Compile and commit `batch`; True when a failure stops the build."""
-    outcomes = _compile_all(the_plan, batch, jobs)
+    outcomes = _compile_all(the_plan, batch, jobs, executor)
     stop = False
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
@@ -237,9 +241,12 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
     return hashes
 
 
-def _compile_all(the_plan: Plan, todo, jobs: int):
+def _compile_all(the_plan: Plan, todo, jobs: int, executor=None):
     """Yield (target, Artifacts or exception, seconds), grouped by arch."""
     todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
+    if executor is not None and todo:
+        yield from executor.compile(the_plan, todo, jobs)
+        return
     if jobs > 1 and len(todo) > 1:
         from .parallel import compile_in_workers
 

@@ -87,11 +87,12 @@ class Project:
             self._plans[cache_key] = _build.plan(self.config, names, archs, self._keyer)
         return self._plans[cache_key]
 
-    def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None):
-        """Build what is out of date; one `Row` per target."""
+    def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None,
+              executor=None):
+        """Build what is out of date; one `Row` per target (`executor`: see `build.build`)."""
         the_plan = self.plan(names, archs)
         return _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
-                            progress=progress)
+                            progress=progress, executor=executor)
 
     def status(self, names=None, archs=None) -> list[dict]:
         """A dry run: up-to-date, stale or missing for every target, and why."""
