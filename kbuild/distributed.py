@@ -71,9 +71,7 @@ class DaskExecutor:
                                  f"workers ({type(exc).__name__}: {exc}); compiling here instead")
         try:
             if shipped is None:
-                from .parallel import compile_in_workers
-
-                yield from compile_in_workers(the_plan, todo, jobs)
+                yield from _compile_here(the_plan, todo, jobs)
             else:
                 yield from self._run(client, the_plan, todo, bundle, shipped)
         finally:
@@ -101,6 +99,18 @@ class DaskExecutor:
         finally:
             # A caller that stops early (a failure without -k) cancels what has not run.
             client.cancel(list(futures))
+
+
+def _compile_here(the_plan, todo, jobs: int):
+    """What `--executor local` does: `jobs` forked processes, or this one."""
+    from .build import compile_target
+    from .parallel import compile_in_workers
+
+    if jobs > 1 and len(todo) > 1:
+        yield from compile_in_workers(the_plan, todo, jobs)
+    else:
+        for target in todo:
+            yield (target,) + compile_target(the_plan, target)
 
 
 def _outcome(future):
@@ -223,7 +233,9 @@ def _plan(files: dict, job: dict):
 
     if _state.get("digest") != job["bundle"]:
         root = _unpack(files, job["bundle"])
-        _forget_modules_under(_state.get("root"))
+        if _state.get("root") is not None:  # this process's copy of an older bundle
+            _forget_modules_under(_state["root"])
+            shutil.rmtree(_state["root"], ignore_errors=True)
         config = load_config(root / job["config"])
         _state.clear()
         _state.update(digest=job["bundle"], root=root, config=config, plans={},
@@ -253,10 +265,8 @@ def _unpack(files: dict, bundle_digest: str) -> Path:
     return root
 
 
-def _forget_modules_under(root) -> None:
+def _forget_modules_under(root: Path) -> None:
     """Drop the previous bundle's modules, so the next import reads the new sources."""
-    if root is None:
-        return
     prefix = str(root) + os.sep
     for name, module in list(sys.modules.items()):
         if (getattr(module, "__file__", None) or "").startswith(prefix):
