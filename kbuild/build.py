@@ -244,8 +244,8 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
 def _compile_all(the_plan: Plan, todo, jobs: int, executor=None):
     """Yield (target, Artifacts or exception, seconds), grouped by arch."""
     todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
-    if executor is not None and todo:
-        yield from executor.compile(the_plan, todo, jobs)
+    if executor is not None and todo and executor.start(the_plan):
+        yield from executor.compile(the_plan, todo)
         return
     if jobs > 1 and len(todo) > 1:
         from .parallel import compile_in_workers

@@ -15,6 +15,7 @@ executor's channel, and what travels on it is dicts, strings and bytes.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import os
 import re
@@ -47,83 +48,121 @@ def parse_executor(text: str | None, *, timeout: float, warnings: list):
 
 
 class DaskExecutor:
-    """Sends a build's compile jobs to the scheduler at `address`."""
+    """Sends a build's compile jobs to the scheduler at `address`.
+
+    `build._compile_all` asks `start(plan)` first: False (after one warning) when no
+    scheduler or worker answers within `timeout`, and the build compiles locally.
+    """
 
     def __init__(self, address: str, timeout: float, warnings: list):
         self.address, self.timeout, self.warnings = address, timeout, warnings
+        self.down = False
+        self._client = self._bundle = self._shipped = None
 
-    def compile(self, the_plan, todo, jobs: int):
-        """Yield (target, Artifacts or CompileError, seconds) as the cluster finishes them.
-
-        An unreachable scheduler is one warning and a local build (with `jobs` processes).
-        """
+    def start(self, the_plan) -> bool:
+        """Connect and send every worker the project; whether the cluster can take jobs."""
         from distributed import Client
 
-        client = shipped = None
+        if self.down:
+            return False
         try:
-            client = Client(self.address, timeout=self.timeout, set_as_default=False)
-            bundle = project_bundle(the_plan.config)
-            # Every worker gets the project once, now; jobs name it. No worker in time: local.
-            [shipped] = client.scatter([bundle["files"]], broadcast=True, hash=False,
-                                       timeout=self.timeout)
+            self._client = Client(self.address, timeout=self.timeout, set_as_default=False)
+            self._bundle = project_bundle(the_plan.config)
+            # Every worker gets the project once, now; the jobs only name it.
+            [self._shipped] = self._client.scatter([self._bundle["files"]], broadcast=True,
+                                                   hash=False, timeout=self.timeout)
         except (OSError, TimeoutError) as exc:
+            self.down = True
+            self.close()
             self.warnings.append(f"dask scheduler {self.address} unreachable or without "
                                  f"workers ({type(exc).__name__}: {exc}); compiling here instead")
-        try:
-            if shipped is None:
-                yield from _compile_here(the_plan, todo, jobs)
-            else:
-                yield from self._run(client, the_plan, todo, bundle, shipped)
-        finally:
-            if client is not None:
-                client.close()
+            return False
+        return True
 
-    def _run(self, client, the_plan, todo, bundle, shipped):
+    def compile(self, the_plan, todo):
+        """Yield (target, Artifacts or CompileError, seconds) as the cluster finishes them."""
         from distributed import as_completed
 
-        from .toolchain import codegen_config, toolchain
-
-        fingerprint = {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
-        archs = sorted({t.arch for t in the_plan.targets})
-        futures = {}
+        client, futures = self._client, {}
         try:
             for target in todo:
-                job = {"bundle": bundle["digest"], "config": bundle["config"],
-                       "names": list(the_plan.kernels), "archs": archs,
-                       "target": [target.name, target.signature, target.arch],
-                       "key": the_plan.keys[target].digest, "fingerprint": fingerprint}
+                job = _job(the_plan, target, self._bundle)
                 name = f"kbuild-{target.name}-{job['key'][:12]}-{uuid.uuid4().hex[:8]}"
-                futures[client.submit(run_job, shipped, job, key=name, pure=False)] = target
+                futures[client.submit(run_job, self._shipped, job, key=name, pure=False)] = target
             for future in as_completed(futures, loop=client.loop):
                 yield (futures[future],) + _outcome(future)
         finally:
             # A caller that stops early (a failure without -k) cancels what has not run.
             client.cancel(list(futures))
+            self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = self._shipped = None
 
 
-def _compile_here(the_plan, todo, jobs: int):
-    """What `--executor local` does: `jobs` forked processes, or this one."""
-    from .build import compile_target
-    from .parallel import compile_in_workers
+def _job(the_plan, target, bundle) -> dict:
+    """One target's job, as plain data."""
+    from .toolchain import codegen_config, toolchain
 
-    if jobs > 1 and len(todo) > 1:
-        yield from compile_in_workers(the_plan, todo, jobs)
-    else:
-        for target in todo:
-            yield (target,) + compile_target(the_plan, target)
+    return {"bundle": bundle["digest"], "config": bundle["config"],
+            "names": list(the_plan.kernels), "archs": sorted({t.arch for t in the_plan.targets}),
+            # Plain-valued plan settings (such as how to link) hold on the worker too.
+            "options": {f.name: getattr(the_plan, f.name) for f in dataclasses.fields(the_plan)
+                        if isinstance(getattr(the_plan, f.name), (bool, int, float, str))},
+            "target": [target.name, target.signature, target.arch],
+            "key": the_plan.keys[target].digest,
+            "fingerprint": {"toolchain": toolchain(), "codegen": _plain(codegen_config())}}
 
 
 def _outcome(future):
     """(Artifacts or CompileError, seconds) from a finished job's plain result."""
-    from .compiler import Artifacts
-
     try:
         result = future.result()
     except Exception as exc:  # noqa: BLE001 - a worker died or could not run the job
         return CompileError(f"dask worker failed: {type(exc).__name__}: {exc}"), 0.0
     if result.get("error") is not None:
         return CompileError(result["error"]), result["seconds"]
-    return Artifacts(**result["artifacts"]), result["seconds"]
+    return from_data(result["artifacts"]), result["seconds"]
+
+
+def to_data(value):
+    """`value` as dicts, lists, strings, bytes and numbers: kbuild's dataclasses (the
+    compiler's `Artifacts` and what it holds) by class name and fields, tuples tagged."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        return {"dataclass": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f.name: to_data(getattr(value, f.name))
+                           for f in dataclasses.fields(value)}}
+    if isinstance(value, tuple):
+        return {"tuple": [to_data(v) for v in value]}
+    if isinstance(value, list):
+        return [to_data(v) for v in value]
+    if isinstance(value, dict):
+        return {"dict": [[to_data(k), to_data(v)] for k, v in value.items()]}
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    raise TypeError(f"cannot send a {type(value).__name__} from a dask worker")
+
+
+def from_data(data):
+    """The inverse of `to_data`; only dataclasses defined in kbuild are made."""
+    if isinstance(data, list):
+        return [from_data(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    if "tuple" in data:
+        return tuple(from_data(v) for v in data["tuple"])
+    if "dict" in data:
+        return {from_data(k): from_data(v) for k, v in data["dict"]}
+    module, _, name = data["dataclass"].partition(":")
+    if module.split(".")[0] != "kbuild":
+        raise ValueError(f"refusing to make a {data['dataclass']} from a dask worker's result")
+    cls = getattr(importlib.import_module(module), name)
+    if not dataclasses.is_dataclass(cls):
+        raise ValueError(f"{data['dataclass']} is not a dataclass")
+    return cls(**{k: from_data(v) for k, v in data["fields"].items()})
 
 
 def _plain(value):
@@ -203,7 +242,7 @@ def _run_job(files: dict, job: dict) -> dict:
     outcome, seconds = compile_target(the_plan, target)
     if isinstance(outcome, Exception):
         return {"error": str(outcome), "seconds": seconds}
-    return {"artifacts": dataclasses.asdict(outcome), "seconds": seconds}
+    return {"artifacts": to_data(outcome), "seconds": seconds}
 
 
 def toolchain_mismatch(expected: dict) -> str | None:
@@ -240,9 +279,12 @@ def _plan(files: dict, job: dict):
         _state.clear()
         _state.update(digest=job["bundle"], root=root, config=config, plans={},
                       keyer=Keyer(ProjectSources(config.paths)))
-    selection = (tuple(job["names"]), tuple(job["archs"]))
+    selection = (tuple(job["names"]), tuple(job["archs"]), tuple(sorted(job["options"].items())))
     if selection not in _state["plans"]:
-        _state["plans"][selection] = plan(_state["config"], *selection, _state["keyer"])
+        the_plan = plan(_state["config"], *selection[:2], _state["keyer"])
+        for name, value in job["options"].items():
+            setattr(the_plan, name, value)
+        _state["plans"][selection] = the_plan
     return _state["plans"][selection]
 
 

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from kbuild.distributed import project_bundle, run_job
+from kbuild.distributed import from_data, project_bundle, run_job, to_data
 from kbuild.encode import digest
 
 from conftest import blob_files, copy_examples
@@ -94,7 +94,8 @@ def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_bu
     bundle = project_bundle(load_config(project / "kbuild.toml"))
     row = next(r for r in built["targets"] if r["target"] == SAXPY)
     job = {"bundle": bundle["digest"], "config": bundle["config"], "names": [SAXPY],
-           "archs": [ARCH], "target": [SAXPY, row["signature"], ARCH], "key": "0" * 32,
+           "archs": [ARCH], "options": {}, "target": [SAXPY, row["signature"], ARCH],
+           "key": "0" * 32,
            "fingerprint": {"toolchain": toolchain(), "codegen": _plain(codegen_config())}}
     with Client(cluster.scheduler_address, set_as_default=False) as client:
         result = client.submit(run_job, bundle["files"], job, pure=False).result()
@@ -103,8 +104,26 @@ def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_bu
     assert "artifacts" not in result
     assert f"computes key {row['key']} for {SAXPY}" in result["error"]
     assert f"this machine {'0' * 32}" in result["error"]
-    assert {name: digest(data) for name, data in right["artifacts"].items()
-            if isinstance(data, bytes)} == row["artifacts"]
+    artifacts = from_data(right["artifacts"])
+    assert {"ptx": digest(artifacts.ptx), "cubin": digest(artifacts.cubin)} == row["artifacts"]
+
+
+def test_results_travel_as_plain_data_and_only_kbuild_dataclasses_come_back():
+    from kbuild.compiler import Artifacts
+
+    artifacts = Artifacts(ptx=b"//ptx", cubin=b"\x7fELF", entry="k", cooperative=False)
+    data = to_data(artifacts)
+    assert from_data(data) == artifacts
+
+    def plain(value):
+        return isinstance(value, (str, bytes, int, float, bool, type(None))) or \
+            isinstance(value, list) and all(map(plain, value)) or \
+            isinstance(value, dict) and all(isinstance(k, str) and plain(v)
+                                            for k, v in value.items())
+
+    assert plain(data)
+    with pytest.raises(ValueError, match="refusing to make a os:PathLike"):
+        from_data(dict(data, dataclass="os:PathLike"))
 
 
 def test_an_unreachable_scheduler_warns_and_builds_here(local_build, run_kbuild, tmp_path):
