@@ -246,7 +246,7 @@ def _run_job(files: dict, job: dict) -> dict:
 
 
 def toolchain_mismatch(expected: dict) -> str | None:
-    """'numba-cuda 0.29.0 here, 0.30.4 there'-style differences from `expected`, or None."""
+    """"numba-cuda '0.30.4' on the worker, '0.29.0' on the client"; ...: what differs, or None."""
     from .toolchain import codegen_config, toolchain
 
     ours = {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
@@ -292,11 +292,12 @@ def _unpack(files: dict, bundle_digest: str) -> Path:
     root = (_scratch() / bundle_digest).resolve()  # module __file__s are real paths
     if root.is_dir():
         return root
+    bad = [rel for rel in files if rel.startswith("/") or ".." in rel.split("/")]
+    if bad:
+        raise KbuildError(f"refusing bundle path {bad[0]!r} (absolute or '..')")
     tmp = root.with_name(f"{bundle_digest}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     for rel, data in files.items():
-        if rel.startswith("/") or ".." in rel.split("/"):
-            raise KbuildError(f"refusing bundle path {rel!r}")
         path = tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
