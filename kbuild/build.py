@@ -108,8 +108,11 @@ def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNod
 
 
 def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int = 1,
-          progress=None) -> list[Row]:
-    """Build what is out of date; return one row per target, in plan order."""
+          progress=None, executor=None) -> list[Row]:
+    """Build what is out of date; return one row per target, in plan order.
+
+    `executor` (e.g. a `distributed.DaskExecutor`) compiles instead of local processes.
+    """
     if not store.read_only:
         store.check_root()  # a file at the store path fails here, not with a warning per target
     rows: dict[Target, Row] = {}
@@ -134,13 +137,13 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         store.ensure_writable()
     with _KeyLocks(store, the_plan, todo) as locks:
         stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
-                              progress)
+                              progress, executor)
         # Ours are committed: let go of them before waiting, or two builds that split the keys
         # between them would each wait for the other's locks forever.
         locks.release_mine()
         if not stop:
             _compile_batch(the_plan, store, locks.wait_for_others(rows), jobs, keep_going, rows,
-                           progress)
+                           progress, executor)
     for target in todo:
         if target not in rows:
             rows[target] = Row(target.name, target.signature, target.arch,
@@ -155,9 +158,10 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     return ordered
 
 
-def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress) -> bool:
+def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
+                   executor=None) -> bool:
     """Compile and commit `batch`; True when a failure stops the build."""
-    outcomes = _compile_all(the_plan, store, batch, jobs)
+    outcomes = _compile_all(the_plan, store, batch, jobs, executor)
     stop = False
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
@@ -254,15 +258,17 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
     return hashes
 
 
-def _compile_all(the_plan: Plan, store: Store, todo, jobs: int):
+def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
     """Yield (target, Artifacts or exception, seconds): relink what stored objects allow,
-    compile the rest.
+    compile the rest (on `executor`'s cluster when it has one that answers).
 
     A target whose kernel object is stored but one of whose callees changed needs that
     callee's new object; one such target per missing object is compiled first (which
     makes the object), then the others are relinked with it.
     """
     todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
+    if executor is not None and not (todo and executor.start(the_plan)):
+        executor = None  # nothing to do, or no cluster: compile here
     recipes, first, waiting = {}, [], []
     makers = set()
     for target in todo:
@@ -276,7 +282,7 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int):
             waiting.append(target)
         else:
             first.append(target)
-    yield from _run(the_plan, [(t, None) for t in first], jobs, store)
+    yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
     later = []
     for target in waiting:
         found = _recipe(the_plan, store, target)
@@ -285,7 +291,7 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int):
         else:
             later.append(target)
     yield from _run(the_plan, [(t, recipes[t]) for t in todo if t in recipes]
-                    + [(t, None) for t in later], jobs, store)
+                    + [(t, None) for t in later], jobs, store, executor)
 
 
 def _recipe(the_plan: Plan, store: Store, target: Target):
@@ -294,8 +300,14 @@ def _recipe(the_plan: Plan, store: Store, target: Target):
     return resolve(the_plan.keys[target], the_plan.nodes_by_ident(), store.lookup)
 
 
-def _run(the_plan: Plan, items, jobs: int, store: Store):
-    """Run (target, recipe or None) jobs: a link where there is a recipe, else a compile."""
+def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
+    """Run (target, recipe or None) jobs: a link where there is a recipe, else a compile.
+    Links read objects from this store, so they always run here."""
+    if executor is not None:
+        compiles = [t for t, recipe in items if recipe is None]
+        if compiles:
+            yield from executor.compile(the_plan, compiles)
+        items = [item for item in items if item[1] is not None]
     if jobs > 1 and len(items) > 1:
         from .parallel import run_in_workers
 

@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-size", metavar="SIZE",
                    help="after building, evict least-recently-used entries down to SIZE "
                         "(default: [store] max_size)")
+    _remote_options(p)
+    p.add_argument("--executor", metavar="local|dask://HOST:PORT", default=None,
+                   help="where to compile: local processes (default) or a Dask cluster")
     p.set_defaults(run=cmd_build)
 
     p = sub.add_parser("gc", parents=[common],
@@ -141,6 +144,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _remote_options(p):
+    p.add_argument("--remote", metavar="URL",
+                   help="shared cache behind the store: redis://HOST:PORT/DB, s3://BUCKET/PREFIX, "
+                        "file:///PATH ... (default: $KBUILD_REMOTE, else [store] remote)")
+    p.add_argument("--no-remote", action="store_true", help="use no remote cache")
+    p.add_argument("--remote-read-only", action="store_true",
+                   help="read from the remote cache but never write to it (CI jobs)")
+    p.add_argument("--remote-timeout", metavar="SECONDS",
+                   help="bound on every remote call (default: $KBUILD_REMOTE_TIMEOUT, "
+                        "[store] remote_timeout, else 5)")
+
+
 def _targets_and_arch(p):
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="module:attr.path or a unique short name (default: all)")
@@ -156,6 +171,7 @@ def cmd_build(args) -> int:
     project = _remember(args, open_project(args.config, args.store, read_only=args.read_only))
     archs = parse_archs(args.arch)
     max_size = _max_size(args, project)
+    project.store.remote, executor = _remote_and_executor(args, project)
     if not args.read_only:
         project.store.check_root()  # before keying imports numba and the project
     start = time.perf_counter()
@@ -163,7 +179,8 @@ def cmd_build(args) -> int:
     jobs = args.jobs if args.jobs else default_jobs()
     progress = None if args.json or not sys.stderr.isatty() else _ProgressBar()
     rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
-                         progress=progress, separate=not args.whole_program)
+                         progress=progress, separate=not args.whole_program,
+                         executor=executor)
     if progress:
         progress.close()
     if max_size is not None and not args.read_only:
@@ -190,6 +207,18 @@ def cmd_build(args) -> int:
               + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
               + f" in {seconds:.2f}s")
     return EXIT_FAILED if summary["failed"] else EXIT_OK
+
+
+def _remote_and_executor(args, project):
+    """The remote tier (CLI > env > kbuild.toml) and the executor (None: local) of a build."""
+    from .distributed import parse_executor
+    from .remote import open_remote, remote_settings, remote_timeout
+
+    settings = remote_settings(project.config, url=args.remote, no_remote=args.no_remote,
+                               read_only=args.remote_read_only, timeout=args.remote_timeout)
+    executor = parse_executor(args.executor, warnings=project.store.warnings,
+                              timeout=remote_timeout(project.config, args.remote_timeout))
+    return open_remote(settings), executor
 
 
 def _max_size(args, project):
@@ -240,6 +269,12 @@ def cmd_stats(args) -> int:
         print(f"blobs        {result['blobs']} ({_size(result['bytes'])})")
         print(f"last {result['recent_builds']} builds: {result['hits']} hits, "
               f"{result['misses']} misses, {result['builds']} built, {result['failures']} failed")
+        if result["remote_hits"] or result["remote_misses"] or result["remote_bytes_pushed"]:
+            print(f"remote       {result['remote_hits']} hits, {result['remote_misses']} misses, "
+                  f"{_size(result['remote_bytes_fetched'])} fetched, "
+                  f"{_size(result['remote_bytes_pushed'])} pushed"
+                  + (f", {result['remote_rejected']} rejected" if result["remote_rejected"] else "")
+                  + (f", {result['remote_errors']} unreachable" if result["remote_errors"] else ""))
     return EXIT_OK
 
 

@@ -123,7 +123,7 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     """
     from numba.cuda.dispatcher import _Kernel
 
-    with targeting(cc), _numbering(stable_ids or {}):
+    with targeting(cc), _numbering(stable_ids or {}), _record_names():
         _forget_other_arch(device_functions, tuple(cc))
         with _ptx_deferred() if apart else contextlib.nullcontext():
             compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
@@ -185,6 +185,30 @@ def _forget_other_arch(device_functions, cc) -> None:
         if getattr(disp, "_can_compile", False) and getattr(disp, "_kbuild_cc", cc) != cc:
             disp.overloads.clear()  # eager ones keep their only overloads
         disp._kbuild_cc = cc
+
+
+@contextlib.contextmanager
+def _record_names():
+    """numba mangles a record type's per-process creation number into symbol names, so one
+    kernel's bytes would depend on what else the process typed; mangle its layout instead."""
+    from numba.core.types import npytypes as core_npytypes
+    from numba.cuda.types import cuda_npytypes
+
+    from .encode import digest_of
+    from .values import type_canonical
+
+    def mangling_args(self):
+        return type(self).__name__, (int(digest_of(type_canonical(self))[:12], 16),)
+
+    classes = list(dict.fromkeys([core_npytypes.Record, cuda_npytypes.Record]))
+    saved = [(cls, cls.__dict__["mangling_args"]) for cls in classes]
+    for cls in classes:
+        cls.mangling_args = property(mangling_args)
+    try:
+        yield
+    finally:
+        for cls, original in saved:
+            cls.mangling_args = original
 
 
 @contextlib.contextmanager

@@ -39,6 +39,8 @@ class ProjectConfig:
     store: Path | None
     kernels: tuple[KernelSpec, ...]
     max_size: int | None = None  # [store] max_size, in bytes
+    remote: str | None = None  # [store] remote: a shared cache URL (see remote.py)
+    remote_timeout: float | None = None  # [store] remote_timeout, seconds per remote call
 
     @property
     def root(self) -> Path:
@@ -77,7 +79,14 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
     archs = tuple(validate_arch(a, f"{path}: [project] arch") for a in
                   _string_list(project, "arch", path, "project", default=["sm_80"]))
     store = _typed(project, "store", str, path, "project", default=None)
-    max_size = _max_size(path, _table(data, "store", path, required=False))
+    store_table = _table(data, "store", path, required=False)
+    max_size = _max_size(path, store_table)
+    remote = _typed(store_table, "remote", str, path, "store", default=None)
+    remote_timeout = store_table.get("remote_timeout")
+    if remote_timeout is not None:
+        from .remote import parse_timeout
+
+        remote_timeout = parse_timeout(remote_timeout, f"{path}: [store] remote_timeout")
     kernels_table = _table(data, "kernels", path, required=True)
     if not kernels_table:
         raise ConfigError(f"{path}: [kernels] declares no kernel; "
@@ -90,6 +99,8 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
         store=(path.parent / store).resolve() if store else None,
         max_size=max_size,
         kernels=kernels,
+        remote=remote or None,
+        remote_timeout=remote_timeout,
     )
 
 

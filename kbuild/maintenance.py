@@ -22,6 +22,9 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, 
           "g": 1e9, "gb": 1e9, "gib": 1024**3, "t": 1e12, "tb": 1e12, "tib": 1024**4}
 _STALE_TMP_SECONDS = 3600
 _RECENT_BUILDS = 100
+# Logged by builds with a remote tier (remote.RemoteTier.take_counts); 0 in older lines.
+_REMOTE_COUNTS = ("remote_hits", "remote_misses", "remote_rejected", "remote_errors",
+                  "remote_bytes_fetched", "remote_bytes_pushed")
 
 
 def parse_size(text, where: str = "--max-size") -> int:
@@ -110,6 +113,8 @@ def record_build(store: Store, summary: dict) -> None:
     """Append one build's counts to the store's stats log (a single small O_APPEND write)."""
     if store.read_only:
         return
+    if store.remote is not None:
+        summary = {**summary, **store.remote.take_counts()}  # remote_hits, remote_bytes_fetched...
     line = json.dumps({"time": round(time.time(), 3), **summary}, sort_keys=True) + "\n"
     try:
         fd = os.open(store.base / "stats.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -126,12 +131,14 @@ def stats(store: Store) -> dict:
     kinds = [_is_object(m) for _, m in store.entries()]
     blobs, size = store.size()
     recent = _recent_builds(store)
-    totals = {k: sum(int(b.get(k, 0)) for b in recent) for k in ("cached", "built", "failed")}
+    totals = {k: sum(int(b.get(k, 0)) for b in recent) for k in ("cached", "built", "failed")
+              + _REMOTE_COUNTS}
     return {"store": str(store.root), "entries": kinds.count(False), "objects": kinds.count(True),
             "blobs": blobs, "bytes": size,
             "recent_builds": len(recent), "hits": totals["cached"],
             "misses": totals["built"] + totals["failed"], "builds": totals["built"],
             "failures": totals["failed"],
+            **{k: totals[k] for k in _REMOTE_COUNTS},
             "last_build": recent[-1] if recent else None}
 
 

@@ -90,13 +90,14 @@ class Project:
         return self._plans[cache_key]
 
     def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None,
-              separate=True):
+              separate=True, executor=None):
         """Build what is out of date; one `Row` per target. `separate=False` compiles each
-        kernel with its device functions as one program, as numba does."""
+        kernel with its device functions as one program, as numba does; `executor`: see
+        `build.build`."""
         the_plan = self.plan(names, archs)
         the_plan.separate = separate
         rows = _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
-                            progress=progress)
+                            progress=progress, executor=executor)
         self._save_facts()
         return rows
 

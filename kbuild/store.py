@@ -66,7 +66,13 @@ class _TextOnlyDisk(diskcache.Disk):
 
 
 class Store:
-    """One store directory. `warnings` collects problems healed along the way."""
+    """One store directory. `warnings` collects problems healed along the way.
+
+    `remote` (a `remote.RemoteTier`, set by whoever opens the store for a build) is asked
+    on a local miss and sent every entry this store commits.
+    """
+
+    remote = None
 
     def __init__(self, root, *, read_only: bool = False):
         self.root = Path(root)
@@ -167,6 +173,14 @@ class Store:
         return self.entry_path(key).is_file()
 
     def lookup(self, key: str) -> dict | None:
+        """The valid manifest for `key` whose blobs all verify, else None; a local miss is
+        asked of the remote tier, whose verified hit is committed here first."""
+        manifest = self._lookup_local(key)
+        if manifest is None and self.remote is not None and not self.read_only:
+            manifest = self.remote.fetch(self, key)
+        return manifest
+
+    def _lookup_local(self, key: str) -> dict | None:
         """The valid manifest for `key` whose blobs all verify, else None (healing what it finds).
 
         The entry file (the commit) is always read, so a damaged file is never hidden
@@ -214,8 +228,8 @@ class Store:
             except OSError:
                 pass
 
-    def commit(self, key: str, manifest: dict) -> None:
-        """Write the manifest (after its blobs) atomically, then index it."""
+    def commit(self, key: str, manifest: dict, *, push: bool = True) -> None:
+        """Write the manifest (after its blobs) atomically, index it, push it to the remote."""
         manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key)
         for name in manifest["artifacts"].values():
             if not self.has_blob(name):
@@ -225,6 +239,8 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, text.encode(), self.base / "tmp")
         self._index_set(key, text)
+        if push and self.remote is not None:
+            self.remote.push(self, key, text)
 
     def remove_entry(self, key: str) -> None:
         if self.read_only:

@@ -87,7 +87,8 @@ def run_kbuild(tmp_path_factory):
 
     def run(*args, cwd, env=None, store=None, timeout=300) -> Result:
         full_env = dict(os.environ)
-        for name in ("KBUILD_STORE", "PYTHONDONTWRITEBYTECODE", "NUMBA_ENABLE_CUDASIM"):
+        for name in ("KBUILD_STORE", "PYTHONDONTWRITEBYTECODE", "NUMBA_ENABLE_CUDASIM",
+                     "KBUILD_REMOTE", "KBUILD_REMOTE_TIMEOUT", "KBUILD_REMOTE_READ_ONLY"):
             full_env.pop(name, None)  # bytecode caches on: a user's normal setting
         full_env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
                         NUMBA_CACHE_DIR=str(home / "numba-cache"))

@@ -37,7 +37,7 @@ def test_the_core_imports_no_adapter(module):
 
 @pytest.mark.parametrize("module", ["store", "config", "compiler", "loader", "archive",
                                     "maintenance", "locks", "sources", "toolchain", "graph",
-                                    "lto"])
+                                    "lto", "remote"])
 def test_adapters_do_not_import_the_layers_above(module):
     extra = _kbuild_imports(PACKAGE / f"{module}.py") & ADAPTERS_MAY_NOT_IMPORT
     assert not extra, f"kbuild/{module}.py imports {sorted(extra)}"

@@ -1,0 +1,140 @@
+"""`kbuild build --executor dask://HOST:PORT` on a real Dask LocalCluster on loopback.
+
+The cluster's workers are separate processes that share none of the client's imports: they
+get the project as data and must reach the same keys and the same artifacts as a local build.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from kbuild.distributed import from_data, project_bundle, run_job, to_data
+from kbuild.encode import digest
+
+from conftest import blob_files, copy_examples
+
+ARCH = "sm_90"
+SAXPY = "examples.saxpy:saxpy"
+# numba-cuda's grid-sync PTX declares its externs in hash-seed order (PRODUCT.md).
+HASH_SEED_DEPENDENT = {"examples.reductions:mirror_sum"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import distributed
+
+    # No dashboard; the scheduler's HTTP server (health routes) on loopback too.
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None,
+                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def executor(cluster) -> str:
+    return cluster.scheduler_address.replace("tcp://", "dask://")
+
+
+@pytest.fixture(scope="module")
+def local_build(tmp_path_factory, repo_root, run_kbuild):
+    base = tmp_path_factory.mktemp("local")
+    project = copy_examples(repo_root, base / "project")
+    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
+    assert result.returncode == 0, result.stderr
+    return project, result.json
+
+
+def test_a_dask_cluster_builds_the_examples_with_the_keys_and_artifacts_of_a_local_build(
+        executor, local_build, run_kbuild, tmp_path):
+    project = copy_examples(local_build[0], tmp_path / "elsewhere" / "project")
+    remote = tmp_path / "remote"
+    result = run_kbuild("build", "--json", "--arch", ARCH, "--executor", executor,
+                        "--remote", remote.as_uri(), cwd=project, store=tmp_path / "store")
+    assert result.returncode == 0, result.stderr
+    assert result.json["warnings"] == []
+    local = local_build[1]["targets"]
+    rows = result.json["targets"]
+    assert [(r["target"], r["key"], r["status"]) for r in rows] == \
+        [(r["target"], r["key"], "built") for r in local]
+    for row, mine in zip(rows, local):
+        if row["target"] not in HASH_SEED_DEPENDENT:
+            assert row["artifacts"] == mine["artifacts"], row["target"]
+    for name, path in blob_files(tmp_path / "store").items():
+        assert digest(path.read_bytes()) == name
+    # Results land in the remote too.
+    assert sorted(p.stem for p in (remote / "v1" / "entries").glob("??/*.json")) == \
+        sorted(r["key"] for r in rows)
+    print(f"dask build {result.json['summary']['seconds']}s, "
+          f"local {local_build[1]['summary']['seconds']}s")
+
+
+def test_a_client_whose_toolchain_differs_gets_a_clear_failed_row(
+        executor, local_build, run_kbuild, tmp_path):
+    # NUMBA_OPT changes generated code: the client's setting is not the workers'.
+    result = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--executor", executor,
+                        cwd=local_build[0], store=tmp_path / "store", env={"NUMBA_OPT": "0"})
+    assert result.returncode == 1
+    (row,) = result.json["targets"]
+    assert row["status"] == "failed"
+    assert "has another toolchain than this machine: OPT 3 on the worker, 0 on the client" \
+        in row["error"]
+    assert not blob_files(tmp_path / "store")
+
+
+def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_build):
+    from distributed import Client
+
+    from kbuild.config import load_config
+    from kbuild.distributed import _plain
+    from kbuild.toolchain import codegen_config, toolchain
+
+    project, built = local_build
+    bundle = project_bundle(load_config(project / "kbuild.toml"))
+    row = next(r for r in built["targets"] if r["target"] == SAXPY)
+    job = {"bundle": bundle["digest"], "config": bundle["config"], "names": [SAXPY],
+           "archs": [ARCH], "options": {}, "target": [SAXPY, row["signature"], ARCH],
+           "key": "0" * 32,
+           "fingerprint": {"toolchain": toolchain(), "codegen": _plain(codegen_config())}}
+    with Client(cluster.scheduler_address, set_as_default=False) as client:
+        result = client.submit(run_job, bundle["files"], job, pure=False).result()
+        right = client.submit(run_job, bundle["files"], dict(job, key=row["key"]),
+                              pure=False).result()
+    assert "artifacts" not in result
+    assert f"computes key {row['key']} for {SAXPY}" in result["error"]
+    assert f"this machine {'0' * 32}" in result["error"]
+    artifacts = from_data(right["artifacts"])
+    assert {"ptx": digest(artifacts.ptx), "cubin": digest(artifacts.cubin)} == row["artifacts"]
+
+
+def test_results_travel_as_plain_data_and_only_kbuild_dataclasses_come_back():
+    from kbuild.compiler import Artifacts
+
+    artifacts = Artifacts(ptx=b"//ptx", cubin=b"\x7fELF", entry="k", cooperative=False)
+    data = to_data(artifacts)
+    assert from_data(data) == artifacts
+
+    def plain(value):
+        return isinstance(value, (str, bytes, int, float, bool, type(None))) or \
+            isinstance(value, list) and all(map(plain, value)) or \
+            isinstance(value, dict) and all(isinstance(k, str) and plain(v)
+                                            for k, v in value.items())
+
+    assert plain(data)
+    with pytest.raises(ValueError, match="refusing to make a os:PathLike"):
+        from_data(dict(data, dataclass="os:PathLike"))
+
+
+def test_an_unreachable_scheduler_warns_and_builds_here(local_build, run_kbuild, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--executor",
+                        f"dask://127.0.0.1:{port}", "--remote-timeout", "1",
+                        cwd=local_build[0], store=tmp_path / "store")
+    assert result.returncode == 0, result.stderr
+    assert result.json["targets"][0]["status"] == "built"
+    (warning,) = result.json["warnings"]
+    assert warning.startswith(f"dask scheduler tcp://127.0.0.1:{port} unreachable")
+    assert warning.endswith("compiling here instead")
