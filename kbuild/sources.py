@@ -46,8 +46,8 @@ class ProjectSources:
         of the source this process compiled `func` from; computed when not there."""
         code = getattr(func, "__code__", None)
         source = code and _IMPORTED.get(_realpath(code.co_filename))
-        if self._facts_dir is None or source is None:
-            return compute()
+        if self._facts_dir is None or source is None or not self._unchanged(code, source):
+            return compute()  # which reads the file (and refuses one changed since import)
         table = self._facts.get(source)
         if table is None:
             table = self._facts[source] = _read_facts(self._facts_dir / f"{source}.json")
@@ -56,6 +56,12 @@ class ProjectSources:
             table[slot] = compute()
             self._changed.add(source)
         return table[slot]
+
+    def _unchanged(self, code, source: str) -> bool:
+        try:
+            return self.file_digest(code.co_filename) == source
+        except OSError:
+            return False
 
     def save_facts(self) -> None:
         """Write what `remembered` computed; a facts directory that cannot be written is

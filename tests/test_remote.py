@@ -159,6 +159,11 @@ def stats(run_kbuild, project, store) -> dict:
     return done.json
 
 
+def _objects(store: Path) -> dict:
+    """key -> manifest of the separately compiled objects in a store."""
+    return {k: json.loads(p.read_text()) for k, p in entry_files(store, kind="object").items()}
+
+
 def assert_blobs_verify(store: Path) -> None:
     for name, path in blob_files(store).items():
         assert digest(path.read_bytes()) == name, f"blob {path} does not match its name"
@@ -184,8 +189,10 @@ def test_a_second_machine_with_an_empty_store_compiles_nothing(
     assert seen_b["remote_bytes_fetched"] > sum(p.stat().st_size
                                                 for p in blob_files(store_b).values())
     seen_a = stats(run_kbuild, machine_a.project, machine_a.store)
-    assert (seen_a["remote_misses"], seen_a["remote_hits"]) == (len(machine_a.rows), 0)
-    assert seen_a["remote_bytes_pushed"] == seen_b["remote_bytes_fetched"]
+    # A asked for each target and for each target's kernel object (to relink from), and
+    # pushed both; B, all cached, needed only the targets.
+    assert (seen_a["remote_misses"], seen_a["remote_hits"]) == (2 * len(machine_a.rows), 0)
+    assert seen_a["remote_bytes_pushed"] > seen_b["remote_bytes_fetched"]
 
     # What came from the remote is in B's own store now: no remote needed.
     again = build(checkout, store_b, "--no-remote")
@@ -197,8 +204,10 @@ def test_redis_holds_each_entry_and_blob_once_under_the_prefix(machine_a, redis_
     entries = {k.rpartition(":")[2]: v for k, v in keys.items() if k.startswith("v1:entry:")}
     blobs = {k.rpartition(":")[2]: v for k, v in keys.items() if k.startswith("v1:blob:")}
     assert len(entries) + len(blobs) == len(keys)
-    assert sorted(entries) == sorted(r["key"] for r in machine_a.rows)
-    assert set(blobs) == {h for r in machine_a.rows for h in r["artifacts"].values()}
+    objects = _objects(machine_a.store)
+    assert sorted(entries) == sorted([r["key"] for r in machine_a.rows] + list(objects))
+    assert set(blobs) == {h for r in machine_a.rows for h in r["artifacts"].values()} | {
+        m["artifacts"]["ltoir"] for m in objects.values()}
     assert all(digest(data) == name for name, data in blobs.items())
     for key, text in entries.items():
         assert json.loads(text)["key"] == key
@@ -332,7 +341,7 @@ def test_a_file_url_remote_shares_builds_and_distrusts_its_files(machine_a, buil
     remote = tmp_path / "shared-dir"
     push_all(machine_a.store, remote.as_uri())
     assert sorted(p.stem for p in (remote / "v1" / "entries").glob("??/*.json")) == \
-        sorted(r["key"] for r in machine_a.rows)
+        sorted([r["key"] for r in machine_a.rows] + list(_objects(machine_a.store)))
     assert not list(remote.rglob(".tmp-*"))
 
     checkout = copy_examples(machine_a.project, tmp_path / "p")
