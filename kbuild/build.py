@@ -271,8 +271,9 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
         executor = None  # nothing to do, or no cluster: compile here
     recipes, first, waiting = {}, [], []
     makers = set()
+    nodes = the_plan.nodes_by_ident()
     for target in todo:
-        found = _recipe(the_plan, store, target)
+        found = _recipe(the_plan, store, target, nodes)
         if isinstance(found, Recipe):
             recipes[target] = found
         elif found.missing is not None and (target.arch, found.missing) not in makers:
@@ -285,7 +286,7 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
     yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
     later = []
     for target in waiting:
-        found = _recipe(the_plan, store, target)
+        found = _recipe(the_plan, store, target, nodes)
         if isinstance(found, Recipe):
             recipes[target] = found
         else:
@@ -294,10 +295,10 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
                     + [(t, None) for t in later], jobs, store, executor)
 
 
-def _recipe(the_plan: Plan, store: Store, target: Target):
+def _recipe(the_plan: Plan, store: Store, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
-    return resolve(the_plan.keys[target], the_plan.nodes_by_ident(), store.lookup)
+    return resolve(the_plan.keys[target], nodes, store.lookup)
 
 
 def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):

@@ -127,9 +127,12 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
         _forget_other_arch(device_functions, tuple(cc))
         with _ptx_deferred() if apart else contextlib.nullcontext():
             compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
-        made = _split(compiled, cc, device_functions, apart)
-        if isinstance(made, tuple):
-            return _linked(compiled, cc, made, kernel.targetoptions)
+        try:
+            made = _split(compiled, cc, device_functions, apart)
+            if isinstance(made, tuple):
+                return _linked(compiled, cc, made, kernel.targetoptions)
+        except Exception as exc:  # noqa: BLE001 - numba's own way still works
+            made = f"separate compilation failed ({type(exc).__name__}: {exc})"
         library = compiled._codelibrary
         ptx = library.get_asm_str(cc=tuple(cc))
         cubin = library.get_cubin(cc=tuple(cc))

@@ -66,7 +66,9 @@ def split(compiled, cc, device_functions, nodes, target_node):
         if not defines:  # the kernel's own object
             manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))
         made.append(Object(key, _ltoir(module, root, options, cc), manifest))
-    return tuple(made)
+    # The order a relink uses (`objects.link_order`): kernel first, then by key.
+    rest = {o.key: o for o in made[1:]}
+    return (made[0],) + tuple(rest[k] for k in sorted(rest))
 
 
 def _whole_program_reason(compiled, library) -> str | None:
