@@ -203,15 +203,22 @@ def _record_names():
     def mangling_args(self):
         return type(self).__name__, (int(digest_of(type_canonical(self))[:12], 16),)
 
-    classes = list(dict.fromkeys([core_npytypes.Record, cuda_npytypes.Record]))
-    saved = [(cls, cls.__dict__["mangling_args"]) for cls in classes]
-    for cls in classes:
-        cls.mangling_args = property(mangling_args)
+    classes = dict.fromkeys([core_npytypes.Record, cuda_npytypes.Record])
+    with _patched(classes, "mangling_args", lambda _original: property(mangling_args)):
+        yield
+
+
+@contextlib.contextmanager
+def _patched(classes, name: str, replacement):
+    """Within the block, each class's attribute `name` is `replacement(its original)`."""
+    saved = [(cls, cls.__dict__[name]) for cls in classes]
+    for cls, original in saved:
+        setattr(cls, name, replacement(original))
     try:
         yield
     finally:
         for cls, original in saved:
-            cls.mangling_args = original
+            setattr(cls, name, original)
 
 
 @contextlib.contextmanager
@@ -223,7 +230,6 @@ def _numbering(stable_ids: dict):
     from numba.cuda.core import bytecode as cuda_bytecode
 
     classes = [m.FunctionIdentity for m in (core_bytecode, cuda_bytecode)]
-    saved = [(cls, cls.__dict__["from_function"]) for cls in classes]
     issued = set()
 
     def numbered(original):
@@ -239,11 +245,7 @@ def _numbering(stable_ids: dict):
 
         return classmethod(from_function)
 
-    for cls, original in saved:
+    for cls in classes:
         cls._unique_ids = itertools.count(1)
-        cls.from_function = numbered(original)
-    try:
+    with _patched(classes, "from_function", numbered):
         yield
-    finally:
-        for cls, original in saved:
-            cls.from_function = original
