@@ -348,7 +348,6 @@ def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
     (a blob gone bad since the recipe was made, say)."""
     from .compiler import Artifacts
     from .lto import link
-    from .store import CorruptBlob
 
     start = time.perf_counter()
     options = the_plan.kernels[target.name].kernel.targetoptions
@@ -356,7 +355,7 @@ def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
         ptx, cubin = link(ltoirs, arch_cc(target.arch), fastmath=bool(options.get("fastmath")),
                           max_registers=options.get("max_registers"))
-    except (CorruptBlob, Exception):  # noqa: BLE001 - any failure: compile it instead
+    except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target)
     artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
                           link={"mode": "relink", "objects": [k for k, _ in recipe.objects]})

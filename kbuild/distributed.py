@@ -261,9 +261,9 @@ def _plan(files: dict, job: dict):
     """The client's plan, made again here once per bundle and selection.
 
     All of the client's kernels are planned, in its order, before anything is
-    compiled, as a local build does: numba numbers types as a process creates
-    them and writes a record type's number into mangled names, so importing the
-    project in another order would give the same key other bytes.
+    compiled, as a local build does: the keyer hands out symbol numbers as it
+    meets functions (two functions of one identity keep numba's own numbering),
+    so keying in another order could give the same key other bytes.
     """
     from .build import plan
     from .config import load_config

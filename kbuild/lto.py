@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from . import objects
 from .encode import Unencodable, digest_of
+from .store import OBJECT_KIND
 from .values import type_canonical
 
 
@@ -61,7 +62,7 @@ def split(compiled, cc, device_functions, nodes, target_node):
     for key, module, root, function, defines in units:
         imports = [exports[fn.name].as_json() for fn in module.functions
                    if fn.is_declaration and fn.name in exports]
-        manifest = {"kind": objects.OBJECT_KIND, "function": function, "exports": defines,
+        manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
                     "imports": imports}
         if not defines:  # the kernel's own object
             manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))

@@ -15,7 +15,7 @@ import re
 import time
 
 from .errors import ConfigError
-from .store import Store
+from .store import Store, is_object
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,
@@ -57,7 +57,7 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
             if key in keep:
                 continue
             store.remove_entry(key)
-            if _is_object(manifest):
+            if is_object(manifest):
                 objects += 1
             else:
                 removed.append(manifest.get("target", key))
@@ -73,10 +73,6 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
     return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
             "removed_blobs": orphans,
             "freed_bytes": freed, "removed_temp_files": temp, "blobs": blobs, "bytes": size}
-
-
-def _is_object(manifest: dict) -> bool:
-    return manifest.get("kind") == "object"
 
 
 def _last_used(store: Store, key: str) -> float:
@@ -128,7 +124,7 @@ def record_build(store: Store, summary: dict) -> None:
 
 def stats(store: Store) -> dict:
     """Entries, blobs and bytes now, and hits/misses/builds over recent builds."""
-    kinds = [_is_object(m) for _, m in store.entries()]
+    kinds = [is_object(m) for _, m in store.entries()]
     blobs, size = store.size()
     recent = _recent_builds(store)
     totals = {k: sum(int(b.get(k, 0)) for b in recent) for k in ("cached", "built", "failed")

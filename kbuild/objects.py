@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from .encode import digest_of
 from .keys import KEY_SCHEMA, KeyNode, own_digest
 
-OBJECT_KIND = "object"
 # Target inputs an object depends on besides its function; kernel options that reach NVVM.
 _CONTEXT_LABELS = ("arch", "toolchain", "config")
 _NVVM_OPTIONS = ("option fastmath", "option opt")

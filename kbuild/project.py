@@ -7,7 +7,7 @@ from pathlib import Path
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
 from .explain import diff
-from .store import Store
+from .store import Store, is_object
 
 
 class Project:
@@ -141,7 +141,7 @@ class Project:
         """The newest entry per (target, signature, arch) in the store."""
         newest: dict = {}
         for key, manifest in self.store.entries():
-            if manifest.get("kind") == "object":
+            if is_object(manifest):
                 continue
             ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
             if ident not in newest or manifest.get("built_at", "") >= newest[ident].get("built_at", ""):
@@ -155,7 +155,7 @@ class Project:
             # By project name only: another project may declare a target of the same name.
             if everything or manifest.get("project") == self.config.name:
                 self.store.remove_entry(key)
-                if manifest.get("kind") == "object":
+                if is_object(manifest):
                     objects += 1
                 else:
                     removed += 1

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .encode import digest
 from .errors import ConfigError
-from .store import LAYOUT, _manifest_problem, _umask
+from .store import LAYOUT, _manifest_problem, atomic_write, blob_relpath, entry_relpath
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_PREFIX = "kbuild:"
@@ -308,10 +308,10 @@ class FsspecRemote:
         self.local = isinstance(self.fs, LocalFileSystem)
 
     def _entry(self, key: str) -> str:
-        return f"{self.root}/{LAYOUT}/entries/{key[:2]}/{key}.json"
+        return f"{self.root}/{LAYOUT}/{entry_relpath(key)}"
 
     def _blob(self, name: str) -> str:
-        return f"{self.root}/{LAYOUT}/blobs/{name[:2]}/{name[2:4]}/{name}"
+        return f"{self.root}/{LAYOUT}/{blob_relpath(name)}"
 
     def get_entry(self, key: str) -> bytes | None:
         return self._cat(self._entry(key))
@@ -335,14 +335,5 @@ class FsspecRemote:
             self.fs.pipe_file(path, data)  # an object PUT is atomic
             return
         # A shared directory (NFS) is read while written: temp file and rename, as the store does.
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the team
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        target = Path(path)
+        atomic_write(target, data, target.parent, prefix=".tmp-")

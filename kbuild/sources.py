@@ -8,7 +8,6 @@ import json
 import linecache
 import os
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -66,13 +65,13 @@ class ProjectSources:
     def save_facts(self) -> None:
         """Write what `remembered` computed; a facts directory that cannot be written is
         only slower, never wrong."""
+        from .store import atomic_write
+
         for source in sorted(self._changed):
+            text = json.dumps(self._facts[source], sort_keys=True)
             try:
-                self._facts_dir.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=self._facts_dir, prefix=".facts.")
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(self._facts[source], fh, sort_keys=True)
-                os.replace(tmp, self._facts_dir / f"{source}.json")
+                atomic_write(self._facts_dir / f"{source}.json", text.encode(), self._facts_dir,
+                             prefix=".facts.")
             except OSError:
                 return
         self._changed.clear()

@@ -37,6 +37,23 @@ _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
 
 
+OBJECT_KIND = "object"  # a separately compiled object's entry (see `objects`), not a target's
+
+
+def is_object(manifest: dict) -> bool:
+    return manifest.get("kind") == OBJECT_KIND
+
+
+def blob_relpath(name: str) -> str:
+    """Where a blob lives under the layout folder (here and in a remote tier)."""
+    return f"blobs/{name[:2]}/{name[2:4]}/{name}"
+
+
+def entry_relpath(key: str) -> str:
+    """Where an entry's manifest lives under the layout folder (here and in a remote tier)."""
+    return f"entries/{key[:2]}/{key}.json"
+
+
 class CorruptBlob(Exception):
     """A blob is missing or its bytes do not match its name."""
 
@@ -100,7 +117,7 @@ class Store:
                 (self.base / sub).mkdir(parents=True, exist_ok=True)
             tag = self.root / "CACHEDIR.TAG"
             if not tag.exists():
-                _atomic_write(tag, _CACHEDIR_TAG, self.base / "tmp")
+                atomic_write(tag, _CACHEDIR_TAG, self.base / "tmp")
             probe = tempfile.NamedTemporaryFile(dir=self.base / "tmp", delete=True)
             probe.close()
         except OSError as exc:
@@ -125,7 +142,7 @@ class Store:
     # -- blobs --------------------------------------------------------------
 
     def blob_path(self, name: str) -> Path:
-        return self.base / "blobs" / name[:2] / name[2:4] / name
+        return self.base / blob_relpath(name)
 
     def put_blob(self, data: bytes) -> str:
         """Store `data` under its digest (deduplicated) and return the digest."""
@@ -134,7 +151,7 @@ class Store:
         # A damaged copy under the right name is replaced, not trusted by its name.
         if not _holds(path, name):
             path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(path, data, self.base / "tmp")
+            atomic_write(path, data, self.base / "tmp")
         return name
 
     def has_blob(self, name: str) -> bool:
@@ -167,7 +184,7 @@ class Store:
     # -- entries ------------------------------------------------------------
 
     def entry_path(self, key: str) -> Path:
-        return self.base / "entries" / key[:2] / f"{key}.json"
+        return self.base / entry_relpath(key)
 
     def has_entry(self, key: str) -> bool:
         return self.entry_path(key).is_file()
@@ -237,7 +254,7 @@ class Store:
         text = json.dumps(manifest, sort_keys=True, indent=1)
         path = self.entry_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, text.encode(), self.base / "tmp")
+        atomic_write(path, text.encode(), self.base / "tmp")
         self._index_set(key, text)
         if push and self.remote is not None:
             self.remote.push(self, key, text)
@@ -374,7 +391,7 @@ def _manifest_problem(key: str, text: str) -> str | None:
     if not isinstance(artifacts, dict) or not artifacts or not all(
             isinstance(v, str) and _HEX32.match(v) for v in artifacts.values()):
         return "artifacts are not blob hashes"
-    if manifest.get("kind") == "object":
+    if is_object(manifest):
         return _object_problem(manifest)
     if not isinstance(manifest.get("entry"), str):
         return "no entry symbol"
@@ -412,15 +429,16 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
-    """Write via a temp file in the store and `os.replace`: readers never see half a file.
+def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None) -> None:
+    """Write via a temp file in `tmp_dir` (same file system; named `prefix`..., default
+    after `path`) and `os.replace`: readers never see half a file.
 
     No fsync: a process killed mid-write leaves only a temp file, and what a power loss
     could tear is caught on read (blobs are verified against their names, manifests
     validated) and rebuilt. An fsync per file cost a 64-kernel build about 0.6 s.
     """
     tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=path.name[:16] + ".")
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix or path.name[:16] + ".")
     try:
         with os.fdopen(fd, "wb") as fh:
             # mkstemp makes the file 0600; a store shared by a team needs the umask's modes.
