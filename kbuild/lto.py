@@ -60,16 +60,34 @@ def split(compiled, cc, device_functions, nodes, target_node):
     options = dict(library._nvvm_options)
     made = []
     for key, module, root, function, defines in units:
-        imports = [exports[fn.name].as_json() for fn in module.functions
-                   if fn.is_declaration and fn.name in exports]
-        manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
-                    "imports": imports}
-        if not defines:  # the kernel's own object
-            manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))
-        made.append(Object(key, _ltoir(module, root, options, cc), manifest))
+        obj = _made.get(key)
+        if obj is None:
+            imports = [exports[fn.name].as_json() for fn in module.functions
+                       if fn.is_declaration and fn.name in exports]
+            manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
+                        "imports": imports}
+            if not defines:  # the kernel's own object
+                manifest.update(entry=compiled.entry_name,
+                                cooperative=bool(compiled.cooperative))
+            obj = _remember(Object(key, _ltoir(module, root, options, cc), manifest))
+        made.append(obj)
     # The order a relink uses (`objects.link_order`): kernel first, then by key.
     rest = {o.key: o for o in made[1:]}
     return (made[0],) + tuple(rest[k] for k in sorted(rest))
+
+
+# Objects this process has made, by key. A device function reached by many kernels is
+# one object: its LTO-IR is made once per process, not once per kernel that links it
+# (the key holds everything its bytes depend on, as the store's reuse of objects assumes).
+_made: dict[str, Object] = {}
+_MADE_LIMIT = 4096
+
+
+def _remember(obj: Object) -> Object:
+    if len(_made) >= _MADE_LIMIT:
+        _made.clear()
+    _made[obj.key] = obj
+    return obj
 
 
 def _whole_program_reason(compiled, library) -> str | None:
