@@ -150,7 +150,6 @@ class Store:
         path = self.blob_path(name)
         # A damaged copy under the right name is replaced, not trusted by its name.
         if not _holds(path, name):
-            path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data, self.base / "tmp")
         return name
 
@@ -252,9 +251,7 @@ class Store:
             if not self.has_blob(name):
                 raise StoreError(f"internal error: committing {key} before blob {name}")
         text = json.dumps(manifest, sort_keys=True, indent=1)
-        path = self.entry_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, text.encode(), self.base / "tmp")
+        atomic_write(self.entry_path(key), text.encode(), self.base / "tmp")
         self._index_set(key, text)
         if push and self.remote is not None:
             self.remote.push(self, key, text)
@@ -431,20 +428,29 @@ def _umask() -> int:
 
 def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None) -> None:
     """Write via a temp file in `tmp_dir` (same file system; named `prefix`..., default
-    after `path`) and `os.replace`: readers never see half a file.
+    after `path`) and `os.replace`: readers never see half a file. A missing folder
+    is made when the write finds it missing, not asked for before every file.
 
     No fsync: a process killed mid-write leaves only a temp file, and what a power loss
     could tear is caught on read (blobs are verified against their names, manifests
     validated) and rebuilt. An fsync per file cost a 64-kernel build about 0.6 s.
     """
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix or path.name[:16] + ".")
+    prefix = prefix or path.name[:16] + "."
+    try:
+        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix)
+    except FileNotFoundError:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix)
     try:
         with os.fdopen(fd, "wb") as fh:
             # mkstemp makes the file 0600; a store shared by a team needs the umask's modes.
             os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(data)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except FileNotFoundError:  # the first file of its folder
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
