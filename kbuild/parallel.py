@@ -8,6 +8,7 @@ and strings; only the parent writes to the store.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -26,6 +27,9 @@ def run_in_workers(fn, items, jobs: int):
             yield (item,) + fn(item)
         return
     _JOB = (fn, items)
+    # Keep the collector off the inherited heap: a collection in a worker writes to every
+    # object it visits, copying the parent's pages (numba's are many) into the worker.
+    gc.freeze()
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context)
     try:
@@ -40,6 +44,7 @@ def run_in_workers(fn, items, jobs: int):
     finally:
         # A caller that stops early (a failure without -k) cancels what has not started.
         pool.shutdown(wait=True, cancel_futures=True)
+        gc.unfreeze()
         _JOB = None
 
 
