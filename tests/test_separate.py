@@ -230,3 +230,216 @@ def test_a_no_op_build_normalizes_no_source_and_an_edit_only_its_file(
     assert after["parsed"] == 5
     assert after["built"] == [f"pkg.kernels:{n}" for n in ("k_lineinfo", "k_shared_a",
                                                            "k_shared_b")]
+
+
+# numba-cuda features through separate compilation: each kernel either links from objects
+# with no more instructions than numba's whole-program build, or is built as one program
+# for the reason given here.
+FEATURES = '''
+import math
+
+import numpy as np
+from numba import cuda, types
+from numba.core.extending import overload
+from numba.cuda import fp16
+
+TABLE = np.arange(16, dtype=np.float32) * 0.5
+
+
+@cuda.jit(device=True)
+def fact(n):
+    if n <= 1:
+        return 1
+    return n * fact(n - 1)
+
+
+@cuda.jit(device=True)
+def divmod2(a, b):
+    return a // b, a % b
+
+
+@cuda.jit(device=True)
+def with_default(x, k=3.0):
+    return x * k
+
+
+@cuda.jit(device=True)
+def apply(f, x):
+    return f(x)
+
+
+@cuda.jit(device=True)
+def twice(x):
+    return 2 * x
+
+
+@cuda.jit(device=True, forceinline=True)
+def forced(x):
+    return x - 7
+
+
+def pyhelper(x):
+    return x
+
+
+@overload(pyhelper, target="cuda")
+def _pyhelper(x):
+    def impl(x):
+        return x * 3
+    return impl
+
+
+@cuda.jit(device=True)
+def from_table(i):
+    return cuda.const.array_like(TABLE)[i % 16]
+
+
+@cuda.jit
+def k_recursion(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = fact(i % 8)
+
+
+@cuda.jit
+def k_tuple(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        q, r = divmod2(a[i], b[i])
+        out[i] = q + r
+
+
+@cuda.jit
+def k_defaults_and_literals(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = with_default(x[i]) + with_default(x[i], 2.0) + with_default(1.5, 4)
+
+
+@cuda.jit
+def k_function_argument(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = apply(twice, x[i])
+
+
+@cuda.jit
+def k_forceinline(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = forced(x[i])
+
+
+@cuda.jit
+def k_overload(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = pyhelper(x[i])
+
+
+@cuda.jit
+def k_const_array(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = from_table(i)
+
+
+@cuda.jit
+def k_shared_local_atomic(x, out):
+    s = cuda.shared.array(128, dtype=types.float32)
+    scratch = cuda.local.array(4, dtype=types.float32)
+    i = cuda.grid(1)
+    scratch[0] = x[i] if i < x.size else 0
+    s[cuda.threadIdx.x] = scratch[0]
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        acc = 0.0
+        for j in range(cuda.blockDim.x):
+            acc += s[j]
+        cuda.atomic.add(out, 0, acc)
+
+
+@cuda.jit
+def k_warp(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = cuda.shfl_down_sync(0xffffffff, x[i], 1) + cuda.popc(i)
+
+
+@cuda.jit
+def k_fp16(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = fp16.hmul(x[i], x[i])
+
+
+@cuda.jit
+def k_math(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = math.erf(x[i]) + math.lgamma(x[i] + 2.0) + cuda.libdevice.fast_expf(x[i])
+
+
+@cuda.jit(fastmath=True, max_registers=32)
+def k_fastmath_maxreg(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = twice(x[i]) / 3.0 + math.sqrt(x[i])
+
+
+@cuda.jit(launch_bounds=(128,))
+def k_launch_bounds(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = twice(x[i])
+'''
+
+F32 = "void(float32[::1], float32[::1])"
+# kernel -> (signature, None when it links from objects, else a phrase of its note)
+FEATURE_TARGETS = {
+    "k_recursion": ("void(int64[::1])", None),
+    "k_tuple": ("void(int32[::1], int32[::1], int32[::1])", None),
+    "k_defaults_and_literals": (F32, None),
+    "k_function_argument": (F32, "callee apply has a type kbuild cannot key"),
+    "k_forceinline": ("void(int32[::1], int32[::1])", None),
+    "k_overload": (F32, "which kbuild does not compile on its own"),
+    "k_const_array": ("void(float32[::1])", None),
+    "k_shared_local_atomic": (F32, None),
+    "k_warp": (F32, None),
+    "k_fp16": ("void(float16[::1], float16[::1])", "it links files"),
+    "k_math": (F32, None),
+    "k_fastmath_maxreg": (F32, None),
+    "k_launch_bounds": (F32, None),
+}
+
+
+def test_numba_cuda_features_link_from_objects_or_say_why_not(tmp_path, run_kbuild):
+    project = tmp_path / "features"
+    (project / "feat").mkdir(parents=True)
+    (project / "feat" / "__init__.py").write_text("")
+    (project / "feat" / "kern.py").write_text(FEATURES)
+    toml = ['[project]', 'paths = ["."]', 'arch = ["sm_90"]', '']
+    for name, (signature, _) in FEATURE_TARGETS.items():
+        toml += [f'[kernels."feat.kern:{name}"]', f'signatures = ["{signature}"]', ""]
+    (project / "kbuild.toml").write_text("\n".join(toml))
+
+    apart = run_kbuild("build", "--json", "-j", "2", cwd=project, store=tmp_path / "a")
+    whole = run_kbuild("build", "--json", "-j", "2", "--whole-program", cwd=project,
+                       store=tmp_path / "w")
+    blobs_a, blobs_w = blob_files(tmp_path / "a"), blob_files(tmp_path / "w")
+    for a, w in zip(apart.json["targets"], whole.json["targets"]):
+        name = a["target"].rpartition(":")[2]
+        reason = FEATURE_TARGETS[name][1]
+        assert (a["status"], w["status"]) == ("built", "built"), (name, a["error"], w["error"])
+        if reason is None:
+            assert a["link"] == "lto", (name, a["note"])
+        else:
+            assert a["link"] == "whole" and reason in a["note"], (name, a["note"])
+        ptx_a = blobs_a[a["artifacts"]["ptx"]].read_text()
+        count_a, count_w = _instructions(ptx_a), _instructions(
+            blobs_w[w["artifacts"]["ptx"]].read_text())
+        assert count_a <= count_w, (name, count_a, count_w)
+        if name == "k_launch_bounds":  # the kernel object's metadata survives the link
+            assert ".maxntid 128" in ptx_a
+    again = run_kbuild("build", "--json", cwd=project, store=tmp_path / "a")
+    assert {r["status"] for r in again.json["targets"]} == {"cached"}
