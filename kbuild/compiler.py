@@ -123,7 +123,8 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     """
     from numba.cuda.dispatcher import _Kernel
 
-    with targeting(cc), _numbering(stable_ids or {}), _record_names():
+    stable_ids = stable_ids or {}
+    with targeting(cc), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids):
         _forget_other_arch(device_functions, tuple(cc))
         with _ptx_deferred() if apart else contextlib.nullcontext():
             compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
@@ -209,16 +210,48 @@ def _record_names():
 
 
 @contextlib.contextmanager
+def _dispatcher_names(stable_ids: dict):
+    """numba mangles a function passed as an argument (`apply(twice, x)`) by its dispatcher's
+    repr, which holds the function's memory address; mangle its name and stable number
+    instead. A function without a stable number keeps numba's (unique, unstable) name."""
+    from numba.core.types import functions as core_functions
+    from numba.cuda.types import cuda_functions
+
+    def replacement(original):
+        def mangling_args(self):
+            py_func = getattr(self.dispatcher, "py_func", None)
+            number = stable_ids.get(py_func)
+            if number is None:
+                return original.fget(self)
+            return "Dispatcher", (py_func.__qualname__, number)
+
+        return property(mangling_args)
+
+    classes = dict.fromkeys([core_functions.Dispatcher, cuda_functions.Dispatcher])
+    with _patched(classes, "mangling_args", replacement):
+        yield
+
+
+@contextlib.contextmanager
 def _patched(classes, name: str, replacement):
-    """Within the block, each class's attribute `name` is `replacement(its original)`."""
-    saved = [(cls, cls.__dict__[name]) for cls in classes]
-    for cls, original in saved:
-        setattr(cls, name, replacement(original))
+    """Within the block, each class's attribute `name` is `replacement(its original)`
+    (the original may be inherited: the class's own attribute is removed afterwards)."""
+    import inspect
+
+    saved = [(cls, cls.__dict__.get(name, _INHERITED)) for cls in classes]
+    for cls, _ in saved:
+        setattr(cls, name, replacement(inspect.getattr_static(cls, name)))
     try:
         yield
     finally:
         for cls, original in saved:
-            setattr(cls, name, original)
+            if original is _INHERITED:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
+
+
+_INHERITED = object()
 
 
 @contextlib.contextmanager

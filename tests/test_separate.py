@@ -441,5 +441,13 @@ def test_numba_cuda_features_link_from_objects_or_say_why_not(tmp_path, run_kbui
         assert count_a <= count_w, (name, count_a, count_w)
         if name == "k_launch_bounds":  # the kernel object's metadata survives the link
             assert ".maxntid 128" in ptx_a
+        assert "_20at_200x" not in ptx_a  # no memory address mangled into a symbol
     again = run_kbuild("build", "--json", cwd=project, store=tmp_path / "a")
     assert {r["status"] for r in again.json["targets"]} == {"cached"}
+    # A kernel passing a function as an argument: its bytes do not depend on the process
+    # (numba names the argument's type by the function's memory address).
+    alone = run_kbuild("build", "--json", "k_function_argument", cwd=project,
+                       store=tmp_path / "alone")
+    (row,) = alone.json["targets"]
+    assert row["artifacts"] == next(r["artifacts"] for r in apart.json["targets"]
+                                    if r["target"].endswith(":k_function_argument"))
