@@ -266,7 +266,8 @@ def cmd_gc(args) -> int:
         _print_json(result)
     else:
         print(f"evicted {result['evicted_entries']} entries, removed {result['removed_blobs']} "
-              f"blobs and {result['removed_temp_files']} temp files, freed "
+              f"blobs, {result['removed_temp_files']} temp files and {result['removed_facts']} "
+              f"facts files, freed "
               f"{_size(result['freed_bytes'])}; the store now holds {result['blobs']} blobs "
               f"({_size(result['bytes'])})")
         for target in result["evicted"]:

@@ -3,7 +3,8 @@
 gc evicts least-recently-used entries (an entry file's mtime is its last
 use; lookups touch it) until the blobs fit the size limit, never the entries
 it is told to keep (the current project's current keys), then removes blobs
-no entry names and temp files that crashed builds left behind. Build
+no entry names, temp files that crashed builds left behind, and keying facts
+that other kbuild versions wrote or that went unread for a month. Build
 outcomes are appended to ``v1/stats.jsonl``, one JSON line per build.
 """
 
@@ -15,6 +16,7 @@ import re
 import time
 
 from .errors import ConfigError
+from .sources import prune_facts
 from .store import Store, is_object
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
@@ -69,10 +71,11 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
                     freed += sizes[name]
                     orphans += 1
     temp = _remove_stale_temp(store)
+    facts = prune_facts(store.base / "facts")
     blobs, size = store.size()
     return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
-            "removed_blobs": orphans,
-            "freed_bytes": freed, "removed_temp_files": temp, "blobs": blobs, "bytes": size}
+            "removed_blobs": orphans, "freed_bytes": freed, "removed_temp_files": temp,
+            "removed_facts": facts, "blobs": blobs, "bytes": size}
 
 
 def _last_used(store: Store, key: str) -> float:

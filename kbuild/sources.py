@@ -8,6 +8,7 @@ import json
 import linecache
 import os
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -141,9 +142,37 @@ def _facts_version() -> str:
 def _read_facts(path: Path) -> dict:
     try:
         table = json.loads(path.read_text())
+        os.utime(path)  # its last use, for `prune_facts`
     except (OSError, ValueError):
         return {}
     return table if isinstance(table, dict) else {}
+
+
+FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it
+
+
+def prune_facts(facts_root: Path, max_age: float = FACTS_MAX_AGE) -> int:
+    """Remove the facts of other kbuild versions, and this version's facts unread for
+    `max_age` seconds (an edited file leaves its old facts behind); return how many files
+    went. Facts only save parsing: one removed too soon costs a parse, never a wrong key."""
+    if not facts_root.is_dir():
+        return 0
+    current, removed = _facts_version(), 0
+    oldest = time.time() - max_age
+    for folder in facts_root.iterdir():
+        for path in (folder.iterdir() if folder.is_dir() else [folder]):
+            try:
+                if folder.name != current or path.stat().st_mtime < oldest:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                pass
+        if folder.name != current:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+    return removed
 
 
 @lru_cache(maxsize=None)

@@ -329,6 +329,31 @@ def test_leftover_temp_files_are_harmless_and_gc_removes_the_old_ones(
     assert not old.exists() and fresh.exists()
 
 
+def test_gc_drops_facts_of_other_kbuild_versions_and_long_unread_ones(
+        built, build, run_kbuild, tmp_path):
+    project, store = clone(built, tmp_path)
+    facts = store / "v1" / "facts"
+    (current,) = [d for d in facts.iterdir() if d.is_dir()]
+    in_use = sorted(current.glob("*.json"))
+    assert in_use  # the build remembered what it parsed
+    other_version = facts / "0000000000000000"
+    other_version.mkdir()
+    (other_version / "a.json").write_text("{}")
+    unread = current / ("0" * 32 + ".json")  # an edited file's old facts
+    unread.write_text("{}")
+    long_ago = time.time() - 40 * 24 * 3600
+    for path in [unread, *in_use]:
+        os.utime(path, (long_ago, long_ago))
+
+    gc = run_kbuild("gc", "--json", cwd=project, store=store)
+    assert gc.returncode == 0, gc.stderr
+    assert gc.json["removed_facts"] == 2
+    assert not other_version.exists() and not unread.exists()
+    assert all(path.exists() for path in in_use)  # gc's own keying read them: still in use
+    again = build(project, store)
+    assert set(statuses(again).values()) == {"cached"}
+
+
 # -- 5. corruption: reported once, healed by rebuilding only what it hit ------------------
 
 def _truncate_cubin(store, built):
