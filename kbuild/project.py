@@ -19,18 +19,25 @@ class Project:
         self._plans: dict = {}
 
     @classmethod
-    def load(cls, config=None, *, store=None, on_miss: str = "build", read_only: bool = False):
+    def load(cls, config=None, *, store=None, on_miss: str = "build", read_only: bool = False,
+             remote=None):
         """The project of `config` (default: the nearest kbuild.toml) with its store.
 
         `on_miss` says what a launch does when the store has no fresh artifact:
         "build" it now, raise an "error", or "jit" with numba (not stored).
+        `remote` is the shared cache a local miss asks (and a build on a miss pushes to):
+        a URL, False for none, or None for the one $KBUILD_REMOTE or the file's
+        `[store] remote` names, as `kbuild build` finds it.
         """
         from .launch import ON_MISS
+        from .remote import open_remote, remote_settings
 
         if on_miss not in ON_MISS:
             raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
         cfg = load_config(config)
         project = cls(cfg, Store(default_store(cfg, store), read_only=read_only))
+        project.store.remote = open_remote(remote_settings(
+            cfg, url=remote or None, no_remote=remote is False))
         project.on_miss = on_miss
         return project
 

@@ -448,3 +448,39 @@ def test_bad_remote_and_executor_settings_exit_2_with_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_project_load_fills_an_empty_store_from_the_remote(machine_a, redis_server, tmp_path):
+    """A program on a GPU machine: `Project.load()` with the team's remote launches what a CI
+    machine built, compiling nothing; `remote=False` keeps to the local store."""
+    checkout = copy_examples(machine_a.project, tmp_path / "gpu-host")
+    code = """if True:
+        import json, sys
+        import numba.cuda.compiler as C
+        calls = []
+        original = C.compile_cuda
+        C.compile_cuda = lambda *a, **k: calls.append(1) or original(*a, **k)
+        from kbuild import Project
+        from kbuild.discover import Target
+        store = sys.argv[1]
+        found = {}
+        for choice in (False, None):  # None: the remote $KBUILD_REMOTE names
+            proj = Project.load("kbuild.toml", store=store, on_miss="error", remote=choice)
+            launcher = proj.kernel("examples.saxpy:saxpy")
+            sig = next(iter(launcher.resolved.argtypes))
+            manifest = launcher._fresh_manifest(Target("examples.saxpy:saxpy", sig, "sm_90"))
+            found[str(choice)] = manifest and proj.store.read_blob(manifest["artifacts"]["cubin"])
+        print(json.dumps({"local": found["False"] is None, "remote": len(found["None"] or b""),
+                          "compiles": len(calls)}))
+    """
+    store_b = tmp_path / "store-b"
+    env = dict(os.environ, KBUILD_REMOTE=redis_server.url("shared:"))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run([sys.executable, "-c", code, str(store_b)], cwd=checkout, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"local": True, "remote": result["remote"], "compiles": 0}
+    saxpy = machine_a.row(SAXPY)
+    assert result["remote"] == blob_files(machine_a.store)[saxpy["artifacts"]["cubin"]].stat().st_size
+    assert saxpy["key"] in entry_files(store_b)  # verified and kept locally
