@@ -219,7 +219,10 @@ def _dispatcher_names(stable_ids: dict):
 
     def replacement(original):
         def mangling_args(self):
-            py_func = getattr(self.dispatcher, "py_func", None)
+            try:
+                py_func = getattr(self.dispatcher, "py_func", None)
+            except ReferenceError:  # a dispatcher gone: nothing compiles against it any more
+                py_func = None
             number = stable_ids.get(py_func)
             if number is None:
                 return original.fget(self)
