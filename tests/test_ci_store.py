@@ -403,6 +403,14 @@ def test_damage_is_reported_once_and_only_the_affected_target_rebuilds(
         # `build` hashes the blobs of every entry it reports `cached`: a CI gate such as
         # `kbuild build --read-only` must not pass a store holding a damaged cubin.
 
+    # `status` (which changes nothing) names the damage as the reason a target is stale.
+    status = run_kbuild("status", "--json", "--arch", ARCH, cwd=project, store=store)
+    for row in status.json["targets"]:
+        if row["key"] in affected:
+            assert row["status"] == "stale" and message in row["reasons"][0], row
+        else:
+            assert row["status"] == "up-to-date", row
+
     result = build(project, store)
     assert result.returncode == 0, result.stderr
     expected = {key: "built" if key in affected else "cached" for key in built.keys}
