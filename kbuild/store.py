@@ -131,7 +131,7 @@ class Store:
             if self.read_only and not path.is_dir():
                 self._index = _NoIndex()  # status and explain never create a store
             else:
-                self._index = _open_index(path, self.warnings)
+                self._index = _open_index(path, self.warnings, self.read_only)
         return self._index
 
     def close(self) -> None:
@@ -359,10 +359,13 @@ class _NoIndex:
         pass
 
 
-def _open_index(path: Path, warnings: list):
+def _open_index(path: Path, warnings: list, read_only: bool = False):
     try:
         return diskcache.Cache(str(path), disk=_TextOnlyDisk, eviction_policy="none")
     except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt from the entries
+        if read_only:  # a read-only command reads the entry files and changes nothing
+            warnings.append(f"store index at {path} is damaged ({exc}); reading entry files")
+            return _NoIndex()
         warnings.append(f"store index at {path} is damaged ({exc}); rebuilding it")
         import shutil
 
