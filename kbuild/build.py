@@ -266,14 +266,25 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
     callee's new object; one such target per missing object is compiled first (which
     makes the object), then the others are relinked with it.
     """
-    todo = sorted(todo, key=lambda t: (arch_cc(t.arch), the_plan.targets.index(t)))
+    order = {t: i for i, t in enumerate(the_plan.targets)}
+    todo = sorted(todo, key=lambda t: (arch_cc(t.arch), order[t]))
     if executor is not None and not (todo and executor.start(the_plan)):
         executor = None  # nothing to do, or no cluster: compile here
+    try:
+        yield from _waves(the_plan, store, todo, jobs, executor)
+    finally:
+        if executor is not None:
+            executor.close()  # one connection serves both waves
+
+
+def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor):
+    """Compile the targets that make missing objects, then relink (or compile) the rest."""
     recipes, first, waiting = {}, [], []
     makers = set()
     nodes = the_plan.nodes_by_ident()
+    lookup = _memo_hits(store.lookup)
     for target in todo:
-        found = _recipe(the_plan, store, target, nodes)
+        found = _recipe(the_plan, lookup, target, nodes)
         if isinstance(found, Recipe):
             recipes[target] = found
         elif found.missing is not None and (target.arch, found.missing) not in makers:
@@ -286,7 +297,7 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
     yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
     later = []
     for target in waiting:
-        found = _recipe(the_plan, store, target, nodes)
+        found = _recipe(the_plan, lookup, target, nodes)
         if isinstance(found, Recipe):
             recipes[target] = found
         else:
@@ -295,10 +306,26 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
                     + [(t, None) for t in later], jobs, store, executor)
 
 
-def _recipe(the_plan: Plan, store: Store, target: Target, nodes: dict):
+def _memo_hits(lookup):
+    """`lookup`, remembering hits: an object shared by many targets is read and verified
+    once per build. Misses are asked again (the first wave commits new objects)."""
+    hits = {}
+
+    def remembered(key):
+        if key not in hits:
+            manifest = lookup(key)
+            if manifest is None:
+                return None
+            hits[key] = manifest
+        return hits[key]
+
+    return remembered
+
+
+def _recipe(the_plan: Plan, lookup, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
-    return resolve(the_plan.keys[target], nodes, store.lookup)
+    return resolve(the_plan.keys[target], nodes, lookup)
 
 
 def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
@@ -353,7 +380,7 @@ def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
     options = the_plan.kernels[target.name].kernel.targetoptions
     try:
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
-        ptx, cubin = link(ltoirs, arch_cc(target.arch), fastmath=bool(options.get("fastmath")),
+        ptx, cubin = link(ltoirs, arch_cc(target.arch),
                           max_registers=options.get("max_registers"))
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target)

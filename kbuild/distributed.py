@@ -94,7 +94,6 @@ class DaskExecutor:
         finally:
             # A caller that stops early (a failure without -k) cancels what has not run.
             client.cancel(list(futures))
-            self.close()
 
     def close(self) -> None:
         if self._client is not None:

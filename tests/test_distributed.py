@@ -137,3 +137,32 @@ def test_an_unreachable_scheduler_warns_and_builds_here(local_build, run_kbuild,
     (warning,) = result.json["warnings"]
     assert warning.startswith(f"dask scheduler tcp://127.0.0.1:{port} unreachable")
     assert warning.endswith("compiling here instead")
+
+
+def test_a_cluster_serves_both_waves_of_a_rebuild(executor, run_kbuild, tmp_path):
+    """A callee edit whose compile fails: with -k the target that makes the callee's object
+    fails on the cluster, and the targets waiting on that object are compiled there next."""
+    pkg = tmp_path / "project" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    helpers = pkg / "helpers.py"
+    helpers.write_text("from numba import cuda\n\n\n@cuda.jit(device=True)\n"
+                       "def f(x):\n    return x + 1.0\n")
+    kernels = ["from numba import cuda\n\nfrom pkg.helpers import f\n"]
+    toml = ['[project]', 'paths = ["."]', f'arch = ["{ARCH}"]', '']
+    for name in ("k1", "k2", "k3"):
+        kernels.append(f"\n\n@cuda.jit\ndef {name}(x):\n    x[0] = f(x[0])\n")
+        toml += [f'[kernels."pkg.kern:{name}"]', 'signatures = ["void(float32[::1])"]', '']
+    (pkg / "kern.py").write_text("".join(kernels))
+    (tmp_path / "project" / "kbuild.toml").write_text("\n".join(toml))
+    store = tmp_path / "store"
+    first = run_kbuild("build", "--json", cwd=tmp_path / "project", store=store)
+    assert first.returncode == 0, first.stderr
+
+    helpers.write_text(helpers.read_text().replace("x + 1.0", 'x + "one"'))  # fails typing
+    result = run_kbuild("build", "--json", "-k", "--executor", executor,
+                        cwd=tmp_path / "project", store=store)
+    assert result.returncode == 1, result.stderr
+    rows = result.json["targets"]
+    assert [r["status"] for r in rows] == ["failed"] * 3
+    assert all("TypingError" in r["error"] for r in rows), [r["error"] for r in rows]
