@@ -157,7 +157,7 @@ def _split(compiled, cc, device_functions, apart):
 def _linked(compiled, cc, made, options) -> Artifacts:
     from .lto import link
 
-    ptx, cubin = link([o.ltoir for o in made], cc, fastmath=bool(options.get("fastmath")),
+    ptx, cubin = link([o.ltoir for o in made], cc,
                       max_registers=options.get("max_registers"))
     return Artifacts(ptx=ptx, cubin=cubin, entry=compiled.entry_name,
                      cooperative=bool(compiled.cooperative),

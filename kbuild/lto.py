@@ -71,9 +71,8 @@ def split(compiled, cc, device_functions, nodes, target_node):
                                 cooperative=bool(compiled.cooperative))
             obj = _remember(Object(key, _ltoir(module, root, options, cc), manifest))
         made.append(obj)
-    # The order a relink uses (`objects.link_order`): kernel first, then by key.
-    rest = {o.key: o for o in made[1:]}
-    return (made[0],) + tuple(rest[k] for k in sorted(rest))
+    by_key = {o.key: o for o in made}
+    return tuple(by_key[k] for k in objects.link_order(made[0].key, by_key))
 
 
 # Objects this process has made, by key. A device function reached by many kernels is
@@ -145,18 +144,19 @@ def _ltoir(module, root: str, nvvm_options: dict, cc) -> bytes:
     return bytes(nvvm.compile_ir([text], **options))
 
 
-def link(ltoirs, cc, *, fastmath: bool = False, max_registers=None) -> tuple[bytes, bytes]:
-    """(PTX, cubin) of LTO-IR objects, linked with link-time optimisation for `cc`."""
+def link(ltoirs, cc, *, max_registers=None) -> tuple[bytes, bytes]:
+    """(PTX, cubin) of LTO-IR objects, linked with link-time optimisation for `cc`.
+
+    A kernel's fastmath needs no link option: numba passes it to NVVM as ftz, fma,
+    prec-div and prec-sqrt, the objects carry them, and nvJitLink refuses them as
+    link options (the linked PTX shows they hold)."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
     from numba.cuda.cudadrv.driver import _Linker
 
     arch = f"sm_{cc[0]}{cc[1]}"
-    # numba passes fastmath to NVVM as ftz, fma, prec-div and prec-sqrt; the objects carry
-    # them (nvJitLink refuses them as link options, and the linked PTX shows they hold).
-    math = {}
     codes = [ObjectCode.from_ltoir(data, name=f"object{i}") for i, data in enumerate(ltoirs)]
     linker = Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=True,
-                                                  ptx=True, **math))
+                                                  ptx=True))
     try:
         ptx = bytes(linker.link("ptx").code).rstrip(b"\x00").strip()
     finally:

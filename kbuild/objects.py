@@ -113,10 +113,11 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
             pending += found[key].get("imports", ())
         if [imp.symbol, imp.restype] not in found[key].get("exports", ()):
             return Unresolved(f"the interface of callee {imp.ident} changed")
-    return Recipe(link_order(first, found), manifest["entry"], bool(manifest["cooperative"]))
+    ordered = tuple((key, found[key]["artifacts"]["ltoir"]) for key in link_order(first, found))
+    return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]))
 
 
-def link_order(first: str, objects) -> tuple:
-    """Kernel object first, then the others by key: one order however they were found."""
-    rest = sorted(k for k in objects if k != first)
-    return tuple((key, objects[key]["artifacts"]["ltoir"]) for key in [first] + rest)
+def link_order(first: str, keys) -> list:
+    """Kernel object first, then the others by key: one order however the objects were
+    made or found (the linked bytes depend on it)."""
+    return [first] + sorted(k for k in keys if k != first)
