@@ -122,14 +122,12 @@ class Project:
             node = the_plan.keys[target]
             row = {"target": target.name, "signature": target.signature, "arch": target.arch,
                    "key": node.digest}
-            seen = len(self.store.warnings)
             if self.store.lookup(node.digest) is not None:
                 row.update(status="up-to-date", reasons=[])
-            elif damage := [w for w in self.store.warnings[seen:] if node.digest in w]:
+            elif node.digest in self.store.damage:
                 # Nothing changed, but what the store holds for this key is unusable.
                 row.update(status="stale", previous_key=node.digest, changes=[], reasons=[
-                    f"the store's {w.removesuffix('; rebuilding')}; a build rebuilds it"
-                    for w in damage])
+                    f"the store's {self.store.damage[node.digest]}; a build rebuilds it"])
             else:
                 old = previous.get((target.name, target.signature, target.arch)) or \
                     self._replaced_signature(previous, the_plan, target)

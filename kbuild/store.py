@@ -96,6 +96,7 @@ class Store:
         self.base = self.root / LAYOUT
         self.read_only = read_only
         self.warnings: list[str] = []
+        self.damage: dict[str, str] = {}  # key -> what was wrong with its entry, as found
         self._index = None
 
     # -- set-up -------------------------------------------------------------
@@ -215,7 +216,7 @@ class Store:
             return None
         problem = self._blob_problem(manifest)
         if problem:
-            self.warnings.append(f"entry {key} ({manifest.get('target')}) {problem}; rebuilding")
+            self._damaged(key, f"entry {key} ({manifest.get('target')}) {problem}")
             self.remove_entry(key)
             return None
         if indexed != text:
@@ -296,20 +297,24 @@ class Store:
 
     # -- internals ----------------------------------------------------------
 
+    def _damaged(self, key: str, problem: str) -> None:
+        self.damage[key] = problem
+        self.warnings.append(f"{problem}; rebuilding")
+
     def _read_entry_file(self, key: str) -> str | None:
         try:
             return self.entry_path(key).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            self.warnings.append(f"entry {key} is unreadable ({exc}); rebuilding")
+            self._damaged(key, f"entry {key} is unreadable ({exc})")
             return None
 
     def _validated(self, key: str, text: str) -> dict | None:
         problem = _manifest_problem(key, text)
         if problem is None:
             return json.loads(text)
-        self.warnings.append(f"entry {key} is corrupt ({problem}); rebuilding")
+        self._damaged(key, f"entry {key} is corrupt ({problem})")
         self.remove_entry(key)
         return None
 
