@@ -13,17 +13,17 @@ import subprocess
 
 import networkx as nx
 
+from .objects import kernel_node
+
 
 def target_graph(the_plan, is_built) -> nx.DiGraph:
     """Targets and functions as nodes, calls as edges; `is_built(key)` marks freshness."""
     graph = nx.DiGraph()
     for target in the_plan.targets:
         node = the_plan.keys[target]
-        tid = f"{target.name} {target.signature} {target.arch}"
-        graph.add_node(tid, kind="target", key=node.digest,
+        graph.add_node(target.label, kind="target", key=node.digest,
                        status="up-to-date" if is_built(node.digest) else "stale")
-        kernel = next(c for c in node.children if c.label.startswith("kernel "))
-        _add_function(graph, tid, kernel)
+        _add_function(graph, target.label, kernel_node(node))
     return graph
 
 
@@ -32,9 +32,10 @@ def _add_function(graph, parent: str, node) -> None:
         if not child.label.startswith("callee "):
             continue
         fid = f"{child.summary}#{child.digest[:8]}"
+        seen = fid in graph  # one digest, one subtree: walk a shared callee once
         graph.add_node(fid, kind="device function", name=child.summary, key=child.digest)
         graph.add_edge(parent, fid)
-        if child.children:
+        if not seen:
             _add_function(graph, fid, child)
 
 
