@@ -271,7 +271,7 @@ class Keyer:
 
     def _reference(self, kind: str, name: str, value, where: str):
         fn = as_function(value)
-        if fn is not None and (fn.role != "function" or self._is_project(fn.py_func)):
+        if fn is not None and (fn.role != "function" or self._is_project_object(fn.py_func)):
             callee_label = f"callee {qualified_name(fn.py_func)}"
             return name, self.function_node(value, callee_label, where)
         label = f"{kind} {name}"
@@ -315,14 +315,10 @@ class Keyer:
     def _extern_function(self, label, extfn) -> KeyNode:
         """A `cuda.declare_device` function: its name, signature and linked files by content."""
         sig = extfn.sig
-        files = tuple(sorted(("file", path.rsplit("/", 1)[-1], self._sources.file_digest(path))
-                             for path in _extern_link_files(extfn)))
+        files = tuple(sorted(self._link_item(path, label) for path in _extern_link_files(extfn)))
         value = ("extern-function", extfn.name, tuple(type_canonical(a) for a in sig.args),
                  type_canonical(sig.return_type), files)
         return leaf(label, value, f"declare_device {extfn.name}{sig}")
-
-    def _is_project(self, func) -> bool:
-        return self._sources.is_project_module(func.__module__ or "")
 
     def _is_project_object(self, value) -> bool:
         module = getattr(value, "__module__", None)
