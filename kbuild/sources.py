@@ -123,7 +123,7 @@ class ProjectSources:
         return path.startswith(self._roots)
 
     def file_digest(self, path: str) -> str:
-        return _file_digest(os.path.realpath(path), os.stat(path).st_mtime_ns)
+        return _file_digest(_realpath(path), os.stat(path).st_mtime_ns)
 
 
 @lru_cache(maxsize=None)
