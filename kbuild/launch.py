@@ -86,7 +86,8 @@ class KernelLauncher:
         return self._miss(signature, target, why)
 
     def _fresh_manifest(self, target):
-        the_plan = self.project.plan([self.name], [target.arch])
+        # The launcher's own plan (every declared arch; `target.arch` is one of them).
+        the_plan = self.project.plan([self.name])
         return self.project.store.lookup(the_plan.keys[target].digest)
 
     def _why_stale(self, target) -> str:
