@@ -248,7 +248,6 @@ def _max_size(args, project):
 
 
 def cmd_gc(args) -> int:
-    from .errors import KbuildError
     from .maintenance import gc
     from .project import open_project
 
@@ -389,7 +388,6 @@ def cmd_import(args) -> int:
 
 def cmd_graph(args) -> int:
     from . import graph as graphs
-    from .errors import KbuildError
 
     project, the_plan = _planned(args)
     graph = graphs.target_graph(the_plan, lambda key: project.store.lookup(key) is not None)
