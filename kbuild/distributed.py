@@ -103,8 +103,6 @@ class DaskExecutor:
 
 def _job(the_plan, target, bundle) -> dict:
     """One target's job, as plain data."""
-    from .toolchain import codegen_config, toolchain
-
     return {"bundle": bundle["digest"], "config": bundle["config"],
             "names": list(the_plan.kernels), "archs": sorted({t.arch for t in the_plan.targets}),
             # Plain-valued plan settings (such as how to link) hold on the worker too.
@@ -112,7 +110,7 @@ def _job(the_plan, target, bundle) -> dict:
                         if isinstance(getattr(the_plan, f.name), (bool, int, float, str))},
             "target": [target.name, target.signature, target.arch],
             "key": the_plan.keys[target].digest,
-            "fingerprint": {"toolchain": toolchain(), "codegen": _plain(codegen_config())}}
+            "fingerprint": _fingerprint()}
 
 
 def _outcome(future):
@@ -244,11 +242,16 @@ def _run_job(files: dict, job: dict) -> dict:
     return {"artifacts": to_data(outcome), "seconds": seconds}
 
 
-def toolchain_mismatch(expected: dict) -> str | None:
-    """"numba-cuda '0.30.4' on the worker, '0.29.0' on the client"; ...: what differs, or None."""
+def _fingerprint() -> dict:
+    """What a worker must share with the client to compile the client's bytes."""
     from .toolchain import codegen_config, toolchain
 
-    ours = {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
+    return {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
+
+
+def toolchain_mismatch(expected: dict) -> str | None:
+    """"numba-cuda '0.30.4' on the worker, '0.29.0' on the client"; ...: what differs, or None."""
+    ours = _fingerprint()
     diffs = [f"{name} {mine[name]!r} on the worker, {theirs.get(name)!r} on the client"
              for part in ("toolchain", "codegen")
              for mine, theirs in [(ours[part], expected.get(part, {}))]
