@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
 from .explain import diff
@@ -34,10 +32,9 @@ class Project:
 
         if on_miss not in ON_MISS:
             raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
-        cfg = load_config(config)
-        project = cls(cfg, Store(default_store(cfg, store), read_only=read_only))
+        project = open_project(config, store, read_only)
         project.store.remote = open_remote(remote_settings(
-            cfg, url=remote or None, no_remote=remote is False))
+            project.config, url=remote or None, no_remote=remote is False))
         project.on_miss = on_miss
         return project
 
@@ -177,7 +174,8 @@ class Project:
         return f"Project({self.config.name!r}, store={str(self.store.root)!r})"
 
 
-def open_project(config_path: str | None, store: str | None, read_only: bool = False) -> Project:
-    """What every CLI command starts with."""
-    cfg = load_config(Path(config_path) if config_path else None)
+def open_project(config_path, store, read_only: bool = False) -> Project:
+    """A kbuild.toml (a path, or None for the nearest) and its store: what every CLI
+    command and `Project.load` start with."""
+    cfg = load_config(config_path)
     return Project(cfg, Store(default_store(cfg, store), read_only=read_only))
