@@ -5,7 +5,7 @@
 What a program using kbuild pays at start-up on a machine without a GPU:
 `Project.load()`, then for each (kernel, signature) recompute its key from the
 current sources (`_fresh_manifest`), read the verified cubin and rebuild
-numba-cuda's `_Kernel` around it (`kbuild.loader.rebuild_kernel`), as a
+numba-cuda's `_Kernel` around it (`kbuild.backend.loader.rebuild_kernel`), as a
 launcher does before its first launch. On a GPU, `launcher.prepare(signature)`
 does the same plus the driver's module load. Calls into numba's compiler and
 NVVM are counted: a warm start must make none. Prints one JSON line.
@@ -39,7 +39,7 @@ count_calls(_nvvm, "compile_ir")
 
 from kbuild import Project  # noqa: E402
 from kbuild.discover import Target  # noqa: E402
-from kbuild.loader import rebuild_kernel  # noqa: E402
+from kbuild.backend.loader import rebuild_kernel  # noqa: E402
 
 ARCH, CC = "sm_90", (9, 0)
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ResolvedKernel, Target, resolve_kernel
 from .errors import CompileError, TargetError
-from .keys import Keyer, KeyNode
-from .objects import Recipe, Unresolved, resolve
+from .keying.keys import Keyer, KeyNode
+from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
-from .store import Store
-from .toolchain import codegen_config, toolchain
+from .store.local import Store
+from .backend.toolchain import codegen_config, toolchain
 
 
 @dataclass
@@ -151,7 +151,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
                                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), len(the_plan.targets))
     ordered = [rows[t] for t in the_plan.targets]
-    from .maintenance import record_build
+    from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)
                          for s in ("built", "cached", "failed", "skipped")})
@@ -186,7 +186,7 @@ class _KeyLocks:
     then wait for the others and take their entries (or compile them if they failed)."""
 
     def __init__(self, store: Store, the_plan: Plan, todo):
-        from .locks import KeyLock
+        from .store.locks import KeyLock
 
         self.store, self.the_plan = store, the_plan
         self.locks = {t: KeyLock(store.base / "locks", the_plan.keys[t].digest) for t in todo}
@@ -337,7 +337,7 @@ def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
             yield from executor.compile(the_plan, compiles)
         items = [item for item in items if item[1] is not None]
     if jobs > 1 and len(items) > 1:
-        from .parallel import run_in_workers
+        from .execute.parallel import run_in_workers
 
         for (target, _), outcome, seconds in run_in_workers(
                 lambda item: _job(the_plan, store, item), items, jobs):
@@ -356,7 +356,7 @@ def _job(the_plan, store, item):
 
 def compile_target(the_plan: Plan, target: Target):
     """(Artifacts or CompileError, seconds) for one target, in this process."""
-    from .compiler import compile_kernel
+    from .backend.compiler import compile_kernel
 
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
@@ -373,8 +373,8 @@ def compile_target(the_plan: Plan, target: Target):
 def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
     """(Artifacts, seconds) of a target linked from stored objects; compiled if that fails
     (a blob gone bad since the recipe was made, say)."""
-    from .compiler import Artifacts
-    from .lto import link
+    from .backend.compiler import Artifacts
+    from .backend.lto import link
 
     start = time.perf_counter()
     options = the_plan.kernels[target.name].kernel.targetoptions

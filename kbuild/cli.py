@@ -202,7 +202,7 @@ def cmd_build(args) -> int:
     if progress:
         progress.close()
     if max_size is not None and not args.read_only:
-        from .maintenance import gc
+        from .store.maintenance import gc
 
         gc(project.store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
     seconds = time.perf_counter() - start
@@ -229,8 +229,8 @@ def cmd_build(args) -> int:
 
 def _remote_and_executor(args, project):
     """The remote tier (CLI > env > kbuild.toml) and the executor (None: local) of a build."""
-    from .distributed import parse_executor
-    from .remote import open_remote, remote_settings, remote_timeout
+    from .execute.distributed import parse_executor
+    from .store.remote import open_remote, remote_settings, remote_timeout
 
     settings = remote_settings(project.config, url=args.remote, no_remote=args.no_remote,
                                read_only=args.remote_read_only, timeout=args.remote_timeout)
@@ -240,7 +240,7 @@ def _remote_and_executor(args, project):
 
 
 def _max_size(args, project):
-    from .maintenance import parse_size
+    from .store.maintenance import parse_size
 
     if getattr(args, "max_size", None):
         return parse_size(args.max_size)
@@ -248,7 +248,7 @@ def _max_size(args, project):
 
 
 def cmd_gc(args) -> int:
-    from .maintenance import gc
+    from .store.maintenance import gc
     from .project import open_project
 
     project = _remember(args, open_project(args.config, args.store))
@@ -275,7 +275,7 @@ def cmd_gc(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from .maintenance import stats
+    from .store.maintenance import stats
 
     result = stats(_store_only(args, read_only=True))
     if args.json:
@@ -344,7 +344,7 @@ def cmd_clean(args) -> int:
 
 
 def cmd_keys(args) -> int:
-    from .encode import digest_of
+    from .keying.encode import digest_of
 
     _, the_plan = _planned(args)
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
@@ -360,7 +360,7 @@ def cmd_keys(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .archive import export_archive
+    from .store.archive import export_archive
 
     project, the_plan = _planned(args)
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
@@ -374,7 +374,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from .archive import import_archive
+    from .store.archive import import_archive
 
     store = _store_only(args)
     result = import_archive(store, args.file)
@@ -408,7 +408,7 @@ def cmd_graph(args) -> int:
 
 
 def cmd_cat(args) -> int:
-    from .store import CorruptBlob
+    from .store.local import CorruptBlob
 
     store = _store_only(args, read_only=True)
     try:
@@ -446,7 +446,7 @@ def _store_only(args, read_only: bool = False):
     """
     from .config import default_store, load_config
     from .errors import ConfigError
-    from .store import Store
+    from .store.local import Store
 
     try:
         cfg = load_config(args.config) if args.config or not args.store else None

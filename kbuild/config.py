@@ -84,7 +84,7 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
     remote = _typed(store_table, "remote", str, path, "store", default=None)
     remote_timeout = store_table.get("remote_timeout")
     if remote_timeout is not None:
-        from .remote import parse_timeout
+        from .store.remote import parse_timeout
 
         remote_timeout = parse_timeout(remote_timeout, f"{path}: [store] remote_timeout")
     kernels_table = _table(data, "kernels", path, required=True)
@@ -108,7 +108,7 @@ def _max_size(path: Path, table: dict) -> int | None:
     value = table.get("max_size")
     if value is None:
         return None
-    from .maintenance import parse_size
+    from .store.maintenance import parse_size
 
     return parse_size(value, f"{path}: [store] max_size")
 

@@ -108,7 +108,7 @@ def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
 
 
 def _import(config: ProjectConfig, target: str, module_name: str):
-    from .compiler import targeting
+    from .backend.compiler import targeting
 
     add_import_paths(config)
     try:
@@ -130,7 +130,7 @@ def _import(config: ProjectConfig, target: str, module_name: str):
 
 
 def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
-    from .keys import as_function
+    from .keying.keys import as_function
 
     fn = as_function(obj)
     if fn is None or fn.role == "function":

@@ -13,7 +13,7 @@ import subprocess
 
 import networkx as nx
 
-from .objects import kernel_node
+from .keying.objects import kernel_node
 
 
 def target_graph(the_plan, is_built) -> nx.DiGraph:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .config import arch_cc
 from .discover import Target
 from .errors import LaunchError
-from .store import CorruptBlob
+from .store.local import CorruptBlob
 
 ON_MISS = ("build", "error", "jit")
 
@@ -129,7 +129,7 @@ class KernelLauncher:
     def _launchable(self, manifest, signature, binary, kind, device_arch):
         if _simulating():
             return _JitLaunch(self.resolved.kernel)  # the simulator runs the Python code
-        from .loader import rebuild_kernel
+        from .backend.loader import rebuild_kernel
 
         return _StoredLaunch(rebuild_kernel(
             manifest, self.resolved.argtypes[signature], binary, kind, arch_cc(device_arch),
@@ -194,7 +194,7 @@ def current_arch(declared_archs) -> str:
 
 
 def _simulating() -> bool:
-    from .compiler import simulating
+    from .backend.compiler import simulating
 
     return simulating()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
-from .explain import diff
-from .store import Store, is_object
+from .keying.explain import diff
+from .store.local import Store, is_object
 
 
 class Project:
@@ -28,7 +28,7 @@ class Project:
         `[store] remote` names, as `kbuild build` finds it.
         """
         from .launch import ON_MISS
-        from .remote import open_remote, remote_settings
+        from .store.remote import open_remote, remote_settings
 
         if on_miss not in ON_MISS:
             raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
@@ -84,7 +84,7 @@ class Project:
         cache_key = (tuple(names or ()), tuple(archs or ()))
         if cache_key not in self._plans:
             if "_keyer" not in self.__dict__:
-                from .keys import Keyer
+                from .keying.keys import Keyer
                 from .sources import ProjectSources
 
                 facts = None if self.store.read_only else self.store.base / "facts"

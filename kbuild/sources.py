@@ -12,7 +12,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from .encode import digest
+from .keying.encode import digest
 from .errors import KeyingError
 
 # path -> digest of the source bytes this process compiled the module from.
@@ -66,7 +66,7 @@ class ProjectSources:
     def save_facts(self) -> None:
         """Write what `remembered` computed; a facts directory that cannot be written is
         only slower, never wrong."""
-        from .store import atomic_write
+        from .store.local import atomic_write
 
         for source in sorted(self._changed):
             text = json.dumps(self._facts[source], sort_keys=True)

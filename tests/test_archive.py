@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import copy_examples
 
-from kbuild.archive import ArchiveError, export_archive, import_archive
-from kbuild.store import Store
+from kbuild.store.archive import ArchiveError, export_archive, import_archive
+from kbuild.store.local import Store
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import entry_files, store_files
-from kbuild.store import Store
+from kbuild.store.local import Store
 
 GOOD_KERNEL = '''
 @cuda.jit

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.encode import digest
+from kbuild.keying.encode import digest
 
 from conftest import blob_files, copy_examples, entry_files, store_files
 

@@ -122,7 +122,7 @@ def test_equal_record_layouts_made_separately_key_equal():
     """One layout spelled two ways (a field list, an offsets dict) is one key."""
     import numba
 
-    from kbuild.keys import signature_node
+    from kbuild.keying.keys import signature_node
 
     one = numba.from_dtype(np.dtype([("x", np.float32), ("y", np.float32)], align=True))
     two = numba.from_dtype(np.dtype({"names": ["x", "y"], "formats": [np.float32, np.float32],

@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from kbuild.distributed import from_data, project_bundle, run_job, to_data
-from kbuild.encode import digest
+from kbuild.execute.distributed import from_data, project_bundle, run_job, to_data
+from kbuild.keying.encode import digest
 
 from conftest import blob_files, copy_examples, entry_files
 
@@ -86,8 +86,8 @@ def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_bu
     from distributed import Client
 
     from kbuild.config import load_config
-    from kbuild.distributed import _plain
-    from kbuild.toolchain import codegen_config, toolchain
+    from kbuild.execute.distributed import _plain
+    from kbuild.backend.toolchain import codegen_config, toolchain
 
     project, built = local_build
     bundle = project_bundle(load_config(project / "kbuild.toml"))
@@ -108,7 +108,7 @@ def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_bu
 
 
 def test_results_travel_as_plain_data_and_only_kbuild_dataclasses_come_back():
-    from kbuild.compiler import Artifacts
+    from kbuild.backend.compiler import Artifacts
 
     artifacts = Artifacts(ptx=b"//ptx", cubin=b"\x7fELF", entry="k", cooperative=False)
     data = to_data(artifacts)

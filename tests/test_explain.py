@@ -16,7 +16,7 @@ import pytest
 from editmatrix_support import (
     ALL, SOUNDNESS, checkout, make_baseline, manifest, replace, run_kbuild, short,
 )
-from kbuild.explain import diff
+from kbuild.keying.explain import diff
 
 
 @pytest.fixture(scope="module")

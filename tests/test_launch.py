@@ -132,7 +132,7 @@ def test_warm_store_loads_without_compiling(warm):
             setattr(mod, name, lambda *a, _o=orig, **k: calls.append(1) or _o(*a, **k))
         from kbuild import Project
         from kbuild.discover import Target
-        from kbuild.loader import rebuild_kernel
+        from kbuild.backend.loader import rebuild_kernel
         proj = Project.load("kbuild.toml", store=%r, on_miss="error")
         result = {}
         for name in ("examples.saxpy:saxpy", "examples.reductions:mirror_sum"):

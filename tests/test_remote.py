@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.encode import digest
-from kbuild.remote import DEFAULT_TIMEOUT, RemoteSettings, open_remote, remote_settings
-from kbuild.store import Store
+from kbuild.keying.encode import digest
+from kbuild.store.remote import DEFAULT_TIMEOUT, RemoteSettings, open_remote, remote_settings
+from kbuild.store.local import Store
 
 from conftest import blob_files, copy_examples, entry_files
 

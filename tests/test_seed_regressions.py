@@ -189,7 +189,7 @@ def test_two_closures_reached_by_one_kernel_are_both_keyed(tmp_path):
 
 def test_same_name_redefined_in_one_module_gets_different_keys(tmp_path):
     """`helper` and `k` each defined twice in one file: each version keys its own body."""
-    from kbuild.keys import Keyer
+    from kbuild.keying.keys import Keyer
     from kbuild.sources import ProjectSources
 
     module = _module(tmp_path, """
@@ -265,7 +265,7 @@ def test_same_factory_name_with_different_bodies_gets_different_keys(tmp_path):
 
 def test_packed_and_aligned_records_get_different_keys():
     """Same fields at the same offsets; only the size and the aligned flag differ."""
-    from kbuild.keys import signature_node
+    from kbuild.keying.keys import signature_node
 
     fields = [("x", np.float32), ("y", np.float32), ("tag", np.uint8)]
     aligned = numba.from_dtype(np.dtype(fields, align=True))

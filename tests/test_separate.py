@@ -196,7 +196,8 @@ def test_linked_kernels_have_no_more_instructions_than_whole_program_ones(
 
 COUNT_PARSES = """
 import json, sys
-from kbuild import Project, normalize
+from kbuild import Project
+from kbuild.keying import normalize
 
 parsed = []
 real = normalize.normalized_ast

@@ -12,7 +12,7 @@ import pytest
 import xxhash
 
 from kbuild.errors import StoreError
-from kbuild.store import MANIFEST_SCHEMA, CorruptBlob, Store
+from kbuild.store.local import MANIFEST_SCHEMA, CorruptBlob, Store
 
 PTX = b"//\n.version 8.0\n.target sm_80\n.visible .entry k()\n{\n\tret;\n}\n"
 CUBIN = b"\x7fELF\x02\x01\x01" + bytes(range(64))

@@ -25,8 +25,8 @@ import threading
 import uuid
 from pathlib import Path
 
-from .encode import digest_of
-from .errors import CompileError, ConfigError, KbuildError
+from ..keying.encode import digest_of
+from ..errors import CompileError, ConfigError, KbuildError
 
 _URL = re.compile(r"^dask://(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})/?$")
 # Folders under an import root that hold no project source.
@@ -219,8 +219,8 @@ def run_job(files: dict, job: dict) -> dict:
 
 
 def _run_job(files: dict, job: dict) -> dict:
-    from .build import compile_target
-    from .discover import Target
+    from ..build import compile_target
+    from ..discover import Target
 
     mismatch = toolchain_mismatch(job["fingerprint"])
     if mismatch:
@@ -244,7 +244,7 @@ def _run_job(files: dict, job: dict) -> dict:
 
 def _fingerprint() -> dict:
     """What a worker must share with the client to compile the client's bytes."""
-    from .toolchain import codegen_config, toolchain
+    from ..backend.toolchain import codegen_config, toolchain
 
     return {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
 
@@ -267,10 +267,10 @@ def _plan(files: dict, job: dict):
     meets functions (two functions of one identity keep numba's own numbering),
     so keying in another order could give the same key other bytes.
     """
-    from .build import plan
-    from .config import load_config
-    from .keys import Keyer
-    from .sources import ProjectSources
+    from ..build import plan
+    from ..config import load_config
+    from ..keying.keys import Keyer
+    from ..sources import ProjectSources
 
     if _state.get("digest") != job["bundle"]:
         root = _unpack(files, job["bundle"])

@@ -42,7 +42,7 @@ from numba.core import types as nbtypes
 
 from . import normalize
 from .encode import Unencodable, digest_of, encode
-from .errors import KeyingError
+from ..errors import KeyingError
 from .values import canonical, summary, type_canonical
 
 KEY_SCHEMA = 3  # 2: callee bindings, bytecode fingerprints, record fields with offsets
@@ -129,7 +129,7 @@ def as_function(obj) -> _Function | None:
 
 def simulator_options(fake) -> dict:
     """Options of a simulator kernel, read back from its decorator (see `simopts`)."""
-    from .simopts import options_for
+    from ..backend.simopts import options_for
 
     return dict(options_for(fake))
 

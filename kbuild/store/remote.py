@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .encode import digest
-from .errors import ConfigError
-from .store import LAYOUT, _manifest_problem, atomic_write, blob_relpath, entry_relpath
+from ..keying.encode import digest
+from ..errors import ConfigError
+from .local import LAYOUT, _manifest_problem, atomic_write, blob_relpath, entry_relpath
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_PREFIX = "kbuild:"

@@ -15,9 +15,9 @@ import os
 import re
 import time
 
-from .errors import ConfigError
-from .sources import prune_facts
-from .store import Store, is_object
+from ..errors import ConfigError
+from ..sources import prune_facts
+from .local import Store, is_object
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,

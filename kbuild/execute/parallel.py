@@ -12,7 +12,7 @@ import gc
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from .errors import CompileError
+from ..errors import CompileError
 
 _JOB = None  # (function, items): inherited by forked workers, which are handed indices
 

@@ -198,8 +198,8 @@ def _record_names():
     from numba.core.types import npytypes as core_npytypes
     from numba.cuda.types import cuda_npytypes
 
-    from .encode import digest_of
-    from .values import type_canonical
+    from ..keying.encode import digest_of
+    from ..keying.values import type_canonical
 
     def mangling_args(self):
         return type(self).__name__, (int(digest_of(type_canonical(self))[:12], 16),)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import objects
-from .encode import Unencodable, digest_of
-from .store import OBJECT_KIND
-from .values import type_canonical
+from ..keying import objects
+from ..keying.encode import Unencodable, digest_of
+from ..store.local import OBJECT_KIND
+from ..keying.values import type_canonical
 
 
 @dataclass(frozen=True)

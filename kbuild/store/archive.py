@@ -17,9 +17,9 @@ import re
 import tarfile
 from pathlib import Path
 
-from .encode import digest
-from .errors import KbuildError
-from .store import LAYOUT, Store, _manifest_problem
+from ..keying.encode import digest
+from ..errors import KbuildError
+from .local import LAYOUT, Store, _manifest_problem
 
 _MEMBER = re.compile(rf"^{LAYOUT}/(entries/(?P<key>[0-9a-f]{{32}})\.json|blobs/(?P<blob>[0-9a-f]{{32}}))$")
 _MAX_MEMBER = 1 << 30

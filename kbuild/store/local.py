@@ -26,8 +26,8 @@ from pathlib import Path
 
 import diskcache
 
-from .encode import digest
-from .errors import StoreError
+from ..keying.encode import digest
+from ..errors import StoreError
 
 LAYOUT = "v1"
 MANIFEST_SCHEMA = 1

@@ -1,0 +1,1 @@
+"""Executors: local worker processes and a Dask cluster."""

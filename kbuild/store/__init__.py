@@ -1,0 +1,1 @@
+"""The store: verified blobs and JSON entries on disk, archives, remote tiers, gc."""
