@@ -134,9 +134,8 @@ def _realpath(path: str) -> str:
 @lru_cache(maxsize=1)
 def _facts_version() -> str:
     """Facts are what kbuild's own code computes: a new kbuild starts a new directory."""
-    here = Path(__file__).resolve().parent
-    return digest(b"".join((here / f"{name}.py").read_bytes()
-                           for name in ("encode", "normalize", "keys", "values")))[:16]
+    keying = Path(__file__).resolve().parent / "keying"
+    return digest(b"".join(path.read_bytes() for path in sorted(keying.glob("*.py"))))[:16]
 
 
 def _read_facts(path: Path) -> dict:
