@@ -4,13 +4,18 @@ Before the first launch of a target in a process its key is recomputed from
 the current sources (once per process, through the project's plan) and the
 store must hold exactly that key; otherwise `on_miss` decides: "build" (build
 it now, into the store), "error" (raise, naming what changed) or "jit"
-(numba's own compile, not stored). The artifact is the cubin for the device's
-exact arch, else the PTX of the highest built arch not above it (the driver
-JITs it). Under numba's simulator the same selection and key checks run and
-the simulator executes the kernel.
+(numba's own compile, not stored). Among the declared archs whose entry for
+the current key the store holds, the launcher takes the cubin for the
+device's exact arch, else the PTX of the highest arch below it (the driver
+JITs it). Loading, argument packing and the launch itself are the backend's
+(`backend/launcher.py`): arguments are typed once per kind, not per launch.
+Under numba's simulator the same selection and key checks run and the
+simulator executes the kernel.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from .config import arch_cc
 from .discover import Target
@@ -18,6 +23,16 @@ from .errors import LaunchError
 from .store.local import CorruptBlob
 
 ON_MISS = ("build", "error", "jit")
+_BOUND_LIMIT = 1024  # (device, argument kinds) launches remembered per kernel
+
+
+class Found(NamedTuple):
+    """A stored artifact chosen for a device: which arch, cubin or ptx, and its bytes."""
+
+    arch: str
+    kind: str
+    manifest: dict
+    binary: bytes
 
 
 class KernelLauncher:
@@ -30,78 +45,115 @@ class KernelLauncher:
         self.resolved = resolved
         self.name = resolved.spec.name
         self.on_miss = on_miss
-        self._ready: dict = {}  # (signature, device arch) -> launchable
+        self._ready: dict = {}  # (signature, device arch) -> what launches it
+        self._bound: dict = {}  # (device id, argument kinds) -> launch(args, config)
+        self._simulated = _simulating()
 
     def __getitem__(self, config):
-        if not isinstance(config, tuple) or len(config) not in (2, 3, 4):
+        if type(config) is not tuple or not 2 <= len(config) <= 4:
             raise ValueError("launch with kernel[griddim, blockdim] "
                              "or kernel[griddim, blockdim, stream, sharedmem]")
-        return _Configured(self, *config)
+        return _Configured(self, config)
 
     def __repr__(self):
         return f"<kbuild kernel {self.name}>"
 
+    def launch(self, config: tuple, args: tuple) -> None:
+        """Launch with `config` = (griddim, blockdim[, stream[, sharedmem]]): after the
+        first launch with arguments of these kinds, a dict look-up and the packing."""
+        backend = _loaded_backend or _backend()
+        key = (None if self._simulated else backend.current_device(), backend.kinds_of(args))
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._first_launch(key, args)
+        bound(args, config)
+
+    def _first_launch(self, key, args):
+        backend = _backend()
+        device, kinds = key
+        signature = self.signature_for(args, kinds)
+        device_arch = current_arch(self.resolved.spec.archs, device)
+        bound = self.prepare(signature, device_arch).bind(kinds)
+        if backend.cacheable(kinds):
+            if len(self._bound) >= _BOUND_LIMIT:
+                self._bound.clear()
+            self._bound[key] = bound
+        return bound
+
     # -- selection --------------------------------------------------------------
 
-    def signature_for(self, args) -> str:
+    def signature_for(self, args, kinds=None) -> str:
         """The declared signature matching the arguments' numba types."""
-        actual = tuple(_typeof(a) for a in args)
+        backend = _backend()
+        actual = backend.argument_types(args, kinds or backend.kinds_of(args))
         declared = self.resolved.argtypes
         for text, types_ in declared.items():
             if tuple(types_) == actual:
                 return text
         for text, types_ in declared.items():
-            if len(types_) == len(actual) and all(map(_compatible, actual, types_)):
+            if len(types_) == len(actual) and all(map(backend.compatible, actual, types_)):
                 return text
         raise LaunchError(
             f"no declared signature of '{self.name}' matches the arguments "
             f"({', '.join(str(t) for t in actual)}); declared: {', '.join(declared)}")
 
-    def prepare(self, signature: str):
-        """What launches `signature` on the current device, loaded once per process."""
-        device_arch = current_arch(self.resolved.spec.archs)
+    def prepare(self, signature: str, device_arch: str | None = None):
+        """What launches `signature` on the device, loaded once per process."""
+        device_arch = device_arch or current_arch(self.resolved.spec.archs)
         ready = self._ready.get((signature, device_arch))
         if ready is None:
-            ready = self._ready[(signature, device_arch)] = self._load(signature, device_arch)
+            found = self.artifact(signature, device_arch)
+            ready = self._ready[(signature, device_arch)] = \
+                _JitLaunch(self.resolved.kernel) if found is None or self._simulated \
+                else self._launchable(found, signature, device_arch)
         return ready
 
-    def _load(self, signature: str, device_arch: str, built: bool = False):
-        arch, kind = choose_artifact(self.resolved.spec.archs, device_arch)
-        if arch is None:
-            return self._miss(signature, None, f"nothing is built for {device_arch} or below "
-                              f"(built archs: {', '.join(self.resolved.spec.archs)})")
-        target = Target(self.name, signature, arch)
-        manifest = self._fresh_manifest(target)
-        why = self._why_stale(target) if manifest is None else None
-        if manifest is not None:
+    def artifact(self, signature: str, device_arch: str, built: bool = False) -> Found | None:
+        """The stored artifact to launch on `device_arch`, after the key check;
+        None when on_miss='jit' compiles with numba instead."""
+        stored = self._stored_entries(signature)
+        arch, kind = choose_artifact(tuple(stored), device_arch)
+        wanted, _ = choose_artifact(self.resolved.spec.archs, device_arch)
+        target = Target(self.name, signature, wanted) if wanted else None
+        if arch is not None:
             try:
-                binary = self.project.store.read_blob(manifest["artifacts"][kind])
+                return Found(arch, kind, stored[arch],
+                             self.project.store.read_blob(stored[arch]["artifacts"][kind]))
             except CorruptBlob as exc:
                 why = str(exc)
-        if why is None:
-            return self._launchable(manifest, signature, binary, kind, device_arch)
+        elif target is None:
+            why = (f"nothing is declared for {device_arch} or below "
+                   f"(declared archs: {', '.join(self.resolved.spec.archs)})")
+        else:
+            why = self._why_stale(target)
         if built:  # just built, yet still unusable: never loop
             raise LaunchError(f"kernel '{self.name}' {signature}: built into store "
                               f"{self.project.store.root} but still unusable: {why}")
-        return self._miss(signature, target, why)
+        return self._miss(signature, target, device_arch, why)
 
-    def _fresh_manifest(self, target):
-        # The launcher's own plan (every declared arch; `target.arch` is one of them).
-        the_plan = self.project.plan([self.name])
-        return self.project.store.lookup(the_plan.keys[target].digest)
+    def _stored_entries(self, signature: str) -> dict:
+        """arch -> manifest, for the declared archs the store holds at the current key."""
+        the_plan = self.project.plan([self.name])  # every declared arch, keyed once per process
+        stored = {}
+        for arch in self.resolved.spec.archs:
+            manifest = self.project.store.lookup(
+                the_plan.keys[Target(self.name, signature, arch)].digest)
+            if manifest is not None:
+                stored[arch] = manifest
+        return stored
 
     def _why_stale(self, target) -> str:
         rows = self.project.status([self.name], [target.arch])
         row = next(r for r in rows if r["signature"] == target.signature)
         return f"{row['status']}: {'; '.join(row['reasons'])}"
 
-    def _miss(self, signature, target, why):
+    def _miss(self, signature, target, device_arch, why):
         if self.on_miss == "error" or (self.on_miss == "build" and target is None):
             raise LaunchError(f"kernel '{self.name}' {signature} has no usable artifact "
-                              f"for device {current_arch(self.resolved.spec.archs)}: {why}")
+                              f"for device {device_arch}: {why}")
         if self.on_miss == "jit":
-            return _JitLaunch(self.resolved.kernel)
-        if _simulating():
+            return None
+        if self._simulated:
             self._build_in_subprocess(target)
         else:
             rows = self.project.build([self.name], [target.arch])
@@ -109,7 +161,7 @@ class KernelLauncher:
             if failed:
                 raise LaunchError(
                     f"kernel '{self.name}' {signature} failed to build: {failed[0].error}")
-        return self._load(signature, current_arch(self.resolved.spec.archs), built=True)
+        return self.artifact(signature, device_arch, built=True)
 
     def _build_in_subprocess(self, target):
         """The simulator cannot compile: a real `kbuild build` process builds the target."""
@@ -126,40 +178,48 @@ class KernelLauncher:
             raise LaunchError(f"kernel '{self.name}' failed to build: "
                               f"{(done.stdout + done.stderr).strip()[-2000:]}")
 
-    def _launchable(self, manifest, signature, binary, kind, device_arch):
-        if _simulating():
-            return _JitLaunch(self.resolved.kernel)  # the simulator runs the Python code
+    # -- loading ----------------------------------------------------------------
+
+    def _launchable(self, found: Found, signature: str, device_arch: str):
+        backend = _backend()
+        if backend.needs_numba_kernel(self._options()):
+            return backend.NumbaKernel(self._numba_kernel(found, signature, device_arch))
+        cooperative = bool(found.manifest.get("cooperative"))
+        kernel = backend.load(found.manifest["artifacts"][found.kind], found.binary, found.kind,
+                              found.manifest["entry"], cooperative, arch_cc(device_arch))
+        return backend.StoredKernel(kernel, self.resolved.argtypes[signature], cooperative)
+
+    def numba_kernel(self, signature: str):
+        """numba-cuda's own `_Kernel` for a declared signature, from the store (what
+        `Project.install()` hands to dispatchers); None when numba compiles it instead."""
+        device_arch = current_arch(self.resolved.spec.archs)
+        found = self.artifact(signature, device_arch)
+        if found is None or self._simulated:
+            return None
+        return self._numba_kernel(found, signature, device_arch)
+
+    def _numba_kernel(self, found: Found, signature: str, device_arch: str):
         from .backend.loader import rebuild_kernel
 
-        return _StoredLaunch(rebuild_kernel(
-            manifest, self.resolved.argtypes[signature], binary, kind, arch_cc(device_arch),
-            dict(getattr(self.resolved.kernel, "targetoptions", {}))))
+        return rebuild_kernel(found.manifest, self.resolved.argtypes[signature], found.binary,
+                              found.kind, arch_cc(device_arch), self._options(),
+                              py_func=getattr(self.resolved.kernel, "py_func", None))
+
+    def _options(self) -> dict:
+        return dict(getattr(self.resolved.kernel, "targetoptions", {}))
 
 
 class _Configured:
     """`kernel[griddim, blockdim, stream, sharedmem]`, ready to be called."""
 
-    def __init__(self, launcher, griddim, blockdim, stream=0, sharedmem=0):
+    __slots__ = ("launcher", "config")
+
+    def __init__(self, launcher, config):
         self.launcher = launcher
-        self.config = (griddim, blockdim, stream, sharedmem)
+        self.config = config
 
     def __call__(self, *args):
-        launcher = self.launcher
-        launchable = launcher.prepare(launcher.signature_for(args))
-        launchable.launch(args, *self.config)
-
-
-class _StoredLaunch:
-    """A numba-cuda kernel rebuilt from stored artifacts."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def launch(self, args, griddim, blockdim, stream, sharedmem):
-        from numba.cuda.errors import normalize_kernel_dimensions
-
-        griddim, blockdim = normalize_kernel_dimensions(griddim, blockdim)
-        self.kernel.launch(args, griddim, blockdim, stream, sharedmem)
+        self.launcher.launch(self.config, args)
 
 
 class _JitLaunch:
@@ -168,8 +228,11 @@ class _JitLaunch:
     def __init__(self, dispatcher):
         self.dispatcher = dispatcher
 
-    def launch(self, args, griddim, blockdim, stream, sharedmem):
-        self.dispatcher[griddim, blockdim, stream, sharedmem](*args)
+    def bind(self, kinds):
+        return self.launch
+
+    def launch(self, args, config):
+        self.dispatcher[config](*args)
 
 
 def choose_artifact(built_archs, device_arch: str):
@@ -183,14 +246,13 @@ def choose_artifact(built_archs, device_arch: str):
     return None, None
 
 
-def current_arch(declared_archs) -> str:
-    """The current device's arch; under the simulator, the highest declared arch."""
+def current_arch(declared_archs, device: int | None = None) -> str:
+    """The arch of a device (default: the current one); under the simulator, the highest
+    declared arch."""
     if _simulating():
         return max(declared_archs, key=arch_cc)
-    from numba import cuda
-
-    major, minor = cuda.get_current_device().compute_capability
-    return f"sm_{major}{minor}"
+    backend = _backend()
+    return backend.device_arch(backend.current_device() if device is None else device)
 
 
 def _simulating() -> bool:
@@ -199,30 +261,13 @@ def _simulating() -> bool:
     return simulating()
 
 
-def _typeof(value):
-    from numba import typeof
-
-    try:
-        from numba.cuda.typing.typeof import Purpose
-        from numba.cuda.typing.typeof import typeof as cuda_typeof
-
-        return cuda_typeof(value, Purpose.argument)
-    except ImportError:
-        return typeof(value)
+_loaded_backend = None
 
 
-def _compatible(actual, declared) -> bool:
-    """Whether numba would pass `actual` where `declared` is expected, without a recompile."""
-    from numba.core import types
+def _backend():
+    """backend/launcher.py, imported on first use (it imports cuda.core)."""
+    global _loaded_backend
+    from .backend import launcher
 
-    if actual == declared:
-        return True
-    if isinstance(actual, types.Number) and isinstance(declared, types.Number):
-        return True
-    if isinstance(actual, types.Boolean) and isinstance(declared, (types.Boolean, types.Integer)):
-        return True
-    if isinstance(actual, types.Array) and isinstance(declared, types.Array):
-        return (actual.dtype == declared.dtype and actual.ndim == declared.ndim
-                and declared.layout in ("A", actual.layout)
-                and (actual.mutable or not declared.mutable))
-    return False
+    _loaded_backend = launcher
+    return launcher

@@ -65,15 +65,13 @@ class Project:
         keeps calling `saxpy[blocks, threads](...)` and numba finds it ready.
         Returns the installed targets.
         """
-        from .launch import _StoredLaunch
-
         installed = []
         for spec in _build.select_specs(self.config, names):
             launcher = self.kernel(spec.name)
             for signature, argtypes in launcher.resolved.argtypes.items():
-                ready = launcher.prepare(signature)
-                if isinstance(ready, _StoredLaunch):
-                    launcher.resolved.kernel.add_overload(ready.kernel, tuple(argtypes))
+                kernel = launcher.numba_kernel(signature)
+                if kernel is not None:  # None: numba compiles it (simulator, on_miss="jit")
+                    launcher.resolved.kernel.add_overload(kernel, tuple(argtypes))
                 installed.append(f"{spec.name} {signature}")
         return installed
 

@@ -131,15 +131,15 @@ def test_warm_store_loads_without_compiling(warm):
             orig = getattr(mod, name)
             setattr(mod, name, lambda *a, _o=orig, **k: calls.append(1) or _o(*a, **k))
         from kbuild import Project
-        from kbuild.discover import Target
         from kbuild.backend.loader import rebuild_kernel
         proj = Project.load("kbuild.toml", store=%r, on_miss="error")
         result = {}
         for name in ("examples.saxpy:saxpy", "examples.reductions:mirror_sum"):
             launcher = proj.kernel(name)
             sig = next(iter(launcher.resolved.argtypes))
-            manifest = launcher._fresh_manifest(Target(name, sig, "sm_90"))
-            cubin = proj.store.read_blob(manifest["artifacts"]["cubin"])
+            found = launcher.artifact(sig, "sm_90")
+            manifest, cubin = found.manifest, found.binary
+            assert (found.arch, found.kind) == ("sm_90", "cubin")
             k = rebuild_kernel(manifest, launcher.resolved.argtypes[sig], cubin, "cubin",
                                (9, 0), launcher.resolved.kernel.targetoptions)
             result[name] = [k.cooperative, bytes(k.library.get_cubin((9, 0, "a")).code) == cubin]

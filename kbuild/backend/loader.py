@@ -6,7 +6,12 @@ verified blobs and JSON manifest instead of a pickle. Its code library holds
 the binary in its per-architecture cache, so loading it does no typing,
 lowering or NVVM compile; numba-cuda's driver layer loads the module into the
 current context once per device and launches it (cooperatively when the
-manifest says so).
+manifest says so). `Project.install()` hands these to the user's dispatchers;
+kbuild's own launcher (`launcher`) uses them only for debug kernels.
+
+A cooperative kernel's grid sync calls into cudadevrt, which numba links into
+the cubin; its stored PTX lacks it, so PTX is linked with cudadevrt for the
+device (nvJitLink) before it is loaded.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ def library_cc(cc: tuple) -> tuple:
 
 
 def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, device_cc: tuple,
-                   options: dict):
+                   options: dict, py_func=None):
     """A numba-cuda `_Kernel` for one stored target, backed by `binary` (cubin or ptx).
 
     `options` are the live dispatcher's: launch-time behaviour (argument
     extensions, shared-memory carveout) comes from the user's decorator, which
-    cannot be stored as JSON and is keyed anyway.
+    cannot be stored as JSON and is keyed anyway. `py_func` (the kernel's Python
+    function) is needed for `debug=True` kernels only: see `_ExceptionTable`.
     """
     from cuda.core import ObjectCode
     from numba.core import types
@@ -34,6 +40,8 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
 
     entry = manifest["entry"]
     cooperative = bool(manifest.get("cooperative"))
+    if binary_kind == "ptx" and cooperative:
+        binary, binary_kind = link_cudadevrt(binary, device_cc), "cubin"
     code = ObjectCode.from_cubin(binary) if binary_kind == "cubin" \
         else ObjectCode.from_ptx(binary.decode() if isinstance(binary, bytes) else binary)
     library = CUDACodeLibrary._rebuild(
@@ -42,12 +50,49 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
         max_registers=None, nvvm_options={}, needs_cudadevrt=cooperative, nrt=False,
         use_cooperative=cooperative, lto=False)
     signature = Signature(types.void, tuple(argtypes), recvr=None)
+    debug = bool(options.get("debug"))
     kernel = _Kernel._rebuild(
         cooperative=cooperative, name=entry, signature=signature, codelibrary=library,
-        debug=False, lineinfo=bool(options.get("lineinfo")), call_helper=None,
+        debug=debug, lineinfo=bool(options.get("lineinfo")),
+        call_helper=_ExceptionTable(py_func, tuple(argtypes), options) if debug else None,
         extensions=list(options.get("extensions") or []),
         shared_memory_carveout=None, launch_config_sensitive=False)
     carveout = options.get("shared_memory_carveout")
     if carveout is not None:
         kernel.shared_memory_carveout = kernel._parse_carveout(carveout)
     return kernel
+
+
+def link_cudadevrt(ptx: bytes, device_cc: tuple) -> bytes:
+    """A cubin for `device_cc` of a cooperative kernel's PTX and cudadevrt, linked as
+    numba links it (nvJitLink, else the driver's linker)."""
+    from numba.cuda.cudadrv.driver import _Linker
+    from numba.cuda.cudadrv.libs import get_cudalib
+
+    linker = _Linker(max_registers=None, cc=tuple(device_cc[:2]))
+    linker.add_ptx(ptx if isinstance(ptx, bytes) else ptx.encode())
+    linker.add_file_guess_ext(get_cudalib("cudadevrt", static=True))
+    cubin = linker.complete()
+    return bytes(getattr(cubin, "code", cubin))
+
+
+class _ExceptionTable:
+    """numba's call helper for a debug kernel, made when a device-side exception needs it.
+
+    A debug kernel reports an exception as a code; the code's class, arguments and
+    source location live in the compiling process's call helper, which holds Python
+    classes and cannot be stored as JSON. The kernel is compiled again (same source,
+    the key says so; same options) only when a launch raised, and numba's table of
+    that compile, whose codes are numbered in the same order, names the exception.
+    """
+
+    def __init__(self, py_func, argtypes, options):
+        self.py_func, self.argtypes, self.options = py_func, argtypes, dict(options)
+        self._helper = None
+
+    def get_exception(self, code):
+        if self._helper is None:
+            from numba.cuda.dispatcher import _Kernel
+
+            self._helper = _Kernel(self.py_func, self.argtypes, **self.options).call_helper
+        return self._helper.get_exception(code)

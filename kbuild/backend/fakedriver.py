@@ -1,0 +1,245 @@
+"""A fake CUDA driver: the launch path runs for real down to the calls that need a GPU.
+
+`installed(cc)` swaps the driver calls of `backend.driver` (and the two numba-cuda
+calls that `Project.install()`'s dispatchers reach: loading a module and
+`cuda.core.launch`) for fakes that check what they are handed the way the real
+calls would, and record it:
+
+- the stream must be a cuda.core Stream (or GraphBuilder), as `cuda.core.launch`
+  demands ("Stream or GraphBuilder expected, got int" is the bug this catches);
+- the config a cuda.core LaunchConfig with 3-tuples of positive ints, cooperative
+  exactly when the kernel's code synchronises the grid;
+- the parameters accepted by cuda.core's own ParamHolder, as many as the kernel's
+  `.entry` declares, each as large as its `.param` (read from the stored PTX, the
+  compiler's word on the kernel's ABI, not from kbuild's packer).
+
+"Device" memory is host memory: a host array's copy to the device is the array
+itself, and its copy back is recorded. Used by tests/test_launch_driver.py and
+`benchmarks/launch.py --fake-driver`; never by kbuild itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import driver
+
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z]+)(\d+)\s+[\w$]+(?:\[(\d+)\])?")
+_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+
+
+def ptx_entries(ptx: str) -> dict:
+    """entry name -> the byte size of each of its parameters, from PTX text."""
+    entries = {}
+    for name, params in _ENTRY.findall(ptx):
+        entries[name] = [int(bits) // 8 * int(count or 1) for _, bits, count in _PARAM.findall(params)]
+    return entries
+
+
+@dataclass
+class FakeKernel:
+    """What the fake driver loaded: the entry, its parameter sizes, and how it came."""
+
+    entry: str
+    params: list
+    kind: str  # "cubin" or "ptx" (as handed to the driver)
+    ptx_target: str | None  # `.target` of loaded PTX
+    cooperative: bool  # the code calls cudadevrt's grid sync
+
+
+@dataclass
+class Launch:
+    """One recorded launch."""
+
+    kernel: FakeKernel
+    grid: tuple
+    block: tuple
+    shmem: int
+    cooperative: bool
+    stream_handle: int
+    args: tuple
+
+
+@dataclass
+class FakeDriver:
+    """The fakes' state: the device's compute capability, the ABI of every kernel
+    the store holds (entry -> parameter sizes), and what was loaded and launched."""
+
+    cc: tuple = (8, 0)
+    abi: dict = field(default_factory=dict)
+    cooperative_entries: set = field(default_factory=set)
+    loads: list = field(default_factory=list)
+    launches: list = field(default_factory=list)
+    copies_back: int = 0
+    synced_streams: list = field(default_factory=list)
+    check_params: bool = True  # off only to time the launch path without the checks
+
+    def learn_store(self, store) -> None:
+        """Read every stored PTX's entries: the ABI the fake launch checks against."""
+        for _, manifest in store.entries():
+            ptx = manifest.get("artifacts", {}).get("ptx")
+            if ptx:
+                text = store.read_blob(ptx).decode()
+                self.abi.update(ptx_entries(text))
+                if _synchronises_grid(text):
+                    self.cooperative_entries.update(ptx_entries(text))
+
+    # -- the fakes -------------------------------------------------------------------
+
+    def current_device(self) -> int:
+        return 0
+
+    def device_cc(self, device_id: int) -> tuple:
+        assert device_id == 0, f"the fake driver has one device, asked for {device_id}"
+        return self.cc
+
+    def load_kernel(self, binary, kind: str, entry: str) -> FakeKernel:
+        data = binary if isinstance(binary, bytes) else binary.encode()
+        if kind == "cubin":
+            assert data[:4] == b"\x7fELF", "a cubin must be an ELF image"
+            assert entry.encode() in data, f"the cubin has no symbol {entry}"
+            target = None
+        else:
+            assert kind == "ptx", kind
+            text = data.decode()
+            assert entry in ptx_entries(text), f"the PTX has no .entry {entry}"
+            target = re.search(r"\.target\s+(\w+)", text).group(1)
+        assert entry in self.abi, f"no stored PTX declares .entry {entry}"
+        kernel = FakeKernel(entry, self.abi[entry], kind, target,
+                            entry in self.cooperative_entries)
+        self.loads.append(kernel)
+        return kernel
+
+    def launch_config(self, grid, block, shmem, cooperative):
+        # The real one asks the device whether it can launch cooperatively.
+        config = _real["LaunchConfig"](grid=grid, block=block, shmem_size=shmem)
+        config.is_cooperative = bool(cooperative)
+        return config
+
+    def launch(self, stream, config, kernel, *args) -> None:
+        if not isinstance(stream, (_real["Stream"], _real["GraphBuilder"])):
+            raise TypeError(f"Stream or GraphBuilder expected, got {type(stream).__name__}")
+        assert isinstance(config, _real["LaunchConfig"]), f"not a LaunchConfig: {config!r}"
+        for dims in (config.grid, config.block):
+            assert len(dims) == 3 and all(type(d) is int and d > 0 for d in dims), dims
+        assert type(config.shmem_size) is int and config.shmem_size >= 0, config.shmem_size
+        assert isinstance(kernel, FakeKernel), f"not a loaded kernel: {kernel!r}"
+        assert bool(config.is_cooperative) == kernel.cooperative, \
+            f"{kernel.entry}: cooperative launch {config.is_cooperative}, kernel needs {kernel.cooperative}"
+        if self.check_params:
+            self._check_params(kernel, args)
+        self.launches.append(Launch(kernel, config.grid, config.block, config.shmem_size,
+                                    bool(config.is_cooperative),
+                                    int(stream.__cuda_stream__()[1]), args))
+
+    def _check_params(self, kernel, args) -> None:
+        from cuda.core._kernel_arg_handler import ParamHolder
+
+        ParamHolder(args)  # cuda.core's own packing accepts every value
+        sizes = [packed_size(a) for a in args]
+        assert sizes == kernel.params, \
+            f"{kernel.entry}: parameters of {sizes} bytes, the kernel takes {kernel.params}"
+
+    def to_device(self, value, stream, retr):
+        from numba.cuda.args import ArgHint
+
+        host = np.asanyarray(value.value if isinstance(value, ArgHint) else value)
+        retr.append(lambda: self._copied_back(host))
+        return HostView(host)
+
+    def _copied_back(self, host):
+        self.copies_back += 1
+
+    def array_view(self, obj, stream):
+        return HostView(np.from_dlpack(obj))
+
+    def sync_stream(self, handle) -> None:
+        self.synced_streams.append(handle)
+
+    # numba-cuda's side (install()'s dispatchers, debug kernels)
+    def get_cufunc(self, library):
+        code = next(iter(library._cubin_cache.values()))
+        return _FakeCufunc(self.load_kernel(bytes(code.code), code.code_type,
+                                            library._entry_name))
+
+
+def _synchronises_grid(ptx: str) -> bool:
+    return "cudaCGSynchronizeGrid" in ptx or "cudaCGGetIntrinsicHandle" in ptx
+
+
+def packed_size(value) -> int:
+    """Bytes cuda.core's ParamHolder lays out for a value (a Python int is a pointer)."""
+    if isinstance(value, (int, float)):  # bool too: ParamHolder tests int first
+        return 8
+    if isinstance(value, complex):
+        return 16
+    if isinstance(value, np.generic):
+        return value.dtype.itemsize
+    if isinstance(value, ctypes._SimpleCData):
+        return ctypes.sizeof(value)
+    raise TypeError(f"no parameter size for {type(value).__name__}")
+
+
+class _Layout:
+    def __init__(self, a):
+        self.strides_in_bytes = a.strides
+        self.is_contiguous_c = a.flags.c_contiguous
+        self.is_contiguous_f = a.flags.f_contiguous
+
+
+class HostView:
+    """What `to_device` gives back (numba: a StridedMemoryView of device memory)."""
+
+    def __init__(self, a):
+        self.array, self.ptr, self.shape = a, a.ctypes.data, a.shape
+        self.size, self.dtype, self._layout = a.size, a.dtype, _Layout(a)
+
+
+class _FakeCufunc:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.name = kernel.entry
+
+    @property
+    def module(self):
+        raise NotImplementedError("a debug kernel's exception globals need a GPU")
+
+
+_real: dict = {"LaunchConfig": driver.LaunchConfig, "Stream": driver.Stream,
+               "GraphBuilder": driver.GraphBuilder}
+_FAKED = ("current_device", "device_cc", "load_kernel", "launch_config", "launch",
+          "to_device", "array_view", "sync_stream")
+
+
+@contextlib.contextmanager
+def installed(cc=(8, 0), store=None):
+    """Within this block every driver call of a launch goes to a FakeDriver (yielded)."""
+    from numba.cuda import codegen, dispatcher
+
+    from . import launcher
+
+    fake = FakeDriver(cc=tuple(cc))
+    if store is not None:
+        fake.learn_store(store)
+    saved = {name: getattr(driver, name) for name in _FAKED}
+    saved_numba = (dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc)
+    try:
+        for name in _FAKED:
+            setattr(driver, name, getattr(fake, name))
+        dispatcher.launch = fake.launch
+        dispatcher.LaunchConfig = lambda grid, block, shmem_size, is_cooperative: \
+            fake.launch_config(grid, block, shmem_size, is_cooperative)
+        codegen.CUDACodeLibrary.get_cufunc = lambda library: fake.get_cufunc(library)
+        launcher.forget_loaded()
+        yield fake
+    finally:
+        for name, value in saved.items():
+            setattr(driver, name, value)
+        dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc = \
+            saved_numba
+        launcher.forget_loaded()
