@@ -72,15 +72,13 @@ def test_adapters_do_not_import_the_layers_above(path):
 
 # Public numba names that keying and the CLI-side modules may use: numba's type objects
 # (the vocabulary of signatures and keys). Everything else of numba is the backend's.
-# Until #14 moves keying's look-ups of numba's registries behind the backend and #13
-# moves the launcher's typing there, those are listed here by name.
+# Until #14 moves keying's look-ups of numba's registries behind the backend, those
+# are listed here by name.
 PUBLIC_NUMBA = {"numba", "numba.core.types", "numba.core.sigutils",
                 "numba.from_dtype", "numba.typeof",
                 # to move behind backend/:
                 "numba.core.typing.templates", "numba.cuda.typing.templates",
-                "numba.cuda.descriptor.cuda_target", "numba.cuda.cudadrv.nvrtc",
-                "numba.cuda.errors.normalize_kernel_dimensions",
-                "numba.cuda.typing.typeof.Purpose", "numba.cuda.typing.typeof.typeof"}
+                "numba.cuda.descriptor.cuda_target", "numba.cuda.cudadrv.nvrtc"}
 
 
 @pytest.mark.parametrize("path", [p for p in PACKAGE.rglob("*.py")

@@ -1,9 +1,9 @@
 """A fake CUDA driver: the launch path runs for real down to the calls that need a GPU.
 
-`installed(cc)` swaps the driver calls of `backend.driver` (and the two numba-cuda
-calls that `Project.install()`'s dispatchers reach: loading a module and
-`cuda.core.launch`) for fakes that check what they are handed the way the real
-calls would, and record it:
+`installed(cc)` swaps the driver calls of `backend.driver` (and those of numba-cuda
+that `Project.install()`'s dispatchers and debug kernels reach: the current device,
+loading a module, `cuda.core.launch`, reading a debug kernel's error code) for
+fakes that check what they are handed the way the real calls would, and record it:
 
 - the stream must be a cuda.core Stream (or GraphBuilder), as `cuda.core.launch`
   demands ("Stream or GraphBuilder expected, got int" is the bug this catches);
@@ -29,16 +29,23 @@ import numpy as np
 
 from . import driver
 
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z]+)(\d+)\s+[\w$]+(?:\[(\d+)\])?")
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+_TYPE = re.compile(r"\.[bsuf](\d+)$")  # .u64, .f32, .b8 ... (not .align / .ptr)
+_COUNT = re.compile(r"\[(\d+)\]$")
 
 
 def ptx_entries(ptx: str) -> dict:
     """entry name -> the byte size of each of its parameters, from PTX text."""
-    entries = {}
-    for name, params in _ENTRY.findall(ptx):
-        entries[name] = [int(bits) // 8 * int(count or 1) for _, bits, count in _PARAM.findall(params)]
-    return entries
+    return {name: [_param_size(p) for p in params.split(",") if p.strip()]
+            for name, params in _ENTRY.findall(ptx)}
+
+
+def _param_size(param: str) -> int:
+    # `.param .u64 .ptr .align 1 name`, `.param .align 8 .b8 name[16]`, `.param .f32 name`
+    tokens = param.split()
+    bits = next(int(m.group(1)) for t in tokens if (m := _TYPE.match(t)))
+    count = _COUNT.search(tokens[-1])
+    return bits // 8 * (int(count.group(1)) if count else 1)
 
 
 @dataclass
@@ -76,6 +83,7 @@ class FakeDriver:
     loads: list = field(default_factory=list)
     launches: list = field(default_factory=list)
     copies_back: int = 0
+    device_error: int = 0  # the code a debug kernel's launch reports (0: no exception)
     synced_streams: list = field(default_factory=list)
     check_params: bool = True  # off only to time the launch path without the checks
 
@@ -99,7 +107,7 @@ class FakeDriver:
         return self.cc
 
     def load_kernel(self, binary, kind: str, entry: str) -> FakeKernel:
-        data = binary if isinstance(binary, bytes) else binary.encode()
+        data = binary.encode() if isinstance(binary, str) else bytes(binary)
         if kind == "cubin":
             assert data[:4] == b"\x7fELF", "a cubin must be an ELF image"
             assert entry.encode() in data, f"the cubin has no symbol {entry}"
@@ -164,8 +172,8 @@ class FakeDriver:
     # numba-cuda's side (install()'s dispatchers, debug kernels)
     def get_cufunc(self, library):
         code = next(iter(library._cubin_cache.values()))
-        return _FakeCufunc(self.load_kernel(bytes(code.code), code.code_type,
-                                            library._entry_name))
+        return _FakeCufunc(self.load_kernel(code.code, code.code_type,
+                                            library._entry_name), self)
 
 
 def _synchronises_grid(ptx: str) -> bool:
@@ -200,14 +208,39 @@ class HostView:
         self.size, self.dtype, self._layout = a.size, a.dtype, _Layout(a)
 
 
-class _FakeCufunc:
-    def __init__(self, kernel):
-        self.kernel = kernel
-        self.name = kernel.entry
+class _FakeDevice:
+    def __init__(self, cc):
+        self.id, self.compute_capability = 0, tuple(cc)
 
-    @property
-    def module(self):
-        raise NotImplementedError("a debug kernel's exception globals need a GPU")
+
+class _FakeCufunc:
+    """numba's loaded function: the kernel, and the module holding a debug kernel's
+    exception globals (the error code the fake device reports, 0: none)."""
+
+    def __init__(self, kernel, fake):
+        self.kernel, self.name, self.module = kernel, kernel.entry, _FakeModule(fake)
+
+
+class _FakeModule:
+    def __init__(self, fake):
+        self.fake = fake
+
+    def get_global_symbol(self, name):
+        value = self.fake.device_error if name.endswith("__errcode__") else 0
+        return _FakeGlobal(value), ctypes.sizeof(ctypes.c_int)
+
+
+class _FakeGlobal:
+    def __init__(self, value):
+        self.value = value
+
+    def memset(self, byte, count=None, stream=0):
+        if stream and not isinstance(stream, _real["Stream"]):
+            raise TypeError(f"memset on stream {type(stream).__name__}: a Stream expected")
+
+
+def _device_to_host(dst, src, size, stream=0):
+    ctypes.memmove(dst, ctypes.byref(ctypes.c_int(src.value)), size)
 
 
 _real: dict = {"LaunchConfig": driver.LaunchConfig, "Stream": driver.Stream,
@@ -219,7 +252,9 @@ _FAKED = ("current_device", "device_cc", "load_kernel", "launch_config", "launch
 @contextlib.contextmanager
 def installed(cc=(8, 0), store=None):
     """Within this block every driver call of a launch goes to a FakeDriver (yielded)."""
+    import numba.cuda
     from numba.cuda import codegen, dispatcher
+    from numba.cuda.cudadrv import driver as numba_driver
 
     from . import launcher
 
@@ -227,7 +262,8 @@ def installed(cc=(8, 0), store=None):
     if store is not None:
         fake.learn_store(store)
     saved = {name: getattr(driver, name) for name in _FAKED}
-    saved_numba = (dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc)
+    saved_numba = (dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc,
+                   numba_driver.device_to_host, numba.cuda.get_current_device)
     try:
         for name in _FAKED:
             setattr(driver, name, getattr(fake, name))
@@ -235,11 +271,55 @@ def installed(cc=(8, 0), store=None):
         dispatcher.LaunchConfig = lambda grid, block, shmem_size, is_cooperative: \
             fake.launch_config(grid, block, shmem_size, is_cooperative)
         codegen.CUDACodeLibrary.get_cufunc = lambda library: fake.get_cufunc(library)
+        numba_driver.device_to_host = _device_to_host
+        numba.cuda.get_current_device = lambda: _FakeDevice(fake.cc)
         launcher.forget_loaded()
         yield fake
     finally:
         for name, value in saved.items():
             setattr(driver, name, value)
-        dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc = \
-            saved_numba
+        (dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc,
+         numba_driver.device_to_host, numba.cuda.get_current_device) = saved_numba
         launcher.forget_loaded()
+
+
+def device_array(host: np.ndarray):
+    """A numba DeviceNDArray whose "device" memory is `host` (kept alive by it)."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(host.shape, host.strides, host.dtype, gpu_data=_HostMemory(host))
+
+
+class _HostMemory:
+    def __init__(self, host):
+        self.host = host
+        self.device_ctypes_pointer = ctypes.c_void_p(host.ctypes.data)
+
+
+class CudaArray:
+    """A foreign device array (as CuPy's or PyTorch's) over host memory:
+    only `__cuda_array_interface__`."""
+
+    def __init__(self, host: np.ndarray, stream: int | None = None):
+        self.host, self.stream = host, stream
+
+    @property
+    def __cuda_array_interface__(self):
+        a = self.host
+        contiguous = a.flags.c_contiguous
+        return {"shape": a.shape, "strides": None if contiguous else a.strides,
+                "typestr": a.dtype.str, "data": (a.ctypes.data, False), "version": 3,
+                "stream": self.stream}
+
+
+class DLPackArray:
+    """A foreign array that only speaks DLPack."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.host.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.host.__dlpack_device__()

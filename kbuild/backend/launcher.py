@@ -46,9 +46,9 @@ def normalize_dims(griddim, blockdim) -> tuple:
 def _dim3(dim, name) -> tuple:
     dims = list(dim) if isinstance(dim, (tuple, list)) else [dim]
     if len(dims) > 3:
-        raise ValueError(f"{name} must be a sequence of 1, 2 or 3 integers, got {dim!r}")
+        raise ValueError(f"{name} must be a sequence of 1, 2 or 3 integers, got {dims!r}")
     if not all(isinstance(v, numbers.Integral) for v in dims):
-        raise TypeError(f"{name} must be a sequence of integers, got {dim!r}")
+        raise TypeError(f"{name} must be a sequence of integers, got {dims!r}")
     return tuple(int(v) for v in dims) + (1,) * (3 - len(dims))
 
 

@@ -54,7 +54,8 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
     kernel = _Kernel._rebuild(
         cooperative=cooperative, name=entry, signature=signature, codelibrary=library,
         debug=debug, lineinfo=bool(options.get("lineinfo")),
-        call_helper=_ExceptionTable(py_func, tuple(argtypes), options) if debug else None,
+        call_helper=_ExceptionTable(py_func, tuple(argtypes), options, device_cc) if debug
+        else None,
         extensions=list(options.get("extensions") or []),
         shared_memory_carveout=None, launch_config_sensitive=False)
     carveout = options.get("shared_memory_carveout")
@@ -86,13 +87,17 @@ class _ExceptionTable:
     that compile, whose codes are numbered in the same order, names the exception.
     """
 
-    def __init__(self, py_func, argtypes, options):
-        self.py_func, self.argtypes, self.options = py_func, argtypes, dict(options)
+    def __init__(self, py_func, argtypes, options, cc):
+        self.py_func, self.argtypes, self.options, self.cc = py_func, argtypes, dict(options), cc
         self._helper = None
 
     def get_exception(self, code):
         if self._helper is None:
             from numba.cuda.dispatcher import _Kernel
 
-            self._helper = _Kernel(self.py_func, self.argtypes, **self.options).call_helper
+            from .compiler import targeting
+
+            with targeting(tuple(self.cc[:2])):
+                kernel = _Kernel(self.py_func, self.argtypes, **self.options)
+            self._helper = kernel.call_helper
         return self._helper.get_exception(code)

@@ -61,5 +61,7 @@ def transpose_add(a, out):
 
 @cuda.jit(debug=True, opt=False)
 def checked_store(x, i):
-    """x[i] = 1 with bounds checked: an out-of-range i raises IndexError on the device."""
+    """x[i] = 1, or an IndexError raised on the device for an out-of-range i."""
+    if i < 0 or i >= x.size:
+        raise IndexError("checked_store: index out of range")
     x[i] = 1.0

@@ -1,0 +1,334 @@
+"""The real launch path, down to the CUDA driver, on a machine with no GPU.
+
+`Project.load()` on tests/launchproj built into a temp store with the real
+compiler, then `proj.kernel(...)[grid, block, stream, sharedmem](...)`: the key
+check, the artifact choice, loading, argument packing and the stream conversion
+all run; only the driver calls are fakes (kbuild/backend/fakedriver.py) that
+check what they are handed as cuda.core would (a Stream, a LaunchConfig of
+3-tuples, parameters as many and as large as the stored PTX's `.entry`
+declares) and record it. The launch of today's GPUs failed at exactly this
+boundary ("Stream or GraphBuilder expected, got int"); the simulator never
+reaches it.
+"""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """tests/launchproj (declaring sm_80 and sm_90) built for sm_80 only."""
+    root = tmp_path_factory.mktemp("launchproj")
+    shutil.copytree(REPO / "tests" / "launchproj", root, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", "sm_80",
+                           "--store", str(root / "store")], cwd=root, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+def _load(root, on_miss="error"):
+    from kbuild import Project
+
+    return Project.load(root / "kbuild.toml", store=root / "store", on_miss=on_miss)
+
+
+@pytest.fixture
+def launch(built):
+    """(project, fake driver) for a device of compute capability 8.0."""
+    from kbuild.backend import fakedriver
+
+    proj = _load(built)
+    with fakedriver.installed((8, 0), proj.store) as fake:
+        yield proj, fake
+
+
+# -- every stream form -----------------------------------------------------------------
+
+class _ForeignStream:
+    """A stream as CuPy and PyTorch give one: only `__cuda_stream__`."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def _numba_stream(handle):
+    from cuda.bindings import driver as binding
+    from numba.cuda.cudadrv.driver import Stream
+
+    return Stream(binding.CUstream(handle))
+
+
+def _core_stream(handle):
+    from cuda.core import Stream
+
+    return Stream.from_handle(handle)
+
+
+STREAMS = [  # (name, make the stream, the CUstream handle the launch must get)
+    ("omitted", None, 0),
+    ("0", lambda: 0, 0),
+    ("None", lambda: None, 0),
+    ("numba default stream", lambda: _numba_stream(0), 0),
+    ("numba legacy stream", lambda: _numba_stream(1), 1),
+    ("numba stream", lambda: _numba_stream(0x5000), 0x5000),
+    ("cuda.core Stream", lambda: _core_stream(0x6000), 0x6000),
+    ("__cuda_stream__ object", lambda: _ForeignStream(0x7000), 0x7000),
+]
+
+
+@pytest.mark.parametrize("name, make, handle", STREAMS, ids=[s[0] for s in STREAMS])
+@pytest.mark.parametrize("target", ["lk.bench:noargs", "lk.bench:saxpy"])
+def test_every_stream_form_reaches_the_driver_as_a_cuda_core_stream(launch, name, make,
+                                                                     handle, target):
+    from kbuild.backend import fakedriver
+
+    proj, fake = launch
+    x = fakedriver.device_array(np.arange(8, dtype=np.float32))
+    args = () if target.endswith("noargs") else (np.float32(2), x, x, x)
+    kernel = proj.kernel(target)
+    config = kernel[2, 4] if make is None else kernel[2, 4, make(), 0]
+    config(*args)
+    assert fake.launches[-1].stream_handle == handle
+    assert (fake.launches[-1].grid, fake.launches[-1].block) == ((2, 1, 1), (4, 1, 1))
+
+
+@pytest.mark.parametrize("stream, message", [
+    (5, "stream must be 0, None, a numba or cuda.core Stream, or an object with "
+        "__cuda_stream__; got int 5"),
+    ("s", "stream must be 0, None, a numba or cuda.core Stream, or an object with "
+          "__cuda_stream__; got str 's'"),
+])
+def test_a_wrong_stream_is_refused_by_name(launch, stream, message):
+    proj, fake = launch
+    with pytest.raises(TypeError) as info:
+        proj.kernel("lk.bench:noargs")[1, 1, stream, 0]()
+    assert str(info.value) == message
+    assert fake.launches == []
+
+
+# -- every argument kind ----------------------------------------------------------------
+
+def _host(n=8, dtype=np.float32):
+    return np.arange(n, dtype=dtype)
+
+
+def _array_fields(a):
+    """numba's parameters of an array: meminfo, parent, nitems, itemsize, data, shape, strides."""
+    return (0, 0, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides)
+
+
+def _saxpy_with(wrap):
+    from kbuild.backend import fakedriver
+
+    x, y, out = _host(), _host(), _host()
+    wrapped = [wrap(a, fakedriver) for a in (x, y, out)]
+    return "lk.bench:saxpy", (2, 4), (np.float32(2), *wrapped), (x, y, out)
+
+
+def _mixed_args():
+    from lk.kinds import REC_DTYPE
+
+    rec = np.zeros(1, REC_DTYPE)[0]
+    return (True, np.int8(-3), np.uint16(7), np.float16(1.5), np.complex64(1 + 2j), 3 - 4j,
+            rec, np.zeros((), np.float64), np.zeros(8))
+
+
+ARGUMENT_KINDS = {  # case -> (target, grid/block, args, host arrays behind the array args)
+    "host numpy arrays": lambda: _saxpy_with(lambda a, f: a),
+    "numba device arrays": lambda: _saxpy_with(lambda a, f: f.device_array(a)),
+    "__cuda_array_interface__": lambda: _saxpy_with(lambda a, f: f.CudaArray(a)),
+    "DLPack": lambda: _saxpy_with(lambda a, f: f.DLPackArray(a)),
+    "cuda.InOut hints": lambda: _saxpy_with(lambda a, f: __import__("numba").cuda.InOut(a)),
+}
+
+
+@pytest.mark.parametrize("case", list(ARGUMENT_KINDS))
+def test_arrays_are_packed_in_numbas_abi(launch, case):
+    proj, fake = launch
+    target, (grid, block), args, hosts = ARGUMENT_KINDS[case]()
+    proj.kernel(target)[grid, block](*args)
+    packed = fake.launches[-1].args
+    assert isinstance(packed[0], ctypes.c_float) and packed[0].value == 2.0
+    assert packed[1:] == sum((_array_fields(h) for h in hosts), ())
+    # numba copies a host array back after the launch; device memory stays where it is
+    assert fake.copies_back == (3 if case in ("host numpy arrays", "cuda.InOut hints") else 0)
+
+
+def test_every_scalar_kind_a_record_and_a_0d_array(launch):
+    proj, fake = launch
+    args = _mixed_args()
+    proj.kernel("lk.kinds:mixed")[1, 1](*args)
+    p = fake.launches[-1].args
+    assert [type(v) for v in p[:8]] == [ctypes.c_bool, ctypes.c_int8, ctypes.c_uint16,
+                                       ctypes.c_uint16, ctypes.c_float, ctypes.c_float,
+                                       ctypes.c_double, ctypes.c_double]
+    assert [v.value for v in p[:8]] == [True, -3, 7, int(np.float16(1.5).view(np.uint16)),
+                                       1.0, 2.0, 3.0, -4.0]
+    assert p[8] != 0  # the record's device copy
+    assert p[9:14] == (0, 0, 1, 8, args[7].ctypes.data)  # a 0-d array: no shape, no strides
+    assert fake.copies_back == 3  # the record, the 0-d array and `out` come back
+
+
+def test_python_scalars_take_the_declared_type(launch):
+    proj, fake = launch
+    proj.kernel("lk.bench:scalars16")[1, 1](*[float(i) for i in range(16)])
+    assert [(type(v), v.value) for v in fake.launches[-1].args] == \
+        [(ctypes.c_float, float(i)) for i in range(16)]
+
+
+def test_dynamic_shared_memory_and_2d_strided_arrays(launch):
+    from kbuild.backend import fakedriver
+
+    proj, fake = launch
+    x, sums = fakedriver.device_array(_host(16)), fakedriver.device_array(_host(4))
+    proj.kernel("lk.kinds:block_sums")[4, 4, 0, 4 * 4](x, sums)
+    assert fake.launches[-1].shmem == 16
+    a = np.zeros((8, 4), np.float32).T  # F-ordered: declared float32[:, :]
+    out = np.zeros((4, 8), np.float32)
+    proj.kernel("lk.kinds:transpose_add")[(1, 2), [4, 4]](a, out)
+    launched = fake.launches[-1]
+    assert (launched.grid, launched.block) == ((1, 2, 1), (4, 4, 1))
+    assert launched.args[:9] == _array_fields(a)
+
+
+def test_a_grid_sync_kernel_launches_cooperatively(launch):
+    from kbuild.backend import fakedriver
+
+    proj, fake = launch
+    x = fakedriver.device_array(_host(64))
+    proj.kernel("lk.kinds:grid_reverse")[2, 32](x, x, x)
+    assert fake.launches[-1].cooperative and fake.launches[-1].kernel.cooperative
+
+
+@pytest.mark.parametrize("config, error", [
+    ((1,), "launch with kernel[griddim, blockdim] or kernel[griddim, blockdim, stream, sharedmem]"),
+    (((1, 2, 3, 4), 1), "griddim must be a sequence of 1, 2 or 3 integers, got [1, 2, 3, 4]"),
+    ((1.5, 1), "griddim must be a sequence of integers, got [1.5]"),
+    ((1, None), "must specify launch configuration"),
+])
+def test_a_wrong_launch_configuration_is_refused(launch, config, error):
+    proj, fake = launch
+    with pytest.raises((TypeError, ValueError)) as info:
+        proj.kernel("lk.bench:noargs")[config]()
+    assert str(info.value) == error
+    assert fake.launches == []
+
+
+# -- per-launch work ------------------------------------------------------------------
+
+def test_arguments_are_typed_once_per_kind_and_modules_loaded_once(launch, monkeypatch):
+    from kbuild.backend import fakedriver, launcher
+
+    proj, fake = launch
+    typed = []
+    real = launcher.argument_types
+    monkeypatch.setattr(launcher, "argument_types", lambda *a: typed.append(1) or real(*a))
+    x = fakedriver.device_array(_host())
+    saxpy = proj.kernel("lk.bench:saxpy")
+    for _ in range(50):
+        saxpy[1, 8](np.float32(1), x, x, x)
+    saxpy[1, 8](1.0, x, x, x)  # a new kind (a Python float): typed again, once
+    saxpy[1, 8](2.0, x, x, x)
+    assert (len(typed), len(fake.launches), len(fake.loads)) == (2, 52, 1)
+
+
+# -- which artifact, on which device ---------------------------------------------------
+
+@pytest.mark.parametrize("cc, kind, target", [
+    ((8, 0), "cubin", None),       # the exact arch
+    ((9, 0), "ptx", "sm_80"),      # declared, never built: sm_80's PTX, JIT-compiled
+    ((8, 9), "ptx", "sm_80"),      # not declared: the highest below
+])
+def test_the_device_gets_the_cubin_else_the_highest_ptx_below(built, cc, kind, target):
+    from kbuild.backend import fakedriver
+
+    proj = _load(built, on_miss="build")  # PTX is usable: nothing is built
+    entries = sorted(p.name for p in (built / "store").rglob("*.json"))
+    with fakedriver.installed(cc, proj.store) as fake:
+        proj.kernel("lk.bench:saxpy")[1, 8](np.float32(1), *[fakedriver.device_array(_host())] * 3)
+    assert [(k.kind, k.ptx_target) for k in fake.loads] == [(kind, target)]
+    assert sorted(p.name for p in (built / "store").rglob("*.json")) == entries
+
+
+def test_a_cooperative_kernels_ptx_is_linked_with_cudadevrt_for_the_device(built):
+    from kbuild.backend import fakedriver
+
+    proj = _load(built)
+    with fakedriver.installed((9, 0), proj.store) as fake:
+        x = fakedriver.device_array(_host(64))
+        proj.kernel("lk.kinds:grid_reverse")[2, 32](x, x, x)
+    # sm_80's PTX + cudadevrt, linked by nvJitLink into a cubin for sm_90, loaded
+    assert [k.kind for k in fake.loads] == ["cubin"]
+    assert fake.launches[-1].cooperative
+
+
+def test_a_device_below_every_declared_arch_is_refused_by_name(built):
+    from kbuild.backend import fakedriver
+    from kbuild.errors import LaunchError
+
+    proj = _load(built)
+    with fakedriver.installed((7, 5), proj.store) as fake, pytest.raises(LaunchError) as info:
+        proj.kernel("lk.bench:noargs")[1, 1]()
+    assert str(info.value) == (
+        "kernel 'lk.bench:noargs' void() has no usable artifact for device sm_75: nothing is "
+        "declared for sm_75 or below (declared archs: sm_80, sm_90)")
+    assert fake.launches == []
+
+
+# -- debug kernels and install() --------------------------------------------------------
+
+def test_a_debug_kernel_reports_a_device_exception_as_numba_does(launch):
+    from kbuild.backend import fakedriver
+
+    proj, fake = launch
+    x = fakedriver.device_array(_host())
+    checked = proj.kernel("lk.kinds:checked_store")
+    checked[1, 1, _core_stream(0x8000), 0](x, 3)
+    assert fake.launches[-1].stream_handle == 0x8000
+    fake.device_error = 1  # the code numba's exception table gives the IndexError
+    with pytest.raises(IndexError) as info:
+        checked[1, 1](x, 30)
+    assert str(info.value).endswith(
+        "tid=[0, 0, 0] ctaid=[0, 0, 0]: checked_store: index out of range")
+    assert "In function 'checked_store', file" in str(info.value)
+
+
+@pytest.mark.parametrize("cc", [(8, 0), (9, 0)])
+def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch):
+    from numba.cuda import dispatcher
+
+    from kbuild.backend import fakedriver
+
+    compiles = []
+    real = dispatcher.compile_cuda
+    monkeypatch.setattr(dispatcher, "compile_cuda", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    proj = _load(built)
+    with fakedriver.installed(cc, proj.store) as fake:
+        installed = proj.install(["lk.bench:saxpy", "lk.kinds:grid_reverse"])
+        from lk import bench, kinds
+
+        x = fakedriver.device_array(_host(64))
+        bench.saxpy[1, 8, _numba_stream(0x9000), 0](np.float32(1), x, x, x)
+        kinds.grid_reverse[2, 32](x, x, x)
+    assert len(installed) == 2
+    assert [(l.stream_handle, l.cooperative) for l in fake.launches] == [(0x9000, False),
+                                                                        (0, True)]
+    assert [k.kind for k in fake.loads] == (["cubin", "cubin"] if cc == (8, 0)
+                                            else ["ptx", "cubin"])
+    assert compiles == []
