@@ -133,14 +133,17 @@ class KernelLauncher:
 
     def _stored_entries(self, signature: str) -> dict:
         """arch -> manifest, for the declared archs the store holds at the current key."""
-        the_plan = self.project.plan([self.name])  # every declared arch, keyed once per process
         stored = {}
         for arch in self.resolved.spec.archs:
-            manifest = self.project.store.lookup(
-                the_plan.keys[Target(self.name, signature, arch)].digest)
+            manifest = self._fresh_manifest(Target(self.name, signature, arch))
             if manifest is not None:
                 stored[arch] = manifest
         return stored
+
+    def _fresh_manifest(self, target):
+        # The launcher's own plan (every declared arch, keyed once per process).
+        the_plan = self.project.plan([self.name])
+        return self.project.store.lookup(the_plan.keys[target].digest)
 
     def _why_stale(self, target) -> str:
         rows = self.project.status([self.name], [target.arch])

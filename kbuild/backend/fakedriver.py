@@ -2,7 +2,8 @@
 
 `installed(cc)` swaps the driver calls of `backend.driver` (and those of numba-cuda
 that `Project.install()`'s dispatchers and debug kernels reach: the current device,
-loading a module, `cuda.core.launch`, reading a debug kernel's error code) for
+loading a module, `cuda.core.launch`, reading a debug kernel's error code, and the
+device query of numba's `cache=True` index) for
 fakes that check what they are handed the way the real calls would, and record it:
 
 - the stream must be a cuda.core Stream (or GraphBuilder), as `cuda.core.launch`
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import re
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,7 +87,9 @@ class FakeDriver:
     copies_back: int = 0
     device_error: int = 0  # the code a debug kernel's launch reports (0: no exception)
     synced_streams: list = field(default_factory=list)
-    check_params: bool = True  # off only to time the launch path without the checks
+    record: bool = True  # False (timing): a launch only packs as cuda.core would, and counts
+    launched: int = 0
+    first_launch_at: float | None = None  # time.perf_counter() of the first launch
 
     def learn_store(self, store) -> None:
         """Read every stored PTX's entries: the ABI the fake launch checks against."""
@@ -117,8 +121,8 @@ class FakeDriver:
             text = data.decode()
             assert entry in ptx_entries(text), f"the PTX has no .entry {entry}"
             target = re.search(r"\.target\s+(\w+)", text).group(1)
-        assert entry in self.abi, f"no stored PTX declares .entry {entry}"
-        kernel = FakeKernel(entry, self.abi[entry], kind, target,
+        assert entry in self.abi or not self.record, f"no stored PTX declares .entry {entry}"
+        kernel = FakeKernel(entry, self.abi.get(entry), kind, target,
                             entry in self.cooperative_entries)
         self.loads.append(kernel)
         return kernel
@@ -130,6 +134,12 @@ class FakeDriver:
         return config
 
     def launch(self, stream, config, kernel, *args) -> None:
+        if self.first_launch_at is None:
+            self.first_launch_at = time.perf_counter()
+        if not self.record:
+            _param_holder()(args)  # the host work cuda.core.launch does before the driver
+            self.launched += 1
+            return
         if not isinstance(stream, (_real["Stream"], _real["GraphBuilder"])):
             raise TypeError(f"Stream or GraphBuilder expected, got {type(stream).__name__}")
         assert isinstance(config, _real["LaunchConfig"]), f"not a LaunchConfig: {config!r}"
@@ -139,16 +149,13 @@ class FakeDriver:
         assert isinstance(kernel, FakeKernel), f"not a loaded kernel: {kernel!r}"
         assert bool(config.is_cooperative) == kernel.cooperative, \
             f"{kernel.entry}: cooperative launch {config.is_cooperative}, kernel needs {kernel.cooperative}"
-        if self.check_params:
-            self._check_params(kernel, args)
+        self._check_params(kernel, args)
         self.launches.append(Launch(kernel, config.grid, config.block, config.shmem_size,
                                     bool(config.is_cooperative),
                                     int(stream.__cuda_stream__()[1]), args))
 
     def _check_params(self, kernel, args) -> None:
-        from cuda.core._kernel_arg_handler import ParamHolder
-
-        ParamHolder(args)  # cuda.core's own packing accepts every value
+        _param_holder()(args)  # cuda.core's own packing accepts every value
         sizes = [packed_size(a) for a in args]
         assert sizes == kernel.params, \
             f"{kernel.entry}: parameters of {sizes} bytes, the kernel takes {kernel.params}"
@@ -171,9 +178,23 @@ class FakeDriver:
 
     # numba-cuda's side (install()'s dispatchers, debug kernels)
     def get_cufunc(self, library):
-        code = next(iter(library._cubin_cache.values()))
-        return _FakeCufunc(self.load_kernel(code.code, code.code_type,
-                                            library._entry_name), self)
+        # numba's CUDACodeLibrary.get_cufunc without the context: loaded once per library
+        cufunc = library._cufunc_cache.get(0)
+        if cufunc is None:
+            code = next(iter(library._cubin_cache.values()), None) or library.get_cubin()
+            cufunc = library._cufunc_cache[0] = _FakeCufunc(
+                self.load_kernel(code.code, code.code_type, library._entry_name), self)
+        return cufunc
+
+
+def _param_holder():
+    global _ParamHolder
+    if _ParamHolder is None:
+        from cuda.core._kernel_arg_handler import ParamHolder as _ParamHolder
+    return _ParamHolder
+
+
+_ParamHolder = None
 
 
 def _synchronises_grid(ptx: str) -> bool:
@@ -250,20 +271,22 @@ _FAKED = ("current_device", "device_cc", "load_kernel", "launch_config", "launch
 
 
 @contextlib.contextmanager
-def installed(cc=(8, 0), store=None):
-    """Within this block every driver call of a launch goes to a FakeDriver (yielded)."""
+def installed(cc=(8, 0), store=None, record=True):
+    """Within this block every driver call of a launch goes to a FakeDriver (yielded).
+    `store`: learn its kernels' ABI (needed to check parameters when `record`)."""
     import numba.cuda
     from numba.cuda import codegen, dispatcher
     from numba.cuda.cudadrv import driver as numba_driver
 
     from . import launcher
 
-    fake = FakeDriver(cc=tuple(cc))
+    fake = FakeDriver(cc=tuple(cc), record=record)
     if store is not None:
         fake.learn_store(store)
     saved = {name: getattr(driver, name) for name in _FAKED}
     saved_numba = (dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc,
-                   numba_driver.device_to_host, numba.cuda.get_current_device)
+                   numba_driver.device_to_host, numba.cuda.get_current_device,
+                   codegen.JITCUDACodegen.magic_tuple)
     try:
         for name in _FAKED:
             setattr(driver, name, getattr(fake, name))
@@ -273,13 +296,16 @@ def installed(cc=(8, 0), store=None):
         codegen.CUDACodeLibrary.get_cufunc = lambda library: fake.get_cufunc(library)
         numba_driver.device_to_host = _device_to_host
         numba.cuda.get_current_device = lambda: _FakeDevice(fake.cc)
+        # numba's cache=True index asks the context for the device's cc
+        codegen.JITCUDACodegen.magic_tuple = lambda self: ("fake driver", fake.cc)
         launcher.forget_loaded()
         yield fake
     finally:
         for name, value in saved.items():
             setattr(driver, name, value)
         (dispatcher.launch, dispatcher.LaunchConfig, codegen.CUDACodeLibrary.get_cufunc,
-         numba_driver.device_to_host, numba.cuda.get_current_device) = saved_numba
+         numba_driver.device_to_host, numba.cuda.get_current_device,
+         codegen.JITCUDACodegen.magic_tuple) = saved_numba
         launcher.forget_loaded()
 
 

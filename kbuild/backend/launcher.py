@@ -171,12 +171,24 @@ def _host_array_kind(a):
 
 
 def _device_array_kind(a):
-    # numba's DeviceNDArray._numba_type_: broadcast arrays are 'A'.
-    flags = a.flags
-    broadcast = 0 in a.strides and a.size != 0
-    layout = "A" if broadcast else "C" if flags["C_CONTIGUOUS"] else \
-        "F" if flags["F_CONTIGUOUS"] else "A"
-    return ("device", type(a), a.dtype, a.ndim, layout)
+    # A numba device array's shape, strides and memory never change: its kind and
+    # parameters are kept in its own __dict__ (as numba keeps its memory-view shim).
+    kind = a.__dict__.get("_kbuild_kind")
+    if kind is None:
+        # numba's DeviceNDArray._numba_type_: broadcast arrays are 'A'.
+        flags = a.flags
+        broadcast = 0 in a.strides and a.size != 0
+        layout = "A" if broadcast else "C" if flags["C_CONTIGUOUS"] else \
+            "F" if flags["F_CONTIGUOUS"] else "A"
+        kind = a.__dict__["_kbuild_kind"] = ("device", type(a), a.dtype, a.ndim, layout)
+    return kind
+
+
+def _device_array_fields(a, itemsize):
+    fields = a.__dict__.get("_kbuild_fields")
+    if fields is None:
+        fields = a.__dict__["_kbuild_fields"] = view_fields(a._strided_memory_view_shim, itemsize)
+    return fields
 
 
 def _cai_kind(a):
@@ -268,7 +280,12 @@ def make_packer(argtypes, kinds):
     for i, (ty, kind) in enumerate(zip(argtypes, kinds)):
         fn, spread = _field_maker(ty, kind)
         names[f"f{i}"] = fn
-        exprs.append(f"*f{i}(a{i}, stream, retr)" if spread else f"f{i}(a{i})")
+        if fn is None:  # a numpy scalar of the declared type: cuda.core packs it as it is
+            exprs.append(f"a{i}")
+        elif spread == "device":  # a numba device array's parameters, kept on the array
+            exprs.append(f'*(a{i}.__dict__.get("_kbuild_fields") or f{i}(a{i}, stream, retr))')
+        else:
+            exprs.append(f"*f{i}(a{i}, stream, retr)" if spread else f"f{i}(a{i})")
     unpack = f"    ({''.join(f'a{i}, ' for i in range(len(exprs)))}) = args\n" if exprs else ""
     source = f"def pack(args, stream, retr):\n{unpack}    return ({''.join(e + ', ' for e in exprs)})\n"
     exec(compile(source, "<kbuild packer>", "exec"), names)  # noqa: S102 - our own text
@@ -276,12 +293,13 @@ def make_packer(argtypes, kinds):
 
 
 def _field_maker(ty, kind):
-    """(function, spread): a scalar's ctypes constructor, or a function of
-    (value, stream, retr) returning a tuple of parameters."""
+    """(function, spread): a scalar's ctypes constructor (None: pass the value as it is),
+    or a function of (value, stream, retr) returning a tuple of parameters."""
     from numba.core import types
 
     if isinstance(ty, types.Array):
-        return _array_fields(kind, ty.dtype.bitwidth // 8), True
+        spread = "device" if isinstance(kind, tuple) and kind[0] == "device" else True
+        return _array_fields(kind, ty.dtype.bitwidth // 8), spread
     if isinstance(ty, types.Record):
         return _record_fields(kind), True
     if isinstance(ty, types.BaseTuple):
@@ -291,7 +309,21 @@ def _field_maker(ty, kind):
         convert, spread = _field_maker(ty.dtype, None)
         return (lambda v, s, r: convert(v.value, s, r)) if spread \
             else (lambda v: convert(v.value)), spread
+    if _same_numpy_scalar(ty, kind):
+        return None, False
     return _scalar_maker(ty)
+
+
+# What cuda.core's ParamHolder lays out by its own type exactly as numba's ABI wants it
+# (not complex: numba passes its two parts as two parameters).
+_PASSED_AS_IS = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                 np.uint32, np.uint64, np.float16, np.float32, np.float64)
+
+
+def _same_numpy_scalar(ty, kind) -> bool:
+    from numba import from_dtype
+
+    return kind in _PASSED_AS_IS and from_dtype(np.dtype(kind)) == ty
 
 
 def _scalar_maker(ty):
@@ -319,7 +351,7 @@ def _scalar_maker(ty):
 def _array_fields(kind, itemsize):
     category = kind[0] if isinstance(kind, tuple) else None
     if category == "device":
-        return lambda a, s, r: view_fields(a._strided_memory_view_shim, itemsize)
+        return lambda a, s, r: _device_array_fields(a, itemsize)
     if category == "cai":
         return lambda a, s, r: _cai_fields(a, itemsize)
     if category == "dlpack":
@@ -369,7 +401,7 @@ def _tuple_fields(inner):
     def fields(values, stream, retr):
         out = []
         for (fn, spread), v in zip(inner, values):
-            out.extend(fn(v, stream, retr) if spread else (fn(v),))
+            out.extend((v,) if fn is None else fn(v, stream, retr) if spread else (fn(v),))
         return tuple(out)
 
     return fields
