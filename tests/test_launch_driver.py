@@ -84,6 +84,8 @@ STREAMS = [  # (name, make the stream, the CUstream handle the launch must get)
     ("omitted", None, 0),
     ("0", lambda: 0, 0),
     ("None", lambda: None, 0),
+    ("False", lambda: False, 0),
+    ("numpy 0", lambda: np.int64(0), 0),
     ("numba default stream", lambda: _numba_stream(0), 0),
     ("numba legacy stream", lambda: _numba_stream(1), 1),
     ("numba stream", lambda: _numba_stream(0x5000), 0x5000),
@@ -113,6 +115,8 @@ def test_every_stream_form_reaches_the_driver_as_a_cuda_core_stream(launch, name
         "__cuda_stream__; got int 5"),
     ("s", "stream must be 0, None, a numba or cuda.core Stream, or an object with "
           "__cuda_stream__; got str 's'"),
+    (np.int32(3), "stream must be 0, None, a numba or cuda.core Stream, or an object with "
+                  "__cuda_stream__; got int32 3"),
 ])
 def test_a_wrong_stream_is_refused_by_name(launch, stream, message):
     proj, fake = launch

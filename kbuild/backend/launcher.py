@@ -61,12 +61,14 @@ def core_stream(stream):
     Stream, a cuda.core Stream, or any object with `__cuda_stream__` (CuPy, PyTorch)."""
     if isinstance(stream, driver.Stream):
         return stream
-    if stream is None or (isinstance(stream, int) and stream == 0):
+    if stream is None or (type(stream) is int and stream == 0):
         return _borrowed(0)
     if isinstance(stream, driver.GraphBuilder):
         return stream
     protocol = getattr(stream, "__cuda_stream__", None)
-    if protocol is None or isinstance(stream, int):
+    if protocol is None and isinstance(stream, numbers.Integral) and stream == 0:
+        return _borrowed(0)  # False, numpy's 0: numba takes any false value
+    if protocol is None:
         raise TypeError(f"stream must be 0, None, a numba or cuda.core Stream, or an object "
                         f"with __cuda_stream__; got {type(stream).__name__} {stream!r}")
     version, handle = protocol() if callable(protocol) else protocol
@@ -97,7 +99,7 @@ class _Configs:
             return self._made[(griddim, blockdim, sharedmem)]
         except (KeyError, TypeError):  # new, or a list (unhashable) given as a dimension
             grid, block = normalize_dims(griddim, blockdim)
-            made = driver.launch_config(grid, block, int(sharedmem), self.cooperative)
+            made = driver.launch_config(grid, block, int(sharedmem or 0), self.cooperative)
             if len(self._made) >= _CACHE_LIMIT:
                 self._made.clear()
             try:
@@ -167,7 +169,7 @@ def cacheable(kinds) -> bool:
 def _host_array_kind(a):
     flags = a.flags
     layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
-    return (np.ndarray, a.dtype, a.ndim, layout, flags.writeable, flags.aligned)
+    return (type(a), a.dtype, a.ndim, layout, flags.writeable, flags.aligned)
 
 
 def _device_array_kind(a):
