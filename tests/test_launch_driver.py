@@ -116,7 +116,7 @@ def test_every_stream_form_reaches_the_driver_as_a_cuda_core_stream(launch, name
     ("s", "stream must be 0, None, a numba or cuda.core Stream, or an object with "
           "__cuda_stream__; got str 's'"),
     (np.int32(3), "stream must be 0, None, a numba or cuda.core Stream, or an object with "
-                  "__cuda_stream__; got int32 3"),
+                  "__cuda_stream__; got int32 np.int32(3)"),
 ])
 def test_a_wrong_stream_is_refused_by_name(launch, stream, message):
     proj, fake = launch
