@@ -1,0 +1,163 @@
+"""Argument kinds: what decides an argument's numba type, read cheaply on every launch.
+
+numba's dispatcher types every argument on every launch. A kernel from the store has
+declared signatures, so kbuild types arguments once per *kind*: the Python type plus
+what numba's typing reads (dtype, ndim, layout, writability, alignment). Equal kinds
+type equally, so after the first launch with arguments of some kinds, a launch reads
+their kinds and finds its packer in a dict. A numba device array's kind (its shape,
+strides and memory never change) is kept in its own `__dict__`, as numba keeps its
+memory-view shim there. Values of types kbuild does not know are typed by numba on
+every launch (`UNTYPED`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+_kind_of_type: dict = {}  # Python type -> function(value) -> kind, or None: the type is the kind
+
+
+def kinds_of(args) -> tuple:
+    """What decides an argument's numba type, per argument, cheaply: equal kinds type
+    equally, so a launch with seen kinds needs no typing."""
+    return tuple([_kind(a) for a in args])
+
+
+def _kind(value):
+    cls = type(value)
+    try:
+        how = _kind_of_type[cls]
+    except KeyError:
+        how = _kind_of_type[cls] = _classify(cls)
+    return cls if how is None else how(value)
+
+
+def _classify(cls):
+    """How to read the kind of values of a type (decided once per type)."""
+    from numba.cuda.args import ArgHint
+
+    if issubclass(cls, np.ndarray):
+        return _host_array_kind
+    if issubclass(cls, (np.datetime64, np.timedelta64, np.void)):
+        return lambda v: (cls, v.dtype)
+    if issubclass(cls, (bool, int, float, complex, np.generic, enum.Enum)):
+        return None
+    if issubclass(cls, tuple):
+        return lambda v: (cls, kinds_of(v))
+    if issubclass(cls, ArgHint):
+        return lambda v: (cls, _kind(v.value))
+    if getattr(cls, "__cuda_memory__", False) and hasattr(cls, "_strided_memory_view_shim"):
+        return _device_array_kind
+    if hasattr(cls, "__cuda_array_interface__"):
+        return _cai_kind
+    if hasattr(cls, "__dlpack__"):
+        return _dlpack_kind
+    return lambda v: (cls, UNTYPED)  # numba may type two such values differently
+
+
+UNTYPED = "typed by numba on every launch"
+
+
+def cacheable(kinds) -> bool:
+    """Whether a launch with these kinds may reuse the typing of an earlier one."""
+    return not any(isinstance(k, tuple) and k and k[-1] is UNTYPED for k in kinds)
+
+
+def _host_array_kind(a):
+    flags = a.flags
+    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    return (type(a), a.dtype, a.ndim, layout, flags.writeable, flags.aligned)
+
+
+def _device_array_kind(a):
+    kind = a.__dict__.get("_kbuild_kind")
+    if kind is None:
+        # numba's DeviceNDArray._numba_type_: broadcast arrays are 'A'.
+        flags = a.flags
+        broadcast = 0 in a.strides and a.size != 0
+        layout = "A" if broadcast else "C" if flags["C_CONTIGUOUS"] else \
+            "F" if flags["F_CONTIGUOUS"] else "A"
+        kind = a.__dict__["_kbuild_kind"] = ("device", type(a), a.dtype, a.ndim, layout)
+    return kind
+
+
+def _cai_kind(a):
+    desc = a.__cuda_array_interface__
+    shape, strides, typestr = desc["shape"], desc.get("strides"), desc["typestr"]
+    return ("cai", type(a), typestr, len(shape), _cai_layout(shape, strides, typestr),
+            bool(desc["data"][1]))
+
+
+def _cai_layout(shape, strides, typestr) -> str:
+    if strides is None or not shape:
+        return "C"
+    itemsize = _itemsize(typestr)
+    if 0 in strides and 0 not in shape:
+        return "A"
+    if tuple(strides) == contiguous_strides(shape, itemsize, "C"):
+        return "C"
+    return "F" if tuple(strides) == contiguous_strides(shape, itemsize, "F") else "A"
+
+
+def contiguous_strides(shape, itemsize, order) -> tuple:
+    dims = shape if order == "F" else tuple(reversed(shape))
+    strides, step = [], itemsize
+    for n in dims:
+        strides.append(step)
+        step *= n
+    return tuple(strides) if order == "F" else tuple(reversed(strides))
+
+
+_itemsizes: dict = {}
+
+
+def _itemsize(typestr) -> int:
+    size = _itemsizes.get(typestr)
+    if size is None:
+        size = _itemsizes[typestr] = np.dtype(typestr).itemsize
+    return size
+
+
+def _dlpack_kind(a):
+    from cuda.core.utils import StridedMemoryView
+
+    view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)  # no synchronisation: typing only
+    layout = view._layout
+    order = "C" if layout.is_contiguous_c else "F" if layout.is_contiguous_f else "A"
+    return ("dlpack", type(a), view.dtype, len(view.shape), order, bool(view.readonly))
+
+
+def argument_types(args, kinds) -> tuple:
+    """numba's types of the arguments, as numba's dispatcher would type them (once per kinds)."""
+    return tuple(_argument_type(a, k) for a, k in zip(args, kinds))
+
+
+def _argument_type(value, kind):
+    from numba.core import types
+    from numba.cuda.typing.typeof import Purpose, typeof
+
+    if isinstance(kind, tuple) and kind and kind[0] == "cai":  # numba would go through DLPack
+        from numba import from_dtype
+
+        _, _, typestr, ndim, layout, readonly = kind
+        return types.Array(from_dtype(np.dtype(typestr)), ndim, layout, readonly=readonly)
+    return typeof(value, Purpose.argument)
+
+
+def compatible(actual, declared) -> bool:
+    """Whether numba would pass `actual` where `declared` is expected, without a recompile."""
+    from numba.core import types
+
+    if actual == declared:
+        return True
+    if isinstance(actual, types.Number) and isinstance(declared, types.Number):
+        return True
+    if isinstance(actual, types.Boolean) and isinstance(declared, (types.Boolean, types.Integer)):
+        return True
+    if isinstance(actual, types.Array) and isinstance(declared, types.Array):
+        return (actual.dtype == declared.dtype and actual.ndim == declared.ndim
+                and declared.layout in ("A", actual.layout)
+                and (actual.mutable or not declared.mutable))
+    return False
