@@ -90,6 +90,10 @@ def _build(root: Path, env: dict, arch: str) -> None:
     shutil.copytree(REPO / "tests" / "launchproj", root, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     (root / "nb_kernels.py").write_text(NUMBA_MODULE)
+    if arch not in ("sm_80", "sm_90"):  # declare the device's arch, or its entry is not looked up
+        toml = root / "kbuild.toml"
+        toml.write_text(toml.read_text().replace('arch = ["sm_80", "sm_90"]',
+                                                 f'arch = ["sm_80", "sm_90", "{arch}"]'))
     targets = [f"lk.bench:{name}" for name in CASES.values()]
     done = subprocess.run([sys.executable, "-m", "kbuild", "build", *targets, "--arch", arch,
                            "--store", str(root / "store")], cwd=root, env=env,
