@@ -11,6 +11,7 @@ allocator.
 
 from __future__ import annotations
 
+from cuda.bindings import driver as _cu
 from cuda.core import LaunchConfig, ObjectCode, Stream
 from cuda.core import launch as launch  # the one call that reaches the GPU
 
@@ -24,13 +25,17 @@ __all__ = ["GraphBuilder", "LaunchConfig", "Stream", "launch", "current_device",
            "sync_stream"]
 
 
+_SUCCESS = _cu.CUresult.CUDA_SUCCESS
+
+
 def current_device() -> int:
     """The id of the device whose context is current, making numba's primary
     context current first when none is (as numba's own first launch does)."""
-    from cuda.bindings import driver
-
-    err, dev = driver.cuCtxGetDevice()
-    if err != driver.CUresult.CUDA_SUCCESS:
+    try:
+        err, dev = _cu.cuCtxGetDevice()  # on every launch: no import here
+    except Exception:  # noqa: BLE001 - no driver at all: numba says so in its words
+        err = None
+    if err != _SUCCESS:
         from numba.cuda.cudadrv import devices
 
         return devices.get_context().device.id
@@ -85,8 +90,6 @@ def array_view(obj, stream):
 
 def sync_stream(handle: int) -> None:
     """Wait for a foreign stream (a __cuda_array_interface__ producer's), as numba does."""
-    from cuda.bindings import driver
-
-    (err,) = driver.cuStreamSynchronize(driver.CUstream(handle))
-    if err != driver.CUresult.CUDA_SUCCESS:
+    (err,) = _cu.cuStreamSynchronize(_cu.CUstream(handle))
+    if err != _SUCCESS:
         raise RuntimeError(f"cuStreamSynchronize failed: {err}")
