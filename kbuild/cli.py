@@ -301,15 +301,24 @@ def cmd_status(args) -> int:
     from .project import open_project
 
     project = _remember(args, open_project(args.config, args.store, read_only=True))
-    rows = project.status(args.targets, parse_archs(args.arch))
+    archs = parse_archs(args.arch)
+    rows = project.status(args.targets, archs) + _failed_rows(project.plan(args.targets, archs))
     if args.json:
-        counts = {s: sum(r["status"] == s for r in rows) for s in ("up-to-date", "stale", "missing")}
+        counts = {s: sum(r["status"] == s for r in rows)
+                  for s in ("up-to-date", "stale", "missing", "failed")}
         _print_json({"targets": rows, "summary": counts})
     else:
         for r in rows:
             why = f"  ({'; '.join(r['reasons'])})" if r["reasons"] else ""
             print(f"{r['status']:10} {r['target']} {r['signature']} {r['arch']}{why}")
-    return EXIT_OK
+    return EXIT_FAILED if any(r["status"] == "failed" for r in rows) else EXIT_OK
+
+
+def _failed_rows(the_plan) -> list[dict]:
+    """status rows for the targets whose module failed to import: they have no key."""
+    return [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
+             "status": "failed", "reasons": [str(error)], "error": str(error)}
+            for t, error in the_plan.failed.items()]
 
 
 def cmd_explain(args) -> int:
@@ -317,17 +326,19 @@ def cmd_explain(args) -> int:
     from .project import open_project
 
     project = _remember(args, open_project(args.config, args.store, read_only=True))
-    rows = project.status([args.target], parse_archs(args.arch))
+    archs = parse_archs(args.arch)
+    rows = project.status([args.target], archs) + _failed_rows(project.plan([args.target], archs))
+    code = EXIT_FAILED if any(r["status"] == "failed" for r in rows) else EXIT_OK
     if args.json:
         _print_json({"targets": rows})
-        return EXIT_OK
+        return code
     for r in rows:
         print(f"{r['target']} {r['signature']} {r['arch']}: {r['status']}")
         if r["status"] == "up-to-date":
             print("  nothing changed since it was built")
         for reason in r["reasons"]:
             print(f"  {reason}")
-    return EXIT_OK
+    return code
 
 
 def cmd_clean(args) -> int:
@@ -349,20 +360,27 @@ def cmd_keys(args) -> int:
     _, the_plan = _planned(args)
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
-    combined = digest_of(tuple(sorted(r["key"] for r in rows)))
+    failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
+               "error": str(error)} for t, error in the_plan.failed.items()]
+    # A digest missing some targets' keys would name a cache that is not the project's.
+    combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
     if args.json:
-        _print_json({"targets": rows, "digest": combined})
+        _print_json({"targets": rows + failed, "digest": combined})
     else:
         for r in rows:
             print(f"{r['key']}  {r['target']} {r['signature']} {r['arch']}")
-        print(f"digest {combined}")
-    return EXIT_OK
+        for r in failed:
+            print(f"{'failed':32}  {r['target']} {r['signature']} {r['arch']}: {r['error']}")
+        print(f"digest {combined or '(none: a target failed)'}")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_export(args) -> int:
     from .store.archive import export_archive
 
     project, the_plan = _planned(args)
+    for error in the_plan.failed.values():
+        raise error  # an archive missing targets would look complete to whoever imports it
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
                             args.file)
     if args.json:

@@ -1,0 +1,127 @@
+"""What a first-time user trips over, end to end through the CLI (issue 16).
+
+Each test runs `python -m kbuild` on a small project in a temp dir and asserts the exit
+code, the JSON and the message a user reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import entry_files
+
+KERNEL = '''from numba import cuda
+
+
+@cuda.jit
+def k(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] + 1
+'''
+
+# A module written for an older NumPy: np.float_ is gone in NumPy 2.
+OLD_NUMPY = '''import numpy as np
+from numba import cuda
+
+SCALE = np.float_(2.0)
+
+
+@cuda.jit
+def a(x):
+    x[0] = SCALE
+
+
+@cuda.jit
+def b(x):
+    x[0] = SCALE
+'''
+
+SIG = 'signatures = ["void(float32[::1])"]'
+
+
+def make_project(root: Path, toml: str, modules: dict) -> Path:
+    pkg = root / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (pkg / f"{name}.py").write_text(text)
+    (root / "kbuild.toml").write_text(toml)
+    return root
+
+
+BROKEN_IMPORT_TOML = f'''[project]
+name = "newcomer"
+arch = ["sm_80"]
+
+[kernels."pkg.old:a"]
+{SIG}
+
+[kernels."pkg.old:b"]
+{SIG}
+
+[kernels."pkg.mod:k"]
+{SIG}
+'''
+
+
+@pytest.fixture
+def broken_import(tmp_path) -> Path:
+    return make_project(tmp_path / "project", BROKEN_IMPORT_TOML,
+                        {"mod": KERNEL, "old": OLD_NUMPY})
+
+
+def _rows(result) -> dict:
+    return {r["target"]: r for r in result.json["targets"]}
+
+
+def test_a_module_that_fails_to_import_fails_its_own_targets_only(broken_import, store,
+                                                                   run_kbuild):
+    cause = "importing 'pkg.old' failed: AttributeError: `np.float_` was removed"
+    where = "(pkg/old.py:4)"
+
+    # Without -k: the broken module's targets fail, the rest are skipped; exit 1, not 2.
+    first = run_kbuild("build", "--json", cwd=broken_import, store=store)
+    assert first.returncode == 1, first.stderr
+    rows = _rows(first)
+    for name in ("pkg.old:a", "pkg.old:b"):
+        assert rows[name]["status"] == "failed"
+        assert rows[name]["key"] is None
+        assert rows[name]["error"].startswith(f"target '{name}' in kbuild.toml: {cause}")
+        assert rows[name]["error"].endswith(where)
+        assert "\n" not in rows[name]["error"]
+    assert rows["pkg.mod:k"]["status"] == "skipped"
+    assert "Traceback" not in first.stderr
+
+    # With -k the others build.
+    keep_going = run_kbuild("build", "--json", "-k", cwd=broken_import, store=store)
+    assert keep_going.returncode == 1, keep_going.stderr
+    rows = _rows(keep_going)
+    assert rows["pkg.mod:k"]["status"] == "built"
+    assert [rows[n]["status"] for n in ("pkg.old:a", "pkg.old:b")] == ["failed", "failed"]
+    assert set(entry_files(store)) == {rows["pkg.mod:k"]["key"]}
+    human = run_kbuild("build", "-k", cwd=broken_import, store=store)
+    assert human.returncode == 1
+    assert "1 cached, 2 failed" in human.stdout
+    assert f"{cause}" in human.stdout and where in human.stdout
+
+    # status and keys: per target, exit 1; keys gives no project digest.
+    status = run_kbuild("status", "--json", cwd=broken_import, store=store)
+    assert status.returncode == 1, status.stderr
+    rows = _rows(status)
+    assert rows["pkg.mod:k"]["status"] == "up-to-date"
+    assert rows["pkg.old:a"]["status"] == "failed" and cause in rows["pkg.old:a"]["error"]
+    keys = run_kbuild("keys", "--json", cwd=broken_import, store=store)
+    assert keys.returncode == 1, keys.stderr
+    assert keys.json["digest"] is None
+    assert _rows(keys)["pkg.old:b"]["key"] is None
+    assert len(_rows(keys)["pkg.mod:k"]["key"]) == 32
+
+    # Fixed: everything builds, exit 0.
+    (broken_import / "pkg" / "old.py").write_text(OLD_NUMPY.replace("np.float_", "np.float64"))
+    fixed = run_kbuild("build", "--json", cwd=broken_import, store=store)
+    assert fixed.returncode == 0, fixed.stderr
+    assert sorted(r["status"] for r in fixed.json["targets"]) == ["built", "built", "cached"]
