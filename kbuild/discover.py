@@ -215,5 +215,14 @@ def _signature_namespace(module) -> dict:
         # A record dtype in the module can be named directly: void(Point[::1]).
         namespace[name] = from_dtype(value) if isinstance(value, np.dtype) else value
     namespace.update(vars(types))
-    namespace["from_dtype"] = from_dtype
+    namespace["from_dtype"] = _from_dtype
     return namespace
+
+
+def _from_dtype(value):
+    """numba's `from_dtype`, also given a dtype the namespace already converted:
+    `from_dtype(POINT)[::1]` (numba's own idiom) and `POINT[::1]` both work."""
+    from numba import from_dtype
+    from numba.core import types
+
+    return value if isinstance(value, types.Type) else from_dtype(value)

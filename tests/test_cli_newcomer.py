@@ -125,3 +125,36 @@ def test_a_module_that_fails_to_import_fails_its_own_targets_only(broken_import,
     fixed = run_kbuild("build", "--json", cwd=broken_import, store=store)
     assert fixed.returncode == 0, fixed.stderr
     assert sorted(r["status"] for r in fixed.json["targets"]) == ["built", "built", "cached"]
+
+
+# -- signatures -------------------------------------------------------------------------
+
+RECORDS = '''import numpy as np
+from numba import cuda
+
+packed_record_type = np.dtype([("a", np.int32), ("b", np.float32)])
+
+
+@cuda.jit
+def take_a(recs, out):
+    i = cuda.grid(1)
+    if i < recs.size:
+        out[i] = recs[i].a + recs[i].b
+'''
+
+
+def test_a_record_dtype_can_be_named_directly_or_through_from_dtype(tmp_path, store,
+                                                                    run_kbuild):
+    toml = '''[project]
+arch = ["sm_80"]
+
+[kernels."pkg.records:take_a"]
+signatures = ["void(packed_record_type[::1], float32[::1])",
+              "void(from_dtype(packed_record_type)[::1], float32[::1])"]
+'''
+    project = make_project(tmp_path / "project", toml, {"records": RECORDS})
+    result = run_kbuild("build", "--json", cwd=project, store=store)
+    assert result.returncode == 0, result.stderr
+    rows = result.json["targets"]
+    assert [r["status"] for r in rows] in (["built", "built"], ["built", "cached"])
+    assert rows[0]["key"] == rows[1]["key"]  # one type, two spellings
