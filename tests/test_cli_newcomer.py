@@ -158,3 +158,40 @@ signatures = ["void(packed_record_type[::1], float32[::1])",
     rows = result.json["targets"]
     assert [r["status"] for r in rows] in (["built", "built"], ["built", "cached"])
     assert rows[0]["key"] == rows[1]["key"]  # one type, two spellings
+
+
+# -- pyproject.toml ---------------------------------------------------------------------------
+
+PYPROJECT = f'''[project]
+name = "from-pyproject"
+
+[tool.kbuild.project]
+arch = ["sm_80"]
+
+[tool.kbuild.kernels."pkg.mod:k"]
+{SIG}
+'''
+
+
+def test_pyproject_tool_kbuild_is_a_project_file_and_kbuild_toml_wins(tmp_path, store,
+                                                                     run_kbuild):
+    project = make_project(tmp_path / "project", "", {"mod": KERNEL})
+    (project / "kbuild.toml").unlink()
+    (project / "pyproject.toml").write_text(PYPROJECT)
+    inside = project / "pkg"
+    status = run_kbuild("status", "--json", cwd=inside, store=store)
+    assert status.returncode == 0, status.stderr
+    assert [(r["target"], r["arch"]) for r in status.json["targets"]] == [("pkg.mod:k", "sm_80")]
+
+    (project / "pyproject.toml").write_text(PYPROJECT.replace("[tool.kbuild.project]\n",
+                                                              "[tool.kbuild.projects]\n"))
+    typo = run_kbuild("status", cwd=inside, store=store)
+    assert typo.returncode == 2
+    assert (f"kbuild: error: {project / 'pyproject.toml'}: unknown table "
+            "[tool.kbuild.projects]; did you mean [tool.kbuild.project]?") in typo.stderr
+
+    # A kbuild.toml beside it wins.
+    (project / "kbuild.toml").write_text(f'[kernels."pkg.mod:k"]\n{SIG}\narch = ["sm_90"]\n')
+    status = run_kbuild("status", "--json", cwd=inside, store=store)
+    assert status.returncode == 0, status.stderr
+    assert [r["arch"] for r in status.json["targets"]] == ["sm_90"]
