@@ -23,7 +23,8 @@ SCHEMA = {
     "kernel": ("signatures", "arch"),
 }
 
-# Real GPU architectures; anything else is checked against NVRTC's list (slow, rare).
+# Real GPU architectures, for messages and for when the toolchain cannot be asked
+# (backend.toolchain.supported_ccs decides what is accepted).
 KNOWN_CCS = {(5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
              (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3),
              (11, 0), (12, 0), (12, 1)}
@@ -192,29 +193,36 @@ def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> Ker
 
 
 def validate_arch(arch: str, where: str) -> str:
-    """`arch` if it names a real GPU architecture (sm_XY, sm_XYa, sm_XYf), else ConfigError."""
+    """`arch` if it names a GPU architecture the installed toolchain compiles for
+    (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does."""
+    from .backend.toolchain import cuda_release, supported_ccs
+
     if not isinstance(arch, str) or not _ARCH.match(arch):
         raise ConfigError(f"{where}: unknown arch {arch!r}; write it like 'sm_80' or 'sm_90'")
     cc = arch_cc(arch)[:2]
-    if cc not in KNOWN_CCS and cc not in _nvrtc_ccs():
-        known = ", ".join(f"sm_{a}{b}" for a, b in sorted(KNOWN_CCS))
-        raise ConfigError(f"{where}: unknown arch {arch!r}; known: {known}")
+    supported = supported_ccs()
+    if supported is None:
+        if cc not in KNOWN_CCS:
+            raise ConfigError(f"{where}: unknown arch {arch!r}; known: {_names(KNOWN_CCS)}")
+        return arch
+    toolchain = f"CUDA {cuda_release() or '?'} NVVM"
+    if cc not in supported and cc not in KNOWN_CCS:
+        raise ConfigError(f"{where}: unknown arch {arch!r}; {toolchain} supports "
+                          f"{_names(supported)}")
+    if cc not in supported:
+        raise ConfigError(f"{where}: arch {arch!r} is not supported by this toolchain "
+                          f"({toolchain}); supported: {_names(supported)}")
     return arch
+
+
+def _names(ccs) -> str:
+    return ", ".join(f"sm_{a}{b}" for a, b in sorted(ccs))
 
 
 def arch_cc(arch: str) -> tuple:
     """'sm_90' -> (9, 0); 'sm_90a' -> (9, 0, 'a')."""
     major, minor, suffix = _ARCH.match(arch).groups()
     return (int(major), int(minor), suffix) if suffix else (int(major), int(minor))
-
-
-def _nvrtc_ccs():
-    try:
-        from numba.cuda.cudadrv import nvrtc
-
-        return set(nvrtc.get_supported_ccs())
-    except Exception:  # noqa: BLE001 - no NVRTC: only the known table counts
-        return set()
 
 
 def default_store(config: ProjectConfig | None, override: str | None) -> Path:

@@ -195,3 +195,33 @@ def test_pyproject_tool_kbuild_is_a_project_file_and_kbuild_toml_wins(tmp_path, 
     status = run_kbuild("status", "--json", cwd=inside, store=store)
     assert status.returncode == 0, status.stderr
     assert [r["arch"] for r in status.json["targets"]] == ["sm_90"]
+
+
+# -- architectures the toolchain cannot compile for -------------------------------------------
+
+def _unsupported_known_arch():
+    from kbuild.backend.toolchain import supported_ccs
+    from kbuild.config import KNOWN_CCS
+
+    supported = supported_ccs()
+    old = sorted(cc for cc in KNOWN_CCS if supported and cc not in supported)
+    if not old:
+        pytest.skip("this toolchain supports every known architecture")
+    return "sm_%d%d" % old[-1], ", ".join("sm_%d%d" % cc for cc in supported)
+
+
+@pytest.mark.parametrize("where", ["config", "command-line"])
+def test_an_arch_the_toolchain_does_not_support_is_rejected_up_front(tmp_path, store,
+                                                                      run_kbuild, where):
+    arch, supported = _unsupported_known_arch()  # sm_72 with CUDA 13
+    arch_line = f'arch = ["{arch}"]\n' if where == "config" else ""
+    project = make_project(tmp_path / "project", f'[project]\n{arch_line}\n'
+                           f'[kernels."pkg.mod:k"]\n{SIG}\n', {"mod": KERNEL})
+    extra = ["--arch", f"sm_80,{arch}"] if where == "command-line" else []
+    result = run_kbuild("build", *extra, cwd=project, store=store)
+    assert result.returncode == 2, result.stdout
+    prefix = f"{project / 'kbuild.toml'}: [project] arch" if where == "config" else "--arch"
+    assert f"kbuild: error: {prefix}: arch '{arch}' is not supported by this toolchain" \
+        in result.stderr
+    assert f"; supported: {supported}\n" in result.stderr
+    assert result.stdout == "" and not store.exists()

@@ -65,3 +65,34 @@ def _nvjitlink_version() -> str:
         return ".".join(map(str, nvjitlink.version()))
     except Exception as exc:  # noqa: BLE001
         return f"unavailable ({type(exc).__name__})"
+
+
+@lru_cache(maxsize=1)
+def supported_ccs() -> tuple | None:
+    """The compute capabilities this toolchain compiles for, as ascending (major, minor)
+    pairs; None when it cannot be asked (then an arch is only checked for its spelling).
+
+    Asked of NVRTC: libNVVM has no such call, NVRTC ships in the same CUDA release, and
+    numba-cuda picks its NVVM arch from the same list (`nvrtc.get_arch_option`).
+    """
+    try:
+        from cuda.bindings import nvrtc
+
+        code, archs = nvrtc.nvrtcGetSupportedArchs()
+        if code != nvrtc.nvrtcResult.NVRTC_SUCCESS or not archs:
+            return None
+        return tuple(sorted((a // 10, a % 10) for a in archs))
+    except Exception:  # noqa: BLE001 - no NVRTC: compile time will say what is wrong
+        return None
+
+
+@lru_cache(maxsize=1)
+def cuda_release() -> str | None:
+    """The CUDA release of the toolchain's NVRTC ("13.0"), or None."""
+    try:
+        from cuda.bindings import nvrtc
+
+        code, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}" if code == nvrtc.nvrtcResult.NVRTC_SUCCESS else None
+    except Exception:  # noqa: BLE001
+        return None
