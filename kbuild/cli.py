@@ -16,31 +16,58 @@ from . import __version__
 from .errors import KbuildError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+class UsageError(KbuildError):
+    """The command line itself is wrong (argparse's complaint)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, raising instead of exiting, so `--json` can still answer in JSON."""
+
+    def error(self, message):
+        raise UsageError(f"{message}; see '{self.prog} --help'")
 
 
 def main(argv=None) -> int:
     # A build compiles for real: the simulator would hand us fake kernels.
     if os.environ.get("NUMBA_ENABLE_CUDASIM") not in (None, "", "0"):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
-        return EXIT_USAGE
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = argparse.Namespace(json="--json" in argv)  # what an error before parsing knows
     try:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return EXIT_USAGE
         return args.run(args)
     except KbuildError as exc:
-        _error(str(exc))
-        return exc.exit_code
+        return _fail(args, str(exc), exc.exit_code, type(exc).__name__)
     except KeyboardInterrupt:
-        _error("interrupted")
-        return EXIT_USAGE
+        return _fail(args, "interrupted", EXIT_INTERRUPTED, "Interrupted")
     except BrokenPipeError:
         # `kbuild status | head`: the reader left; say nothing more on a closed pipe.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, not a traceback
+        if os.environ.get("KBUILD_TRACEBACK"):
+            raise
+        return _fail(args, f"internal error: {type(exc).__name__}: {exc} (set "
+                           "KBUILD_TRACEBACK=1 for the traceback, and please report it)",
+                     EXIT_USAGE, "InternalError")
     finally:
         _flush_warnings(args)
+
+
+def _fail(args, message: str, code: int, kind: str) -> int:
+    """Report an error: one line on stderr, and with --json one object on stdout too."""
+    _error(message)
+    if getattr(args, "json", False):
+        _print_json({"error": message, "kind": kind, "exit_code": code,
+                     "warnings": _warnings(args)})
+    return code
 
 
 def run(argv=None) -> None:
@@ -61,7 +88,7 @@ def run(argv=None) -> None:
 
 
 def _common(default) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--config", metavar="PATH", default=default,
                         help="project file (default: kbuild.toml here or in the nearest parent)")
     common.add_argument("--store", metavar="DIR", default=default,
@@ -71,7 +98,7 @@ def _common(default) -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kbuild", parents=[_common(None)],
         description="Content-addressed, make-like builds of numba-cuda kernels.")
     # A subcommand's own defaults would overwrite `kbuild --store DIR build`: suppress them.

@@ -225,3 +225,38 @@ def test_an_arch_the_toolchain_does_not_support_is_rejected_up_front(tmp_path, s
         in result.stderr
     assert f"; supported: {supported}\n" in result.stderr
     assert result.stdout == "" and not store.exists()
+
+
+# -- --json answers in JSON, whatever goes wrong --------------------------------------------
+
+GOOD_TOML = f'[project]\narch = ["sm_80"]\n\n[kernels."pkg.mod:k"]\n{SIG}\n'
+
+# id -> (kbuild.toml text or None for none at all, arguments, exit code, message fragment)
+JSON_ERRORS = {
+    "no-config": (None, ["build", "--json"], 2, "no kbuild.toml"),
+    "config-typo": ('[projet]\n' + GOOD_TOML, ["status", "--json"], 2,
+                    "unknown table [projet]; did you mean [project]?"),
+    "unknown-target": (GOOD_TOML, ["build", "--json", "nope"], 2, "unknown target 'nope'"),
+    "usage": (GOOD_TOML, ["build", "--json", "--bogus"], 2,
+              "unrecognized arguments: --bogus; see 'kbuild --help'"),
+    "bad-jobs": (GOOD_TOML, ["build", "--json", "-j", "x"], 2,
+                 "argument -j/--jobs: invalid int value: 'x'"),
+    "bad-arch": (GOOD_TOML, ["keys", "--json", "--arch", "sm_81"], 2,
+                 "--arch: unknown arch 'sm_81'"),
+    "explain-unknown": (GOOD_TOML, ["explain", "--json", "kk"], 2, "unknown target 'kk'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JSON_ERRORS))
+def test_json_output_is_one_object_with_the_error(tmp_path, store, run_kbuild, case):
+    toml, args, code, fragment = JSON_ERRORS[case]
+    project = make_project(tmp_path / "project", toml or "", {"mod": KERNEL})
+    if toml is None:
+        (project / "kbuild.toml").unlink()
+    result = run_kbuild(*args, cwd=project, store=store)
+    assert result.returncode == code, (result.stdout, result.stderr)
+    answer = json.loads(result.stdout)  # exactly one JSON document, nothing else
+    assert fragment in answer["error"]
+    assert answer["exit_code"] == code
+    assert f"kbuild: error: {answer['error']}" in result.stderr
+    assert "Traceback" not in result.stderr
