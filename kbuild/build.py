@@ -120,7 +120,24 @@ def _by_short_name(config: ProjectConfig, name: str):
         raise TargetError(f"target '{name}' is ambiguous in {config.path.name}: "
                           f"{', '.join(s.name for s in matches)}")
     raise TargetError(f"unknown target '{name}': {config.path.name} declares "
-                      f"{', '.join(s.name for s in config.kernels)}")
+                      f"{_declared(config)}{_did_you_mean(config, name)}")
+
+
+def _declared(config: ProjectConfig, shown: int = 8) -> str:
+    names = [s.name for s in config.kernels]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _did_you_mean(config: ProjectConfig, name: str) -> str:
+    """'; did you mean 'X'?' for the declared target (full or short name) closest to `name`."""
+    import difflib
+
+    full = [s.name for s in config.kernels]
+    candidates = full if ":" in name else sorted({n.rpartition(":")[2] for n in full}
+                                                 | {n.rpartition(".")[2] for n in full})
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def parse_archs(text: str | None, where: str = "--arch"):

@@ -110,6 +110,13 @@ CASES = {
     "unknown-target-on-command-line": (
         GOOD_TABLE, ["k_nope"],
         ["unknown target 'k_nope': kbuild.toml declares pkg.mod:k"]),
+    "misspelt-target-on-command-line": (
+        GOOD_TABLE, ["kk"],
+        ["unknown target 'kk': kbuild.toml declares pkg.mod:k; did you mean 'k'?"]),
+    "misspelt-full-target-name": (
+        GOOD_TABLE, ["pkg.mdo:k"],
+        ["unknown target 'pkg.mdo:k': kbuild.toml declares pkg.mod:k; "
+         "did you mean 'pkg.mod:k'?"]),
     # Unknown tables and keys are typos, not silence (issue 16): a did-you-mean.
     "kernel-table-typo": (
         f'[kernel."pkg.mod:k"]\n{SIG}\n', [],
