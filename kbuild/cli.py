@@ -16,6 +16,7 @@ from . import __version__
 from .errors import KbuildError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -39,6 +40,8 @@ def main(argv=None) -> int:
     try:
         parser = _parser()
         args = parser.parse_args(argv)
+        if args.version and not getattr(args, "command", None):
+            return _print_versions()
         if not getattr(args, "command", None):
             parser.print_help()
             return EXIT_USAGE
@@ -103,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Content-addressed, make-like builds of numba-cuda kernels.")
     # A subcommand's own defaults would overwrite `kbuild --store DIR build`: suppress them.
     common = _common(argparse.SUPPRESS)
-    parser.add_argument("--version", action="version", version=f"kbuild {__version__}")
+    parser.add_argument("--version", action="store_true",
+                        help="print kbuild's version and the toolchain's, and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("build", parents=[common], help="build what is out of date")
@@ -142,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="which targets are up-to-date, stale or missing, and why (no compile)")
     _targets_and_arch(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when a target is stale or missing (pre-commit hooks, CI)")
     p.set_defaults(run=cmd_status)
 
     p = sub.add_parser("explain", parents=[common],
@@ -187,6 +193,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
     p.set_defaults(run=cmd_cat)
     return parser
+
+
+def _print_versions() -> int:
+    """kbuild's version first (what scripts parse), then the toolchain's; no driver is fine."""
+    from .backend.toolchain import versions
+
+    print(f"kbuild {__version__}")
+    for name, version in versions().items():
+        print(f"  {name:13} {version}")
+    return EXIT_OK
 
 
 def _remote_options(p):
@@ -338,7 +354,8 @@ def cmd_status(args) -> int:
         for r in rows:
             why = f"  ({'; '.join(r['reasons'])})" if r["reasons"] else ""
             print(f"{r['status']:10} {r['target']} {r['signature']} {r['arch']}{why}")
-    return EXIT_FAILED if any(r["status"] == "failed" for r in rows) else EXIT_OK
+    wanted = ("up-to-date",) if args.check else ("up-to-date", "stale", "missing")
+    return EXIT_OK if all(r["status"] in wanted for r in rows) else EXIT_FAILED
 
 
 def _failed_rows(the_plan) -> list[dict]:
@@ -405,6 +422,9 @@ def cmd_keys(args) -> int:
 def cmd_export(args) -> int:
     from .store.archive import export_archive
 
+    if not args.file.endswith(ARCHIVE_SUFFIXES):
+        raise UsageError(f"export: cannot write {args.file!r}: kbuild writes tar archives; "
+                         f"name it {', '.join(ARCHIVE_SUFFIXES)}")
     project, the_plan = _planned(args)
     for error in the_plan.failed.values():
         raise error  # an archive missing targets would look complete to whoever imports it

@@ -260,3 +260,45 @@ def test_json_output_is_one_object_with_the_error(tmp_path, store, run_kbuild, c
     assert answer["exit_code"] == code
     assert f"kbuild: error: {answer['error']}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- status --check, --version, export's file name -------------------------------------------
+
+def test_status_check_exits_1_while_anything_is_stale_or_missing(tmp_path, store, run_kbuild):
+    project = make_project(tmp_path / "project", GOOD_TOML, {"mod": KERNEL})
+    missing = run_kbuild("status", "--check", cwd=project, store=store)
+    assert missing.returncode == 1
+    assert missing.stdout.startswith("missing    pkg.mod:k void(float32[::1]) sm_80")
+    assert run_kbuild("status", cwd=project, store=store).returncode == 0  # only --check fails
+
+    assert run_kbuild("build", cwd=project, store=store).returncode == 0
+    fresh = run_kbuild("status", "--check", "--json", cwd=project, store=store)
+    assert fresh.returncode == 0 and fresh.json["summary"]["up-to-date"] == 1
+
+    (project / "pkg" / "mod.py").write_text(KERNEL.replace("+ 1", "+ 2"))
+    stale = run_kbuild("status", "--check", "--json", cwd=project, store=store)
+    assert stale.returncode == 1
+    assert stale.json["targets"][0]["status"] == "stale"
+
+
+def test_version_names_the_toolchain_and_needs_no_driver(tmp_path, run_kbuild):
+    import kbuild
+
+    result = run_kbuild("--version", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"kbuild {kbuild.__version__}"
+    names = [line.split()[0] for line in lines[1:]]
+    assert names[:5] == ["numba-cuda", "numba", "llvmlite", "NVVM", "nvJitLink"]
+    assert "CUDA driver" in result.stdout  # a version, or "none (...)" on a build machine
+    assert "unavailable" not in result.stdout.split("CUDA driver")[0]  # NVVM etc. were found
+
+
+@pytest.mark.parametrize("name", ["x.zip", "x.tar.bz2", "x"])
+def test_export_refuses_a_file_name_it_would_not_honour(tmp_path, store, run_kbuild, name):
+    project = make_project(tmp_path / "project", GOOD_TOML, {"mod": KERNEL})
+    result = run_kbuild("export", name, cwd=project, store=store)
+    assert result.returncode == 2
+    assert (f"kbuild: error: export: cannot write '{name}': kbuild writes tar archives; "
+            "name it .tar, .tar.gz, .tgz") in result.stderr
+    assert not (project / name).exists()

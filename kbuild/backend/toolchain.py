@@ -96,3 +96,35 @@ def cuda_release() -> str | None:
         return f"{major}.{minor}" if code == nvrtc.nvrtcResult.NVRTC_SUCCESS else None
     except Exception:  # noqa: BLE001
         return None
+
+
+def driver_version() -> str:
+    """The CUDA driver's version ("13.0"), or why there is none; never raises."""
+    try:
+        from cuda.bindings import driver
+
+        code, version = driver.cuDriverGetVersion()
+        if code != driver.CUresult.CUDA_SUCCESS:
+            return f"unavailable ({code.name})"
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception as exc:  # noqa: BLE001 - no driver on a build machine is normal
+        return f"none ({type(exc).__name__})"
+
+
+def versions() -> dict:
+    """What `kbuild --version` reports: the toolchain and the driver, by name."""
+    chain = toolchain()
+    return {"numba-cuda": chain["numba-cuda"], "numba": chain["numba"],
+            "llvmlite": chain["llvmlite"], "NVVM": _nvvm_display(),
+            "nvJitLink": chain["nvjitlink"], "CUDA (NVRTC)": cuda_release() or "unavailable",
+            "CUDA driver": driver_version(), "Python": sys.version.split()[0]}
+
+
+def _nvvm_display() -> str:
+    try:
+        from cuda.bindings import nvvm
+
+        return (f"{'.'.join(map(str, nvvm.version()))} "
+                f"(IR {'.'.join(map(str, nvvm.ir_version()))})")
+    except Exception as exc:  # noqa: BLE001
+        return f"unavailable ({type(exc).__name__})"
