@@ -9,6 +9,7 @@ import argparse
 import atexit
 import json
 import os
+import re
 import sys
 import time
 
@@ -128,6 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     _remote_options(p)
     p.add_argument("--executor", metavar="local|dask://HOST:PORT", default=None,
                    help="where to compile: local processes (default) or a Dask cluster")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      help="print only failed targets (first line of the error) and the summary")
+    loud.add_argument("-v", "--verbose", action="store_true",
+                      help="also print each target's key, and every error in full")
     p.set_defaults(run=cmd_build)
 
     p = sub.add_parser("gc", parents=[common],
@@ -238,36 +244,171 @@ def cmd_build(args) -> int:
     start = time.perf_counter()
     the_plan = project.plan(args.targets, archs)
     jobs = args.jobs if args.jobs else default_jobs()
-    progress = None if args.json or not sys.stderr.isatty() else _ProgressBar()
-    rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
-                         progress=progress, separate=not args.whole_program,
-                         executor=executor)
-    if progress:
-        progress.close()
+    report = BuildReport(args, the_plan, project.store)
+    try:
+        rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
+                             progress=report, separate=not args.whole_program,
+                             executor=executor)
+    except KeyboardInterrupt:
+        # Finished rows are committed; what was compiling is dropped, its locks released.
+        return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
     if max_size is not None and not args.read_only:
         from .store.maintenance import gc
 
         gc(project.store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
-    seconds = time.perf_counter() - start
-    summary = {s: sum(r.status == s for r in rows) for s in ("built", "cached", "failed", "skipped")}
-    summary["seconds"] = round(seconds, 3)
-    if args.json:
-        _print_json({"targets": [r.as_json() for r in rows], "summary": summary,
-                     "store": str(project.store.root), "warnings": _warnings(args)})
+    return report.finish(rows, time.perf_counter() - start)
+
+
+class BuildReport:
+    """The build's rows for a person or a program: the build's progress callback
+    collects them (streamed as they finish on a terminal), `finish` prints the rest.
+
+    Rows come out in one order every run: the plan's, failed rows after the others and
+    skipped rows last, so a -j2 race between a failure and its neighbours changes no
+    line's position. A kernel's repeated compile error is printed once.
+    """
+
+    def __init__(self, args, the_plan, store):
+        self.args, self.the_plan, self.store = args, the_plan, store
+        self.rows = []
+        self.verbose, self.quiet = args.verbose, args.quiet
+        terminal = not args.json and sys.stdout.isatty()
+        self.stream = terminal
+        self.colour = terminal and _colour_wanted()
+        self.bar = _ProgressBar() if not args.json and not args.quiet and \
+            sys.stderr.isatty() else None
+        self.first_errors: dict = {}  # (kernel, error head) -> label of the row that showed it
+        order = list(the_plan.targets) + list(the_plan.failed)
+        self.order = {(t.name, t.signature, t.arch): i for i, t in enumerate(order)}
+
+    def __call__(self, row, done, total):
+        self.rows.append(row)
+        if self.stream:
+            if self.bar:
+                self.bar.clear()
+            self._print_row(row)
+        if self.bar:
+            self.bar(row, done, total)
+
+    def finish(self, rows, seconds: float, interrupted: bool = False) -> int:
+        if self.bar:
+            self.bar.clear()
+        rows = sorted(rows, key=self._position)
+        summary = {s: sum(r.status == s for r in rows)
+                   for s in ("built", "cached", "failed", "skipped")}
+        summary["seconds"] = round(seconds, 3)
+        if interrupted:
+            summary["interrupted"] = True
+            _error("interrupted")
+        if self.args.json:
+            answer = {"targets": [self._json_row(r) for r in rows], "summary": summary,
+                      "store": str(self.store.root), "warnings": _warnings(self.args)}
+            if interrupted:
+                answer.update(error="interrupted", exit_code=EXIT_INTERRUPTED)
+            _print_json(answer)
+        else:
+            if not self.stream:
+                for row in rows:
+                    self._print_row(row)
+            print(self._summary_line(summary, len(self.order) - len(rows), interrupted))
+        if interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if summary["failed"] else EXIT_OK
+
+    def _position(self, row):
+        rank = {"failed": 1, "skipped": 2}.get(row.status, 0)
+        return rank, self.order.get((row.target, row.signature, row.arch), len(self.order))
+
+    def _summary_line(self, summary, not_done: int, interrupted: bool) -> str:
+        line = (f"{summary['built']} built, {summary['cached']} cached, "
+                f"{summary['failed']} failed"
+                + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
+                + f" in {summary['seconds']:.2f}s")
+        if interrupted:
+            line = f"interrupted: {line}; {not_done} not built"
+        return line
+
+    def _json_row(self, row) -> dict:
+        out = row.as_json()
+        if row.status == "failed" and row.key is not None:
+            out["where"] = self._where(row)
+        return out
+
+    def _print_row(self, row) -> None:
+        if self.quiet and row.status != "failed":
+            return
+        line = f"{self._paint(row.status)} {row.target} {row.signature} {row.arch}"
+        if row.status == "built":
+            line += f"  {row.seconds:.2f}s" + ("  relinked" if row.link == "relink" else "")
+        print(line, flush=self.stream)
+        indent = " " * 9
+        if self.verbose and row.key:
+            print(f"{indent}key {row.key}")
+        if row.note and row.status == "built" and not self.args.whole_program:
+            print(f"{indent}linked as one program: {row.note}")
+        if row.error and row.status == "failed":
+            print(indent + self._error_text(row).replace("\n", "\n" + indent),
+                  flush=self.stream)
+
+    def _error_text(self, row) -> str:
+        """The row's error; a compile error with the kernel's file:line first, and only
+        once per kernel: its other rows name the row that showed it (-v: every time)."""
+        if row.key is None:  # an import failure: already one line with its file:line
+            return row.error
+        head = row.error.splitlines()[0]
+        seen = self.first_errors.setdefault((row.target, head), f"{row.signature} {row.arch}")
+        if seen != f"{row.signature} {row.arch}" and not self.verbose:
+            return f"same error as {row.target} {seen}"
+        return f"{self._where(row)}: {head if self.quiet else row.error}"
+
+    def _where(self, row) -> str:
+        return _error_location(row.error, self.the_plan.kernels.get(row.target),
+                               self.the_plan.config.root)
+
+    def _paint(self, status: str) -> str:
+        text = f"{status:8}"
+        code = {"built": "32", "cached": "2", "failed": "1;31", "skipped": "33"}.get(status)
+        return f"\x1b[{code}m{text}\x1b[0m" if self.colour and code else text
+
+
+_FILE_LINE = re.compile(r'File "(?P<file>[^"]+\.py)", line (?P<line>\d+)'
+                        r"|\bat (?P<file2>\S+\.py) \((?P<line2>\d+)\)")
+
+
+def _error_location(error: str, resolved, root) -> str:
+    """file:line of a compile error: the first source position numba's message names,
+    else where the kernel is defined (numba's typing errors often name none)."""
+    found = _FILE_LINE.search(error or "")
+    if found:
+        path, line = found.group("file") or found.group("file2"), \
+            found.group("line") or found.group("line2")
     else:
-        for r in rows:
-            line = f"{r.status:8} {r.target} {r.signature} {r.arch}"
-            if r.status == "built":
-                line += f"  {r.seconds:.2f}s" + ("  relinked" if r.link == "relink" else "")
-            print(line)
-            if r.note and r.status == "built" and not args.whole_program:
-                print(f"         linked as one program: {r.note}")
-            if r.error and r.status == "failed":
-                print("         " + r.error.replace("\n", "\n         "))
-        print(f"{summary['built']} built, {summary['cached']} cached, {summary['failed']} failed"
-              + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
-              + f" in {seconds:.2f}s")
-    return EXIT_FAILED if summary["failed"] else EXIT_OK
+        code = getattr(getattr(getattr(resolved, "kernel", None), "py_func", None),
+                       "__code__", None)
+        if code is None:
+            return "?"
+        path, line = code.co_filename, _def_line(code.co_filename, code.co_firstlineno)
+    relative = os.path.relpath(path, root) if os.path.isabs(path) else path
+    return f"{path if relative.startswith('..') else relative}:{line}"
+
+
+def _def_line(path: str, first: int) -> int:
+    """The `def` line of a function whose code starts at `first` (its first decorator)."""
+    import linecache
+
+    for number in range(first, first + 50):
+        text = linecache.getline(path, number).lstrip()
+        if text.startswith(("def ", "async def ")):
+            return number
+        if not text:
+            break
+    return first
+
+
+def _colour_wanted() -> bool:
+    """Colour on a terminal only, and never when NO_COLOR is set (no-color.org) or
+    TERM is dumb."""
+    return not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 def _remote_and_executor(args, project):
@@ -495,10 +636,10 @@ class _ProgressBar:
         width = 30
         filled = width * done // max(total, 1)
         sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                         f"{row.target[-40:]:40}")
+                         f"{row.status} {row.target[-40:]} {row.arch}"[:100].ljust(100))
         sys.stderr.flush()
 
-    def close(self):
+    def clear(self):
         sys.stderr.write("\r" + " " * 100 + "\r")
         sys.stderr.flush()
 

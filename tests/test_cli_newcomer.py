@@ -302,3 +302,150 @@ def test_export_refuses_a_file_name_it_would_not_honour(tmp_path, store, run_kbu
     assert (f"kbuild: error: export: cannot write '{name}': kbuild writes tar archives; "
             "name it .tar, .tar.gz, .tgz") in result.stderr
     assert not (project / name).exists()
+
+
+# -- build output: errors once per kernel, order, -q / -v, colour ------------------------------
+
+BROKEN = '''from numba import cuda
+
+
+@cuda.jit
+def bad(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] + "s"
+'''
+
+FAILING_TOML = f'''[project]
+arch = ["sm_80"]
+
+[kernels."pkg.broken:bad"]
+signatures = ["void(float32[::1])", "void(float64[::1])"]
+
+[kernels."pkg.mod:k"]
+{SIG}
+'''
+FIRST = "pkg.broken:bad void(float32[::1]) sm_80"
+SECOND = "pkg.broken:bad void(float64[::1]) sm_80"
+
+
+def test_a_type_error_is_shown_once_per_kernel_with_its_file_and_line(tmp_path, store,
+                                                                     run_kbuild):
+    project = make_project(tmp_path / "project", FAILING_TOML,
+                           {"broken": BROKEN, "mod": KERNEL})
+    result = run_kbuild("build", "-k", "-j", "2", cwd=project, store=store)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    # Built rows first, then the failed ones in declared order, every run.
+    assert lines[0].startswith("built    pkg.mod:k void(float32[::1]) sm_80")
+    first = lines.index(f"failed   {FIRST}")
+    assert lines[first + 1] == ("         pkg/broken.py:5: TypingError: No implementation of "
+                                "function Function(<built-in function add>) found for signature:")
+    second = lines.index(f"failed   {SECOND}")
+    assert second > first and lines[second + 1] == f"         same error as {FIRST}"
+    assert result.stdout.count("TypingError") == 1
+    assert lines[-1].startswith("1 built, 0 cached, 2 failed in ")
+
+    as_json = run_kbuild("build", "-k", "--json", cwd=project, store=store)
+    assert [(r["target"], r["status"]) for r in as_json.json["targets"]] == [
+        ("pkg.mod:k", "cached"), ("pkg.broken:bad", "failed"), ("pkg.broken:bad", "failed")]
+    assert as_json.json["targets"][1]["where"] == "pkg/broken.py:5"
+
+    quiet = run_kbuild("build", "-k", "-q", cwd=project, store=store)
+    assert quiet.stdout.splitlines() == [
+        f"failed   {FIRST}",
+        "         pkg/broken.py:5: TypingError: No implementation of function "
+        "Function(<built-in function add>) found for signature:",
+        f"failed   {SECOND}", f"         same error as {FIRST}",
+        quiet.stdout.splitlines()[-1]]
+    verbose = run_kbuild("build", "-k", "-v", cwd=project, store=store)
+    assert verbose.stdout.count("TypingError") == 2  # every row in full
+    assert verbose.stdout.count("         key ") == 3
+
+
+def test_without_keep_going_failed_rows_come_before_skipped_ones(tmp_path, store, run_kbuild):
+    project = make_project(tmp_path / "project", FAILING_TOML + f'\n[kernels."pkg.mod2:k"]\n{SIG}\n',
+                           {"broken": BROKEN, "mod": KERNEL, "mod2": KERNEL.replace("+ 1", "+ 3")})
+    result = run_kbuild("build", "--json", "-j", "2", cwd=project, store=store)
+    assert result.returncode == 1
+    rank = {"built": 0, "cached": 0, "failed": 1, "skipped": 2}
+    statuses = [r["status"] for r in result.json["targets"]]
+    assert statuses == sorted(statuses, key=rank.get) and "failed" in statuses
+
+
+def _in_a_terminal(args, cwd, store, env=()):
+    """Run kbuild with its stdout on a pseudo-terminal; (exit code, what it printed)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    full_env.update(KBUILD_STORE=str(store), TERM="xterm", **dict(env))
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full_env,
+                            stdout=follower, stderr=subprocess.PIPE)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return proc.wait(timeout=120), out.decode()
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(tmp_path, store, run_kbuild):
+    project = make_project(tmp_path / "project", GOOD_TOML, {"mod": KERNEL})
+    code, out = _in_a_terminal(["build"], project, store)
+    assert code == 0 and "\x1b[32mbuilt   \x1b[0m pkg.mod:k" in out
+    code, out = _in_a_terminal(["build"], project, store, {"NO_COLOR": "1"})
+    assert code == 0 and "cached   pkg.mod:k" in out and "\x1b[" not in out
+    piped = run_kbuild("build", cwd=project, store=store)
+    assert "\x1b[" not in piped.stdout
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------------
+
+def test_ctrl_c_during_a_parallel_build_exits_130_with_the_rows_so_far(tmp_path, store,
+                                                                        run_kbuild):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    modules = {f"m{i}": KERNEL.replace("+ 1", f"* {i + 2} + 1") for i in range(12)}
+    toml = '[project]\narch = ["sm_80"]\n' + "".join(
+        f'\n[kernels."pkg.{name}:k"]\n{SIG}\n' for name in modules)
+    project = make_project(tmp_path / "project", toml, modules)
+    env = dict(os.environ, KBUILD_STORE=str(store), HOME=str(tmp_path),
+               XDG_CACHE_HOME=str(tmp_path / ".cache"))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    # Its own session: the signal reaches the workers too, as Ctrl-C on a terminal does.
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "build", "--json", "-j", "2"],
+                            cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(entry_files(store)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode()
+    assert err.decode().strip().splitlines()[-1] == "kbuild: error: interrupted"
+    answer = json.loads(out)
+    assert answer["error"] == "interrupted" and answer["summary"]["interrupted"] is True
+    done = {r["key"] for r in answer["targets"] if r["status"] == "built"}
+    assert len(done) >= 2 and answer["summary"]["built"] < 12
+
+    # The store holds what was reported built (and at most what finished as the signal
+    # came), every entry sound.
+    status = run_kbuild("status", "--json", cwd=project, store=store)
+    fresh = {r["key"] for r in status.json["targets"] if r["status"] == "up-to-date"}
+    assert done <= fresh == set(entry_files(store))
+    assert "warning" not in status.stderr
