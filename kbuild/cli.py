@@ -445,7 +445,15 @@ def cmd_gc(args) -> int:
         project.store.warnings.append(f"current keys unknown ({exc}); no entry is protected")
         keep = []
     result = gc(project.store, max_size, keep)
+    result.update(_over_limit(project, max_size, keep, result))
+    if result["over_limit"]:
+        project.store.warnings.append(
+            f"the store is still over {_size(max_size)} ({_size(result['bytes'])}): "
+            f"{result['pinned_entries']} entries ({_size(result['pinned_bytes'])}) are pinned, "
+            f"the current targets of project '{project.config.name}' and the objects they "
+            "link from; raise --max-size, or `kbuild clean` projects you no longer build")
     if args.json:
+        result["warnings"] = _warnings(args)
         _print_json(result)
     else:
         print(f"evicted {result['evicted_entries']} entries, removed {result['removed_blobs']} "
@@ -456,6 +464,27 @@ def cmd_gc(args) -> int:
         for target in result["evicted"]:
             print(f"  evicted {target}")
     return EXIT_OK
+
+
+def _over_limit(project, max_size, keep, result) -> dict:
+    """Whether gc left the store over `max_size`, and what it was not allowed to evict:
+    the current targets' entries and the objects they link from, with their blobs' bytes."""
+    over = max_size is not None and result["bytes"] > max_size
+    if not over:
+        return {"over_limit": False, "pinned_entries": 0, "pinned_bytes": 0}
+    store, pinned, blobs = project.store, set(), set()
+    for key in keep:
+        manifest = store.lookup(key)
+        if manifest is None:
+            continue
+        objects = (manifest.get("link") or {}).get("objects", ())
+        for entry_key, entry in [(key, manifest)] + [(k, store.lookup(k)) for k in objects]:
+            if entry is not None:
+                pinned.add(entry_key)
+                blobs.update(entry["artifacts"].values())
+    size = sum(store.blob_path(b).stat().st_size for b in blobs if store.blob_path(b).is_file())
+    return {"over_limit": True, "max_size": max_size, "pinned_entries": len(pinned),
+            "pinned_bytes": size}
 
 
 def cmd_stats(args) -> int:

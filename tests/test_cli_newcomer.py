@@ -449,3 +449,23 @@ def test_ctrl_c_during_a_parallel_build_exits_130_with_the_rows_so_far(tmp_path,
     fresh = {r["key"] for r in status.json["targets"] if r["status"] == "up-to-date"}
     assert done <= fresh == set(entry_files(store))
     assert "warning" not in status.stderr
+
+
+# -- gc ------------------------------------------------------------------------------------------
+
+def test_gc_says_when_what_it_may_not_evict_keeps_the_store_over_the_limit(tmp_path, store,
+                                                                           run_kbuild):
+    project = make_project(tmp_path / "project", GOOD_TOML, {"mod": KERNEL})
+    assert run_kbuild("build", cwd=project, store=store).returncode == 0
+    result = run_kbuild("gc", "--max-size", "1KB", "--json", cwd=project, store=store)
+    assert result.returncode == 0, result.stderr
+    assert result.json["over_limit"] is True and result.json["evicted_entries"] == 0
+    assert result.json["pinned_entries"] == 2  # the kernel's target and its own object
+    assert 0 < result.json["pinned_bytes"] <= result.json["bytes"]
+    (warning,) = result.json["warnings"]
+    assert warning.startswith("the store is still over 1000 B (")
+    assert "are pinned, the current targets of project 'project'" in warning
+    human = run_kbuild("gc", "--max-size", "1KB", cwd=project, store=store)
+    assert "kbuild: warning: the store is still over 1000 B" in human.stderr
+    roomy = run_kbuild("gc", "--max-size", "1GB", "--json", cwd=project, store=store)
+    assert roomy.json["over_limit"] is False and roomy.json["warnings"] == []
