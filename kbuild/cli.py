@@ -136,6 +136,17 @@ def _parser() -> argparse.ArgumentParser:
                       help="also print each target's key, and every error in full")
     p.set_defaults(run=cmd_build)
 
+    p = sub.add_parser("init", help="write a kbuild.toml here from the @cuda.jit kernels found "
+                                     "in the sources (eager signatures as declared)")
+    p.add_argument("folders", nargs="*", metavar="PACKAGE",
+                   help="folders or files to look in (default: everything here but tests, "
+                        "docs, benchmarks and virtual environments)")
+    p.add_argument("--arch", default="sm_80",
+                   help="architectures to declare, comma-separated (default: sm_80)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing kbuild.toml")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_init)
+
     p = sub.add_parser("gc", parents=[common],
                        help="evict least-recently-used entries and orphan blobs")
     p.add_argument("--max-size", metavar="SIZE", help="e.g. 500MB (default: [store] max_size; "
@@ -409,6 +420,25 @@ def _colour_wanted() -> bool:
     """Colour on a terminal only, and never when NO_COLOR is set (no-color.org) or
     TERM is dumb."""
     return not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def cmd_init(args) -> int:
+    from pathlib import Path
+
+    from .build import parse_archs
+    from .scaffold import write_config
+
+    result = write_config(Path.cwd(), args.folders, parse_archs(args.arch), force=args.force)
+    if args.json:
+        _print_json(result)
+        return EXIT_OK
+    print(f"wrote {result['file']}: {len(result['kernels'])} kernels with their signatures"
+          + (f", {len(result['lazy'])} lazy ones commented out (declare the signatures they "
+             "are launched with)" if result["lazy"] else ""))
+    for name in result["lazy"]:
+        print(f"  lazy: {name}")
+    print("next: kbuild status, then kbuild build")
+    return EXIT_OK
 
 
 def _remote_and_executor(args, project):

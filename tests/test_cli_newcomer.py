@@ -469,3 +469,62 @@ def test_gc_says_when_what_it_may_not_evict_keeps_the_store_over_the_limit(tmp_p
     assert "kbuild: warning: the store is still over 1000 B" in human.stderr
     roomy = run_kbuild("gc", "--max-size", "1GB", "--json", cwd=project, store=store)
     assert roomy.json["over_limit"] is False and roomy.json["warnings"] == []
+
+
+# -- kbuild init -----------------------------------------------------------------------------------
+
+EAGER = '''from numba import cuda, float32, void
+from numba.cuda import jit as cjit
+
+
+@cuda.jit("void(float32[::1])")
+def one(x):
+    x[0] = 1
+
+
+@cuda.jit(["void(float32[::1])", "void(float64[::1])"])
+def two(x):
+    x[0] = 2
+
+
+@cjit(void(float32[::1]))
+def typed(x):
+    x[0] = 3
+
+
+@cuda.jit
+def lazy(x):
+    x[0] = 4
+
+
+@cuda.jit(device=True)
+def helper(v):
+    return v + 1
+'''
+
+
+def test_init_writes_a_kbuild_toml_from_the_kernels_it_finds(tmp_path, store, run_kbuild):
+    project = make_project(tmp_path / "proj", "", {"eager": EAGER})
+    (project / "kbuild.toml").unlink()
+    (project / "tests").mkdir()
+    (project / "tests" / "test_k.py").write_text(EAGER)  # test code is not the project's
+
+    made = run_kbuild("init", "--arch", "sm_80,sm_90", "--json", cwd=project)
+    assert made.returncode == 0, made.stderr
+    assert made.json["kernels"] == ["pkg.eager:one", "pkg.eager:two", "pkg.eager:typed"]
+    assert made.json["lazy"] == ["pkg.eager:lazy"]
+    text = (project / "kbuild.toml").read_text()
+    assert 'signatures = ["void(float32[::1])", "void(float64[::1])"]' in text
+    assert '# [kernels."pkg.eager:lazy"]' in text and "helper" not in text
+
+    status = run_kbuild("status", "--json", cwd=project, store=store)
+    assert status.returncode == 0, status.stderr
+    assert sorted((r["target"], r["signature"], r["arch"]) for r in status.json["targets"]) == \
+        sorted((name, sig, arch) for name, sig in [
+            ("pkg.eager:one", "void(float32[::1])"), ("pkg.eager:two", "void(float32[::1])"),
+            ("pkg.eager:two", "void(float64[::1])"), ("pkg.eager:typed", "void(float32[::1])")]
+            for arch in ("sm_80", "sm_90"))
+
+    again = run_kbuild("init", cwd=project)
+    assert again.returncode == 2
+    assert f"init: {project / 'kbuild.toml'} exists; edit it, or pass --force" in again.stderr
