@@ -528,3 +528,55 @@ def test_init_writes_a_kbuild_toml_from_the_kernels_it_finds(tmp_path, store, ru
     again = run_kbuild("init", cwd=project)
     assert again.returncode == 2
     assert f"init: {project / 'kbuild.toml'} exists; edit it, or pass --force" in again.stderr
+
+
+# -- kbuild graph --------------------------------------------------------------------------------
+
+SHARED = '''from numba import cuda
+
+SCALE = 2.5
+
+
+@cuda.jit(device=True)
+def sq(v):
+    return v * v
+
+
+@cuda.jit
+def k1(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = sq(x[i]) * SCALE
+
+
+@cuda.jit
+def k2(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = sq(x[i])
+'''
+
+
+def test_graph_has_one_node_per_function_the_globals_read_and_a_legend(tmp_path, store,
+                                                                         run_kbuild):
+    toml = ('[project]\narch = ["sm_80", "sm_90"]\n\n[kernels."pkg.shared:k1"]\n'
+            'signatures = ["void(float32[::1])", "void(float64[::1])"]\n\n'
+            f'[kernels."pkg.shared:k2"]\n{SIG}\n')
+    project = make_project(tmp_path / "project", toml, {"shared": SHARED})
+    result = run_kbuild("graph", "--format", "json", cwd=project, store=store)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    nodes = {n["id"]: n for n in data["nodes"]}
+    assert sorted(nodes) == ["function pkg.shared:sq", "global SCALE = 2.5",
+                             "kernel pkg.shared:k1", "kernel pkg.shared:k2"]
+    k1 = nodes["kernel pkg.shared:k1"]
+    assert (k1["targets"], len(k1["signatures"]), k1["archs"], k1["stale"]) == \
+        (4, 2, ["sm_80", "sm_90"], 4)
+    assert sorted((e["source"], e["target"]) for e in data["edges"]) == [
+        ("kernel pkg.shared:k1", "function pkg.shared:sq"),
+        ("kernel pkg.shared:k1", "global SCALE = 2.5"),
+        ("kernel pkg.shared:k2", "function pkg.shared:sq")]
+    dot = run_kbuild("graph", cwd=project, store=store).stdout
+    assert '"kernel pkg.shared:k1" [shape=box, style=filled, fillcolor=lightcoral, ' \
+           'label="pkg.shared:k1\\n2 signatures x 2 archs\\n4 of 4 stale"];' in dot
+    assert "subgraph cluster_legend" in dot
