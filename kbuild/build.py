@@ -133,11 +133,17 @@ def _did_you_mean(config: ProjectConfig, name: str) -> str:
     """'; did you mean 'X'?' for the declared target (full or short name) closest to `name`."""
     import difflib
 
-    full = [s.name for s in config.kernels]
-    candidates = full if ":" in name else sorted({n.rpartition(":")[2] for n in full}
-                                                 | {n.rpartition(".")[2] for n in full})
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    # What a user may have meant -> the name to suggest: a full name, a short name
+    # (`kernel`, `obj.kernel`), or a module's last part (`saxpy` of `examples.saxpy:k`).
+    meant = {}
+    for full in (s.name for s in config.kernels):
+        module, _, attr = full.partition(":")
+        last = attr.rpartition(".")[2]
+        for alias, suggestion in ((full, full), (attr, attr), (last, last),
+                                  (module.rpartition(".")[2], full)):
+            meant.setdefault(alias, suggestion)
+    close = difflib.get_close_matches(name, sorted(meant), n=1, cutoff=0.6)
+    return f"; did you mean '{meant[close[0]]}'?" if close else ""
 
 
 def parse_archs(text: str | None, where: str = "--arch"):

@@ -206,6 +206,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.set_defaults(run=cmd_graph)
 
+    p = sub.add_parser("show", parents=[common],
+                       help="a built target's PTX, SASS, or registers and memory per thread")
+    p.add_argument("target", help="module:attr.path or a unique short name")
+    p.add_argument("--arch", help="only these architectures, comma-separated")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--resources", action="store_const", dest="show", const="resources",
+                      help="registers, local (stack frame) and static shared memory (default)")
+    what.add_argument("--ptx", action="store_const", dest="show", const="ptx",
+                      help="the PTX")
+    what.add_argument("--sass", action="store_const", dest="show", const="sass",
+                      help="the SASS, through nvdisasm (where installed)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_show, show="resources")
+
     p = sub.add_parser("cat", parents=[common], help="write a blob's bytes to stdout")
     p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
     p.set_defaults(run=cmd_cat)
@@ -670,6 +684,64 @@ def cmd_graph(args) -> int:
     else:
         sys.stdout.buffer.write(data)
     return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    from .backend.cubin import disassemble, resources
+
+    project, the_plan = _planned(args)
+    for error in the_plan.failed.values():
+        raise error
+    rows, missing = [], []
+    for target in (t for t in the_plan.targets if _is_named(the_plan, t, args.target)):
+        manifest = project.store.lookup(the_plan.keys[target].digest)
+        if manifest is None:
+            missing.append(target.label)
+            continue
+        cubin = project.store.read_blob(manifest["artifacts"]["cubin"])
+        row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+               "key": the_plan.keys[target].digest, "entry": manifest.get("entry")}
+        if args.show == "resources":
+            row["functions"] = resources(cubin)
+            row["resources"] = row["functions"].get(row["entry"], {})
+        elif args.show == "ptx":
+            row["ptx"] = project.store.read_blob(manifest["artifacts"]["ptx"]).decode()
+        else:
+            try:
+                row["sass"] = disassemble(cubin)
+            except RuntimeError as exc:
+                raise KbuildError(f"show --sass: {exc}") from None
+        rows.append(row)
+    for label in missing:
+        project.store.warnings.append(f"{label} is not built (or stale): run kbuild build "
+                                      f"{args.target} first")
+    if args.json:
+        _print_json({"targets": rows, "warnings": _warnings(args)})
+    else:
+        for row in rows:
+            _print_shown(row, args.show, several=len(rows) > 1)
+    return EXIT_FAILED if missing else EXIT_OK
+
+
+def _is_named(the_plan, target, name: str) -> bool:
+    from .build import select_specs
+
+    return target.name == select_specs(the_plan.config, [name])[0].name
+
+
+def _print_shown(row, what: str, several: bool) -> None:
+    label = f"{row['target']} {row['signature']} {row['arch']}"
+    if what == "resources":
+        r = row["resources"]
+        print(f"{label}: {r.get('registers', '?')} registers, {_size(r.get('local_bytes', 0))} "
+              f"local, {_size(r.get('shared_bytes', 0))} shared per "
+              f"{'thread' if not r.get('shared_bytes') else 'thread / block'}")
+        return
+    if several:
+        print(f"// kbuild: {label}")
+    sys.stdout.write(row[what])
+    if not row[what].endswith("\n"):
+        sys.stdout.write("\n")
 
 
 def cmd_cat(args) -> int:

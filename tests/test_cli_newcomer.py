@@ -580,3 +580,49 @@ def test_graph_has_one_node_per_function_the_globals_read_and_a_legend(tmp_path,
     assert '"kernel pkg.shared:k1" [shape=box, style=filled, fillcolor=lightcoral, ' \
            'label="pkg.shared:k1\\n2 signatures x 2 archs\\n4 of 4 stale"];' in dot
     assert "subgraph cluster_legend" in dot
+
+
+# -- kbuild show ---------------------------------------------------------------------------------
+
+SHARED_MEMORY = '''from numba import cuda, float32
+
+
+@cuda.jit
+def staged(x):
+    tile = cuda.shared.array(128, float32)
+    i = cuda.grid(1)
+    tile[cuda.threadIdx.x] = x[i]
+    cuda.syncthreads()
+    x[i] = tile[127 - cuda.threadIdx.x]
+'''
+
+
+def test_show_prints_resources_ptx_and_says_what_sass_needs(tmp_path, store, run_kbuild):
+    import shutil
+
+    toml = GOOD_TOML + f'\n[kernels."pkg.tiles:staged"]\n{SIG}\n'
+    project = make_project(tmp_path / "project", toml, {"mod": KERNEL, "tiles": SHARED_MEMORY})
+    not_yet = run_kbuild("show", "staged", cwd=project, store=store)
+    assert not_yet.returncode == 1
+    assert "pkg.tiles:staged void(float32[::1]) sm_80 is not built (or stale): run kbuild " \
+           "build staged first" in not_yet.stderr
+    assert run_kbuild("build", cwd=project, store=store).returncode == 0
+
+    shown = run_kbuild("show", "staged", "--json", cwd=project, store=store)
+    assert shown.returncode == 0, shown.stderr
+    (row,) = shown.json["targets"]
+    assert row["resources"]["shared_bytes"] == 128 * 4
+    assert 0 < row["resources"]["registers"] <= 255 and row["resources"]["local_bytes"] == 0
+    human = run_kbuild("show", "k", cwd=project, store=store)
+    assert human.stdout.startswith("pkg.mod:k void(float32[::1]) sm_80: ")
+    assert " registers, 0 B local, 0 B shared per thread" in human.stdout
+    ptx = run_kbuild("show", "k", "--ptx", cwd=project, store=store)
+    assert ".entry " in ptx.stdout and ".target sm_80" in ptx.stdout
+
+    sass = run_kbuild("show", "k", "--sass", cwd=project, store=store)
+    if shutil.which("nvdisasm") is None:
+        assert sass.returncode in (0, 2)  # a wheel's nvdisasm may still be found
+        if sass.returncode == 2:
+            assert "show --sass: nvdisasm is not installed" in sass.stderr
+    else:
+        assert sass.returncode == 0 and sass.stdout.strip()
