@@ -52,6 +52,11 @@ class Plan:
     # Targets whose module failed to import: not keyed, never in `targets`; Target -> error.
     failed: dict = field(default_factory=dict)
 
+    @property
+    def total(self) -> int:
+        """Every requested target, keyed or not."""
+        return len(self.targets) + len(self.failed)
+
     def resolved(self, name: str) -> ResolvedKernel:
         """The resolved kernel of target `name`, or its import failure raised."""
         for target, error in self.failed.items():
@@ -173,8 +178,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
                                artifacts=dict(manifest["artifacts"]))
-            _progress(progress, rows[target], len(rows),
-                      len(the_plan.targets) + len(the_plan.failed))
+            _progress(progress, rows[target], len(rows), the_plan.total)
         else:
             todo.append(target)
     if todo and store.read_only:
@@ -189,8 +193,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     for target, error in the_plan.failed.items():
         rows[target] = Row(target.name, target.signature, target.arch, None, "failed",
                            error=str(error))
-        _progress(progress, rows[target], len(rows),
-                      len(the_plan.targets) + len(the_plan.failed))
+        _progress(progress, rows[target], len(rows), the_plan.total)
     stopped = bool(the_plan.failed) and not keep_going  # the rest are skipped
     with _KeyLocks(store, the_plan, [] if stopped else todo) as locks:
         stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
@@ -206,8 +209,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
             rows[target] = Row(target.name, target.signature, target.arch,
                                the_plan.keys[target].digest, "skipped",
                                error="not built: an earlier target failed (use -k to keep going)")
-            _progress(progress, rows[target], len(rows),
-                      len(the_plan.targets) + len(the_plan.failed))
+            _progress(progress, rows[target], len(rows), the_plan.total)
     ordered = [rows[t] for t in the_plan.targets] + [rows[t] for t in the_plan.failed]
     from .store.maintenance import record_build
 
@@ -231,8 +233,7 @@ def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
             row = Row(target.name, target.signature, target.arch, key, "built", seconds,
                       artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
         rows[target] = row
-        _progress(progress, row, len(rows),
-                      len(the_plan.targets) + len(the_plan.failed))
+        _progress(progress, row, len(rows), the_plan.total)
         if row.status == "failed" and not keep_going:
             stop = True
             break  # stop pulling: the sequential generator compiles only on demand

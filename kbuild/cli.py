@@ -1,6 +1,7 @@
 """The `kbuild` command line: parse arguments, call the project API, map errors to exit codes.
 
-Exit codes: 0 success, 1 a target failed, 2 usage, configuration or internal error.
+Exit codes: 0 success, 1 a target failed, 2 usage, configuration or internal error,
+130 interrupted. With --json every outcome, errors included, is one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from . import __version__
 from .errors import KbuildError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
 
 
 class UsageError(KbuildError):
