@@ -137,6 +137,21 @@ def _parser() -> argparse.ArgumentParser:
                       help="also print each target's key, and every error in full")
     p.set_defaults(run=cmd_build)
 
+    p = sub.add_parser("watch", parents=[common],
+                       help="stay resident and rebuild when a project file is saved")
+    _targets_and_arch(p)
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="compile N targets at once (default: the number of cores)")
+    p.add_argument("--whole-program", action="store_true",
+                   help="compile each kernel with its device functions as one program")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      help="print only failed targets and the summary of each build")
+    loud.add_argument("-v", "--verbose", action="store_true",
+                      help="also print each target's key, and every error in full")
+    p.add_argument("--rounds", type=int, default=None, metavar="N", help=argparse.SUPPRESS)
+    p.set_defaults(run=cmd_watch, json=False, keep_going=True, watching=True)
+
     p = sub.add_parser("init", help="write a kbuild.toml here from the @cuda.jit kernels found "
                                      "in the sources (eager signatures as declared)")
     p.add_argument("folders", nargs="*", metavar="PACKAGE",
@@ -363,6 +378,8 @@ class BuildReport:
     def _print_row(self, row) -> None:
         if self.quiet and row.status != "failed":
             return
+        if row.status == "cached" and getattr(self.args, "watching", False):
+            return  # a watch prints what each save changed, not the whole project again
         line = f"{self._paint(row.status)} {row.target} {row.signature} {row.arch}"
         if row.status == "built":
             line += f"  {row.seconds:.2f}s" + ("  relinked" if row.link == "relink" else "")
@@ -435,6 +452,68 @@ def _colour_wanted() -> bool:
     """Colour on a terminal only, and never when NO_COLOR is set (no-color.org) or
     TERM is dumb."""
     return not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def cmd_watch(args) -> int:
+    """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
+    A round that fails (a config error, a module that does not import) is reported and
+    the watch goes on; every round keeps going past failed targets."""
+    from .build import default_jobs, parse_archs
+    from .discover import forget_project_modules
+    from .watch import snapshot, wait_for_change
+
+    archs = parse_archs(args.arch)
+    jobs = args.jobs or default_jobs()
+    rounds = 0
+    try:
+        while True:
+            roots, extra = _watch_round(args, archs, jobs)
+            rounds += 1
+            if args.rounds is not None and rounds >= args.rounds:
+                return EXIT_OK
+            seen = snapshot(roots, extra)
+            print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)
+            _, what = wait_for_change(roots, extra, seen)
+            print(f"changed: {', '.join(os.path.relpath(p) for p in what[:5])}"
+                  + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
+            forget_project_modules()
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _watch_round(args, archs, jobs):
+    """One build; (the folders and files to watch for the next one)."""
+    from .config import find_config
+    from .project import open_project
+
+    start = time.perf_counter()
+    try:
+        project = _remember(args, open_project(args.config, args.store))
+        project.store.warnings.clear()
+        the_plan = project.plan(args.targets, archs)
+        report = BuildReport(args, the_plan, project.store)
+        rows = project.build(args.targets, archs, keep_going=True, jobs=jobs, progress=report,
+                             separate=not args.whole_program)
+        report.finish(rows, time.perf_counter() - start)
+        roots, extra = project.config.paths, [project.config.path]
+    except KbuildError as exc:
+        _error(str(exc))
+        config = args.config or _nearest_config(find_config)
+        roots, extra = [os.path.dirname(os.path.abspath(config)) if config else os.getcwd()], \
+            [config] if config else []
+    _flush_warnings(args)
+    if getattr(args, "_store", None) is not None:
+        args._store.warnings.clear()
+    sys.stdout.flush()
+    return roots, extra
+
+
+def _nearest_config(find_config):
+    try:
+        return str(find_config())
+    except KbuildError:
+        return None
 
 
 def cmd_init(args) -> int:

@@ -90,6 +90,19 @@ class _SourceOnlyFinder:
         return importlib.machinery.FileFinder(path, *loaders)
 
 
+def forget_project_modules() -> int:
+    """Drop every module kbuild imported from a project's sources from sys.modules, so the
+    next import runs the saved sources (`kbuild watch`); returns how many. Modules loaded
+    any other way (kbuild itself, numba, site-packages) stay."""
+    gone = [name for name, module in sys.modules.items()
+            if isinstance(getattr(getattr(module, "__spec__", None), "loader", None),
+                          _SourceOnlyLoader)]
+    for name in gone:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    return len(gone)
+
+
 def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
     """Import and getattr `module:attr.path`; check it is a kernel; parse its signatures."""
     module_name, _, attr_path = spec.name.partition(":")

@@ -626,3 +626,41 @@ def test_show_prints_resources_ptx_and_says_what_sass_needs(tmp_path, store, run
             assert "show --sass: nvdisasm is not installed" in sass.stderr
     else:
         assert sass.returncode == 0 and sass.stdout.strip()
+
+
+# -- kbuild watch ----------------------------------------------------------------------------------
+
+def test_watch_rebuilds_what_a_save_changed_in_one_process(tmp_path, store, run_kbuild):
+    import os
+    import subprocess
+    import sys
+
+    project = make_project(tmp_path / "project", GOOD_TOML, {"mod": KERNEL})
+    env = dict(os.environ, KBUILD_STORE=str(store), HOME=str(tmp_path),
+               XDG_CACHE_HOME=str(tmp_path / ".cache"))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "watch", "--rounds", "3"],
+                            cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    module = project / "pkg" / "mod.py"
+    saves = [KERNEL.replace("from numba", "raise RuntimeError('half-saved')\nfrom numba"),
+             KERNEL.replace("+ 1", "+ 7")]
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("watching ") and saves:
+                module.write_text(saves.pop(0))
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    summaries = [ln for ln in lines if " built, " in ln]
+    assert [s.split(" in ")[0] for s in summaries] == [
+        "1 built, 0 cached, 0 failed", "0 built, 0 cached, 1 failed",
+        "1 built, 0 cached, 0 failed"]
+    assert lines.count("changed: pkg/mod.py") == 2
+    assert any("importing 'pkg.mod' failed: RuntimeError: half-saved (pkg/mod.py:1)" in ln
+               for ln in lines)
+    # What the resident process built is what a new process keys from the saved source.
+    status = run_kbuild("status", "--json", cwd=project, store=store)
+    assert status.json["summary"]["up-to-date"] == 1, status.stdout
