@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from .config import ProjectConfig, arch_cc, validate_arch
-from .discover import ResolvedKernel, Target, resolve_kernel
+from .discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
 from .errors import CompileError, TargetError
 from .keying.keys import Keyer, KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
@@ -24,7 +24,7 @@ class Row:
     target: str
     signature: str
     arch: str
-    key: str
+    key: str | None  # None: the target's module failed to import
     status: str  # built | cached | failed | skipped
     seconds: float = 0.0
     artifacts: dict = field(default_factory=dict)
@@ -49,6 +49,20 @@ class Plan:
     keys: dict  # Target -> KeyNode
     keyer: Keyer
     separate: bool = True  # compile device functions into objects of their own (see lto)
+    # Targets whose module failed to import: not keyed, never in `targets`; Target -> error.
+    failed: dict = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        """Every requested target, keyed or not."""
+        return len(self.targets) + len(self.failed)
+
+    def resolved(self, name: str) -> ResolvedKernel:
+        """The resolved kernel of target `name`, or its import failure raised."""
+        for target, error in self.failed.items():
+            if target.name == name:
+                raise error
+        return self.kernels[name]
 
     def nodes_by_ident(self) -> dict:
         """Every separately compiled device function's current tree, by identity."""
@@ -61,14 +75,32 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
     Plans that share a `keyer` key each function once between them.
     """
     specs = select_specs(config, names)
-    kernels = {spec.name: resolve_kernel(config, spec) for spec in specs}
+    kernels, broken = _resolve_all(config, specs)
     # A signature or arch named twice is one target, built once.
-    targets = list(dict.fromkeys(Target(spec.name, sig, arch)
-                                 for spec in specs for sig in spec.signatures
-                                 for arch in (archs or spec.archs)))
+    every = list(dict.fromkeys(Target(spec.name, sig, arch)
+                               for spec in specs for sig in spec.signatures
+                               for arch in (archs or spec.archs)))
+    targets = [t for t in every if t.name in kernels]
     keyer = keyer or Keyer(ProjectSources(config.paths))
     keys = {t: target_key(keyer, kernels[t.name], t) for t in targets}
-    return Plan(config, kernels, targets, keys, keyer)
+    failed = {t: broken[t.name] for t in every if t.name in broken}
+    return Plan(config, kernels, targets, keys, keyer, failed=failed)
+
+
+def _resolve_all(config: ProjectConfig, specs):
+    """(name -> ResolvedKernel, name -> ImportFailure): a module that raises at import
+    fails its own targets only, and is imported once, not once per kernel."""
+    kernels, broken, bad_modules = {}, {}, {}
+    for spec in specs:
+        module = spec.name.partition(":")[0]
+        if module in bad_modules:
+            broken[spec.name] = bad_modules[module].for_target(spec.name)
+            continue
+        try:
+            kernels[spec.name] = resolve_kernel(config, spec)
+        except ImportFailure as exc:
+            broken[spec.name] = bad_modules[exc.module] = exc
+    return kernels, broken
 
 
 def select_specs(config: ProjectConfig, names):
@@ -93,7 +125,30 @@ def _by_short_name(config: ProjectConfig, name: str):
         raise TargetError(f"target '{name}' is ambiguous in {config.path.name}: "
                           f"{', '.join(s.name for s in matches)}")
     raise TargetError(f"unknown target '{name}': {config.path.name} declares "
-                      f"{', '.join(s.name for s in config.kernels)}")
+                      f"{_declared(config)}{_did_you_mean(config, name)}")
+
+
+def _declared(config: ProjectConfig, shown: int = 8) -> str:
+    names = [s.name for s in config.kernels]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _did_you_mean(config: ProjectConfig, name: str) -> str:
+    """'; did you mean 'X'?' for the declared target (full or short name) closest to `name`."""
+    import difflib
+
+    # What a user may have meant -> the name to suggest: a full name, a short name
+    # (`kernel`, `obj.kernel`), or a module's last part (`saxpy` of `examples.saxpy:k`).
+    meant = {}
+    for full in (s.name for s in config.kernels):
+        module, _, attr = full.partition(":")
+        last = attr.rpartition(".")[2]
+        for alias, suggestion in ((full, full), (attr, attr), (last, last),
+                                  (module.rpartition(".")[2], full)):
+            meant.setdefault(alias, suggestion)
+    close = difflib.get_close_matches(name, sorted(meant), n=1, cutoff=0.6)
+    return f"; did you mean '{meant[close[0]]}'?" if close else ""
 
 
 def parse_archs(text: str | None, where: str = "--arch"):
@@ -123,7 +178,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
                                artifacts=dict(manifest["artifacts"]))
-            _progress(progress, rows[target], len(rows), len(the_plan.targets))
+            _progress(progress, rows[target], len(rows), the_plan.total)
         else:
             todo.append(target)
     if todo and store.read_only:
@@ -135,13 +190,18 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         todo = []
     if todo:
         store.ensure_writable()
-    with _KeyLocks(store, the_plan, todo) as locks:
+    for target, error in the_plan.failed.items():
+        rows[target] = Row(target.name, target.signature, target.arch, None, "failed",
+                           error=str(error))
+        _progress(progress, rows[target], len(rows), the_plan.total)
+    stopped = bool(the_plan.failed) and not keep_going  # the rest are skipped
+    with _KeyLocks(store, the_plan, [] if stopped else todo) as locks:
         stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
                               progress, executor)
         # Ours are committed: let go of them before waiting, or two builds that split the keys
         # between them would each wait for the other's locks forever.
         locks.release_mine()
-        if not stop:
+        if not stop and not stopped:
             _compile_batch(the_plan, store, locks.wait_for_others(rows), jobs, keep_going, rows,
                            progress, executor)
     for target in todo:
@@ -149,8 +209,8 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
             rows[target] = Row(target.name, target.signature, target.arch,
                                the_plan.keys[target].digest, "skipped",
                                error="not built: an earlier target failed (use -k to keep going)")
-            _progress(progress, rows[target], len(rows), len(the_plan.targets))
-    ordered = [rows[t] for t in the_plan.targets]
+            _progress(progress, rows[target], len(rows), the_plan.total)
+    ordered = [rows[t] for t in the_plan.targets] + [rows[t] for t in the_plan.failed]
     from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)
@@ -173,7 +233,7 @@ def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
             row = Row(target.name, target.signature, target.arch, key, "built", seconds,
                       artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
         rows[target] = row
-        _progress(progress, row, len(rows), len(the_plan.targets))
+        _progress(progress, row, len(rows), the_plan.total)
         if row.status == "failed" and not keep_going:
             stop = True
             break  # stop pulling: the sequential generator compiles only on demand

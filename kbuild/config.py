@@ -1,7 +1,9 @@
-"""kbuild.toml: find it, read it, validate it into a `ProjectConfig`."""
+"""kbuild.toml (or pyproject.toml's [tool.kbuild]): find it, read it, validate it into a
+`ProjectConfig`. Every key is known: a misspelt one is an error with a did-you-mean."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -11,8 +13,18 @@ from pathlib import Path
 from .errors import ConfigError
 
 CONFIG_NAME = "kbuild.toml"
+PYPROJECT = "pyproject.toml"  # its [tool.kbuild] table, when no kbuild.toml is nearer
 
-# Real GPU architectures; anything else is checked against NVRTC's list (slow, rare).
+# Every table and key a project file may hold; anything else is a typo to report.
+SCHEMA = {
+    "": ("project", "store", "kernels"),
+    "project": ("name", "paths", "arch", "store"),
+    "store": ("max_size", "remote", "remote_timeout"),
+    "kernel": ("signatures", "arch"),
+}
+
+# Real GPU architectures, for messages and for when the toolchain cannot be asked
+# (backend.toolchain.supported_ccs decides what is accepted).
 KNOWN_CCS = {(5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
              (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3),
              (11, 0), (12, 0), (12, 1)}
@@ -48,14 +60,26 @@ class ProjectConfig:
 
 
 def find_config(start: Path | None = None) -> Path:
-    """kbuild.toml in `start` (default: the current directory) or its nearest parent."""
+    """The nearest project file from `start` (default: the current directory) upwards:
+    in each folder a kbuild.toml, else a pyproject.toml with a [tool.kbuild] table."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / CONFIG_NAME
         if candidate.is_file():
             return candidate
-    raise ConfigError(f"no {CONFIG_NAME} in {here} or any parent directory; "
-                      "create one or pass --config PATH")
+        if _has_tool_kbuild(folder / PYPROJECT):
+            return folder / PYPROJECT
+    raise ConfigError(f"no {CONFIG_NAME} (nor a {PYPROJECT} with [tool.kbuild]) in {here} or "
+                      "any parent directory; create one or pass --config PATH")
+
+
+def _has_tool_kbuild(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        return "kbuild" in tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        return False  # not ours to judge: a broken pyproject without kbuild in it
 
 
 def load_config(path: Path | str | None = None) -> ProjectConfig:
@@ -69,29 +93,50 @@ def load_config(path: Path | str | None = None) -> ProjectConfig:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
+    if path.name == PYPROJECT:
+        return _parse(path, _tool_table(path, data), prefix="tool.kbuild.",
+                      default_name=_typed(_table(data, "project", path, required=False), "name",
+                                          str, path, "project", default=path.parent.name))
     return _parse(path, data)
 
 
-def _parse(path: Path, data: dict) -> ProjectConfig:
-    project = _table(data, "project", path, required=False)
-    name = _typed(project, "name", str, path, "project", default=path.parent.name)
-    paths = _string_list(project, "paths", path, "project", default=["."])
-    archs = tuple(validate_arch(a, f"{path}: [project] arch") for a in
-                  _string_list(project, "arch", path, "project", default=["sm_80"]))
-    store = _typed(project, "store", str, path, "project", default=None)
-    store_table = _table(data, "store", path, required=False)
+def _tool_table(path: Path, data: dict) -> dict:
+    tool = data.get("tool")
+    if not isinstance(tool, dict) or "kbuild" not in tool:
+        raise ConfigError(f"{path}: no [tool.kbuild] table; add one with the tables of a "
+                          f"{CONFIG_NAME} under it ([tool.kbuild.kernels.\"pkg.mod:k\"] ...)")
+    if not isinstance(tool["kbuild"], dict):
+        raise ConfigError(f"{path}: 'tool.kbuild' must be a table, not {_kind(tool['kbuild'])}")
+    return tool["kbuild"]
+
+
+def _parse(path: Path, data: dict, prefix: str = "",
+           default_name: str | None = None) -> ProjectConfig:
+    _check_keys(path, data, SCHEMA[""], prefix.rstrip(".") or None, tables=True)
+    project = _table(data, "project", path, required=False, prefix=prefix)
+    _check_keys(path, project, SCHEMA["project"], f"{prefix}project")
+    store_table = _table(data, "store", path, required=False, prefix=prefix)
+    _check_keys(path, store_table, SCHEMA["store"], f"{prefix}store")
+    name = _typed(project, "name", str, path, f"{prefix}project",
+                  default=default_name or path.parent.name)
+    paths = _string_list(project, "paths", path, f"{prefix}project", default=["."])
+    archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch") for a in
+                  _string_list(project, "arch", path, f"{prefix}project", default=["sm_80"]))
+    store = _typed(project, "store", str, path, f"{prefix}project", default=None)
     max_size = _max_size(path, store_table)
-    remote = _typed(store_table, "remote", str, path, "store", default=None)
+    remote = _typed(store_table, "remote", str, path, f"{prefix}store", default=None)
     remote_timeout = store_table.get("remote_timeout")
     if remote_timeout is not None:
         from .store.remote import parse_timeout
 
-        remote_timeout = parse_timeout(remote_timeout, f"{path}: [store] remote_timeout")
-    kernels_table = _table(data, "kernels", path, required=True)
+        remote_timeout = parse_timeout(remote_timeout,
+                                       f"{path}: [{prefix}store] remote_timeout")
+    kernels_table = _table(data, "kernels", path, required=True, prefix=prefix)
     if not kernels_table:
-        raise ConfigError(f"{path}: [kernels] declares no kernel; "
-                          'add a table like [kernels."pkg.module:kernel"]')
-    kernels = tuple(_kernel(path, name_, spec, archs) for name_, spec in kernels_table.items())
+        raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
+                          f'add a table like [{prefix}kernels."pkg.module:kernel"]')
+    kernels = tuple(_kernel(path, name_, spec, archs, prefix)
+                    for name_, spec in kernels_table.items())
     return ProjectConfig(
         path=path, name=name,
         paths=tuple((path.parent / p).resolve() for p in paths),
@@ -104,6 +149,19 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
     )
 
 
+def _check_keys(path: Path, table: dict, known, where: str | None, tables: bool = False):
+    """ConfigError for the first key of `table` not in `known`, with a did-you-mean."""
+    for key in table:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        shown = (lambda k: f"[{where + '.' if where else ''}{k}]") if tables else repr
+        hint = f"did you mean {shown(close[0])}?" if close else \
+            f"known: {', '.join(shown(k) for k in known)}"
+        what = f"table {shown(key)}" if tables else f"key {key!r} in [{where}]"
+        raise ConfigError(f"{path}: unknown {what}; {hint}")
+
+
 def _max_size(path: Path, table: dict) -> int | None:
     value = table.get("max_size")
     if value is None:
@@ -113,10 +171,11 @@ def _max_size(path: Path, table: dict) -> int | None:
     return parse_size(value, f"{path}: [store] max_size")
 
 
-def _kernel(path: Path, name: str, spec, default_archs) -> KernelSpec:
-    where = f'kernels."{name}"'
+def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> KernelSpec:
+    where = f'{prefix}kernels."{name}"'
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: {where} must be a table with 'signatures'")
+    _check_keys(path, spec, SCHEMA["kernel"], where)
     if ":" not in name or not all(name.partition(":")[::2]):
         raise ConfigError(f"{path}: target '{name}' must be written 'module:attr.path' "
                           "(for example 'examples.saxpy:saxpy')")
@@ -134,29 +193,36 @@ def _kernel(path: Path, name: str, spec, default_archs) -> KernelSpec:
 
 
 def validate_arch(arch: str, where: str) -> str:
-    """`arch` if it names a real GPU architecture (sm_XY, sm_XYa, sm_XYf), else ConfigError."""
+    """`arch` if it names a GPU architecture the installed toolchain compiles for
+    (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does."""
+    from .backend.toolchain import cuda_release, supported_ccs
+
     if not isinstance(arch, str) or not _ARCH.match(arch):
         raise ConfigError(f"{where}: unknown arch {arch!r}; write it like 'sm_80' or 'sm_90'")
     cc = arch_cc(arch)[:2]
-    if cc not in KNOWN_CCS and cc not in _nvrtc_ccs():
-        known = ", ".join(f"sm_{a}{b}" for a, b in sorted(KNOWN_CCS))
-        raise ConfigError(f"{where}: unknown arch {arch!r}; known: {known}")
+    supported = supported_ccs()
+    if supported is None:
+        if cc not in KNOWN_CCS:
+            raise ConfigError(f"{where}: unknown arch {arch!r}; known: {_names(KNOWN_CCS)}")
+        return arch
+    toolchain = f"CUDA {cuda_release() or '?'} NVVM"
+    if cc not in supported and cc not in KNOWN_CCS:
+        raise ConfigError(f"{where}: unknown arch {arch!r}; {toolchain} supports "
+                          f"{_names(supported)}")
+    if cc not in supported:
+        raise ConfigError(f"{where}: arch {arch!r} is not supported by this toolchain "
+                          f"({toolchain}); supported: {_names(supported)}")
     return arch
+
+
+def _names(ccs) -> str:
+    return ", ".join(f"sm_{a}{b}" for a, b in sorted(ccs))
 
 
 def arch_cc(arch: str) -> tuple:
     """'sm_90' -> (9, 0); 'sm_90a' -> (9, 0, 'a')."""
     major, minor, suffix = _ARCH.match(arch).groups()
     return (int(major), int(minor), suffix) if suffix else (int(major), int(minor))
-
-
-def _nvrtc_ccs():
-    try:
-        from numba.cuda.cudadrv import nvrtc
-
-        return set(nvrtc.get_supported_ccs())
-    except Exception:  # noqa: BLE001 - no NVRTC: only the known table counts
-        return set()
 
 
 def default_store(config: ProjectConfig | None, override: str | None) -> Path:
@@ -172,14 +238,14 @@ def default_store(config: ProjectConfig | None, override: str | None) -> Path:
     return Path(cache_home) / "kbuild"
 
 
-def _table(data: dict, key: str, path: Path, *, required: bool) -> dict:
+def _table(data: dict, key: str, path: Path, *, required: bool, prefix: str = "") -> dict:
     value = data.get(key)
     if value is None:
         if required:
-            raise ConfigError(f"{path}: missing [{key}] table")
+            raise ConfigError(f"{path}: missing [{prefix}{key}] table")
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{path}: '{key}' must be a table, not {_kind(value)}")
+        raise ConfigError(f"{path}: '{prefix}{key}' must be a table, not {_kind(value)}")
     return value
 
 

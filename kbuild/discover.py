@@ -90,6 +90,19 @@ class _SourceOnlyFinder:
         return importlib.machinery.FileFinder(path, *loaders)
 
 
+def forget_project_modules() -> int:
+    """Drop every module kbuild imported from a project's sources from sys.modules, so the
+    next import runs the saved sources (`kbuild watch`); returns how many. Modules loaded
+    any other way (kbuild itself, numba, site-packages) stay."""
+    gone = [name for name, module in sys.modules.items()
+            if isinstance(getattr(getattr(module, "__spec__", None), "loader", None),
+                          _SourceOnlyLoader)]
+    for name in gone:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    return len(gone)
+
+
 def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
     """Import and getattr `module:attr.path`; check it is a kernel; parse its signatures."""
     module_name, _, attr_path = spec.name.partition(":")
@@ -107,6 +120,24 @@ def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
     return ResolvedKernel(spec=spec, kernel=obj, argtypes=argtypes)
 
 
+class ImportFailure(TargetError):
+    """A declared module exists but raised while importing: its targets fail, the others build.
+
+    It names the module and the one-line cause, so every target of that module fails with
+    one import attempt (`for_target`).
+    """
+
+    exit_code = 1
+
+    def __init__(self, config_name: str, target: str, module: str, cause: str):
+        super().__init__(f"target '{target}' in {config_name}: importing '{module}' failed: "
+                         f"{cause}")
+        self.config_name, self.module, self.cause = config_name, module, cause
+
+    def for_target(self, target: str) -> "ImportFailure":
+        return ImportFailure(self.config_name, target, self.module, self.cause)
+
+
 def _import(config: ProjectConfig, target: str, module_name: str):
     from .backend.compiler import targeting
 
@@ -116,17 +147,43 @@ def _import(config: ProjectConfig, target: str, module_name: str):
         with targeting(arch_cc(config.archs[0])):
             return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        if exc.name and _is_prefix(exc.name, module_name):
             raise TargetError(f"unknown target '{target}' in {config.path.name}: "
                               f"no module named '{exc.name}' (import roots: "
                               f"{', '.join(str(p) for p in config.paths)})") from None
-        raise TargetError(f"target '{target}' in {config.path.name}: importing "
-                          f"'{module_name}' failed: {exc}") from None
+        raise ImportFailure(config.path.name, target, module_name,
+                            _import_cause(config, exc)) from None
     except Exception as exc:  # noqa: BLE001 - user code can raise anything at import
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        raise TargetError(f"target '{target}' in {config.path.name}: importing "
-                          f"'{module_name}' failed: {type(exc).__name__}: {exc} "
-                          f"({where.filename}:{where.lineno})") from None
+        raise ImportFailure(config.path.name, target, module_name,
+                            _import_cause(config, exc)) from None
+
+
+def _is_prefix(package: str, module_name: str) -> bool:
+    return module_name == package or module_name.startswith(package + ".")
+
+
+def _import_cause(config: ProjectConfig, exc) -> str:
+    """One line: the exception's first line and where in the project it was raised."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first} ({_where(config, exc)})"
+
+
+def _where(config: ProjectConfig, exc) -> str:
+    """file:line of the innermost frame in the project's own code (else the innermost)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.filename:
+        frames.append(traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>"))
+    ours = [f for f in frames if os.path.isabs(f.filename)
+            and _SourceOnlyFinder.covers(os.path.dirname(f.filename))]
+    frame = (ours or frames)[-1]
+    filename = frame.filename
+    try:
+        filename = os.path.relpath(filename, config.root)
+    except ValueError:  # another drive
+        pass
+    if filename.startswith(".."):
+        filename = frame.filename
+    return f"{filename}:{frame.lineno}"
 
 
 def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
@@ -171,5 +228,14 @@ def _signature_namespace(module) -> dict:
         # A record dtype in the module can be named directly: void(Point[::1]).
         namespace[name] = from_dtype(value) if isinstance(value, np.dtype) else value
     namespace.update(vars(types))
-    namespace["from_dtype"] = from_dtype
+    namespace["from_dtype"] = _from_dtype
     return namespace
+
+
+def _from_dtype(value):
+    """numba's `from_dtype`, also given a dtype the namespace already converted:
+    `from_dtype(POINT)[::1]` (numba's own idiom) and `POINT[::1]` both work."""
+    from numba import from_dtype
+    from numba.core import types
+
+    return value if isinstance(value, types.Type) else from_dtype(value)

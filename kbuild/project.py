@@ -50,7 +50,7 @@ class Project:
         spec = _build.select_specs(self.config, [name])[0]
         mode = on_miss or self.on_miss
         if (spec.name, mode) not in launchers:
-            resolved = self.plan([spec.name]).kernels[spec.name]
+            resolved = self.plan([spec.name]).resolved(spec.name)
             launchers[(spec.name, mode)] = KernelLauncher(self, resolved, mode)
         return launchers[(spec.name, mode)]
 

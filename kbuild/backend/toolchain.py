@@ -65,3 +65,66 @@ def _nvjitlink_version() -> str:
         return ".".join(map(str, nvjitlink.version()))
     except Exception as exc:  # noqa: BLE001
         return f"unavailable ({type(exc).__name__})"
+
+
+@lru_cache(maxsize=1)
+def supported_ccs() -> tuple | None:
+    """The compute capabilities this toolchain compiles for, as ascending (major, minor)
+    pairs; None when it cannot be asked (then an arch is only checked for its spelling).
+
+    Asked of NVRTC: libNVVM has no such call, NVRTC ships in the same CUDA release, and
+    numba-cuda picks its NVVM arch from the same list (`nvrtc.get_arch_option`).
+    """
+    try:
+        from cuda.bindings import nvrtc
+
+        code, archs = nvrtc.nvrtcGetSupportedArchs()
+        if code != nvrtc.nvrtcResult.NVRTC_SUCCESS or not archs:
+            return None
+        return tuple(sorted((a // 10, a % 10) for a in archs))
+    except Exception:  # noqa: BLE001 - no NVRTC: compile time will say what is wrong
+        return None
+
+
+@lru_cache(maxsize=1)
+def cuda_release() -> str | None:
+    """The CUDA release of the toolchain's NVRTC ("13.0"), or None."""
+    try:
+        from cuda.bindings import nvrtc
+
+        code, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}" if code == nvrtc.nvrtcResult.NVRTC_SUCCESS else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def driver_version() -> str:
+    """The CUDA driver's version ("13.0"), or why there is none; never raises."""
+    try:
+        from cuda.bindings import driver
+
+        code, version = driver.cuDriverGetVersion()
+        if code != driver.CUresult.CUDA_SUCCESS:
+            return f"unavailable ({code.name})"
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception as exc:  # noqa: BLE001 - no driver on a build machine is normal
+        return f"none ({type(exc).__name__})"
+
+
+def versions() -> dict:
+    """What `kbuild --version` reports: the toolchain and the driver, by name."""
+    chain = toolchain()
+    return {"numba-cuda": chain["numba-cuda"], "numba": chain["numba"],
+            "llvmlite": chain["llvmlite"], "NVVM": _nvvm_display(),
+            "nvJitLink": chain["nvjitlink"], "CUDA (NVRTC)": cuda_release() or "unavailable",
+            "CUDA driver": driver_version(), "Python": sys.version.split()[0]}
+
+
+def _nvvm_display() -> str:
+    try:
+        from cuda.bindings import nvvm
+
+        return (f"{'.'.join(map(str, nvvm.version()))} "
+                f"(IR {'.'.join(map(str, nvvm.ir_version()))})")
+    except Exception as exc:  # noqa: BLE001
+        return f"unavailable ({type(exc).__name__})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ..errors import CompileError
@@ -31,7 +32,8 @@ def run_in_workers(fn, items, jobs: int):
     # object it visits, copying the parent's pages (numba's are many) into the worker.
     gc.freeze()
     context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context)
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context,
+                               initializer=_leave_interrupts_to_the_parent)
     try:
         futures = {pool.submit(_work, i): item for i, item in enumerate(items)}
         for future in as_completed(futures):
@@ -46,6 +48,12 @@ def run_in_workers(fn, items, jobs: int):
         pool.shutdown(wait=True, cancel_futures=True)
         gc.unfreeze()
         _JOB = None
+
+
+def _leave_interrupts_to_the_parent():
+    # Ctrl-C reaches the whole process group: the parent stops the build and reports;
+    # a worker finishes its job quietly instead of printing a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _work(i: int):

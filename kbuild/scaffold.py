@@ -1,0 +1,159 @@
+"""`kbuild init`: a first kbuild.toml from the `@cuda.jit` kernels found in a project's sources.
+
+Sources are read, never imported: a project that does not import yet (the usual state of
+one being set up) still gets its file, and nothing of it runs. Eager signatures
+(`@cuda.jit("void(float32[::1])")`) are declared as written; a lazy kernel is written
+commented out, for its signatures to be filled in.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import CONFIG_NAME
+from .errors import ConfigError
+
+# Folders that hold no project kernels, or that a walk must not enter.
+SKIP_DIRS = {"build", "dist", "node_modules", "site-packages", "tests", "test", "benchmarks",
+             "docs"}
+
+
+@dataclass(frozen=True)
+class FoundKernel:
+    """A `@cuda.jit` kernel in a source file, with the signatures its decorator declares."""
+
+    name: str  # module:function
+    signatures: tuple[str, ...]
+    where: str  # file:line, relative to the root
+
+
+def find_kernels(root: Path, folders=()) -> list[FoundKernel]:
+    """Every kernel under `folders` (default: all of `root`), in path then line order."""
+    found = []
+    for path in _sources(root, folders):
+        found.extend(_kernels_in(root, path))
+    return found
+
+
+def _sources(root: Path, folders):
+    starts = [root / f for f in folders] or [root]
+    for start in starts:
+        if start.is_file():
+            yield start
+            continue
+        if not start.is_dir():
+            raise ConfigError(f"init: {start} is not a folder or a Python file")
+        for folder, dirs, files in os.walk(start):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__"))
+                             and d not in SKIP_DIRS
+                             and not (Path(folder) / d / "pyvenv.cfg").exists())
+            yield from (Path(folder) / f for f in sorted(files) if f.endswith(".py"))
+
+
+def _kernels_in(root: Path, path: Path) -> list[FoundKernel]:
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return []  # not ours to judge here; the build will say what is wrong with it
+    module = _module_name(root, path)
+    if module is None:
+        return []
+    jit_names = _jit_names(tree)
+    kernels = []
+    for node in tree.body:  # module level only: kbuild targets are module attributes
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for decorator in node.decorator_list:
+            signatures = _kernel_signatures(decorator, jit_names)
+            if signatures is not None:
+                where = f"{path.relative_to(root)}:{node.lineno}"
+                kernels.append(FoundKernel(f"{module}:{node.name}", signatures, where))
+    return kernels
+
+
+def _module_name(root: Path, path: Path) -> str | None:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    if not parts or not all(p.isidentifier() for p in parts):
+        return None
+    return ".".join(parts)
+
+
+def _jit_names(tree) -> set[str]:
+    """How this module spells numba-cuda's jit: `cuda.jit`, `numba.cuda.jit`, or an
+    imported `jit` (`from numba.cuda import jit`)."""
+    names = {"cuda.jit", "numba.cuda.jit"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "numba.cuda":
+            names.update(a.asname or a.name for a in node.names if a.name == "jit")
+    return names
+
+
+def _kernel_signatures(decorator, jit_names) -> tuple[str, ...] | None:
+    """The declared signatures of a `@cuda.jit` kernel decorator (() when lazy), or None
+    when the decorator is not one, or makes a device function."""
+    call = decorator if isinstance(decorator, ast.Call) else None
+    target = call.func if call else decorator
+    if _dotted(target) not in jit_names:
+        return None
+    if call is None:
+        return ()
+    for keyword in call.keywords:
+        if keyword.arg == "device" and not (isinstance(keyword.value, ast.Constant)
+                                            and keyword.value.value is False):
+            return None
+    if not call.args:
+        return ()
+    first = call.args[0]
+    items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+    return tuple(i.value if isinstance(i, ast.Constant) and isinstance(i.value, str)
+                 else ast.unparse(i) for i in items)
+
+
+def _dotted(node) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def render(name: str, archs, kernels) -> str:
+    """The kbuild.toml text for `kernels`: eager ones declared, lazy ones commented out."""
+    lines = ["[project]", f"name = {_quote(name)}", 'paths = ["."]',
+             f"arch = [{', '.join(_quote(a) for a in archs)}]", ""]
+    for kernel in kernels:
+        body = [f'[kernels."{kernel.name}"]']
+        if kernel.signatures:
+            body.append("signatures = [" + ", ".join(_quote(s) for s in kernel.signatures)
+                        + "]")
+            lines += body
+        else:
+            lines += [f"# {kernel.where}: a lazy kernel; declare the signatures it is "
+                      "launched with", "# " + body[0],
+                      '# signatures = ["void(float32[::1])"]']
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_config(root: Path, folders, archs, force: bool = False) -> dict:
+    """Write `root`/kbuild.toml from the kernels found; refuse to overwrite one unless forced."""
+    path = root / CONFIG_NAME
+    if path.exists() and not force:
+        raise ConfigError(f"init: {path} exists; edit it, or pass --force to write it again")
+    kernels = find_kernels(root, folders)
+    if not kernels:
+        raise ConfigError(f"init: no @cuda.jit kernel in {', '.join(folders) or root}; "
+                          "name the package that holds them (kbuild init PACKAGE)")
+    path.write_text(render(root.name, archs, kernels), encoding="utf-8")
+    eager = [k for k in kernels if k.signatures]
+    return {"file": str(path), "kernels": [k.name for k in eager],
+            "lazy": [k.name for k in kernels if not k.signatures]}
