@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ResolvedKernel, Target, resolve_kernel
-from .errors import CompileError, TargetError
+from .errors import CompileError, KeyingError, TargetError
 from .keying.keys import Keyer, KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
@@ -49,6 +49,9 @@ class Plan:
     keys: dict  # Target -> KeyNode
     keyer: Keyer
     separate: bool = True  # compile device functions into objects of their own (see lto)
+    # Targets whose key cannot be computed (a value kbuild cannot hash), with the error:
+    # they fail alone; `targets` and `keys` hold the others.
+    unkeyable: dict = field(default_factory=dict)
 
     def nodes_by_ident(self) -> dict:
         """Every separately compiled device function's current tree, by identity."""
@@ -67,8 +70,20 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
                                  for spec in specs for sig in spec.signatures
                                  for arch in (archs or spec.archs)))
     keyer = keyer or Keyer(ProjectSources(config.paths))
-    keys = {t: target_key(keyer, kernels[t.name], t) for t in targets}
-    return Plan(config, kernels, targets, keys, keyer)
+    keys, unkeyable = {}, {}
+    for t in targets:
+        try:
+            keys[t] = target_key(keyer, kernels[t.name], t)
+        except KeyingError as exc:
+            unkeyable[t] = exc
+    return Plan(config, kernels, [t for t in targets if t in keys], keys, keyer,
+                unkeyable=unkeyable)
+
+
+def unkeyable_rows(the_plan: Plan) -> list[Row]:
+    """A failed row for every target whose key could not be computed."""
+    return [Row(t.name, t.signature, t.arch, "", "failed", error=str(exc))
+            for t, exc in the_plan.unkeyable.items()]
 
 
 def select_specs(config: ProjectConfig, names):
@@ -150,7 +165,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
                                the_plan.keys[target].digest, "skipped",
                                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), len(the_plan.targets))
-    ordered = [rows[t] for t in the_plan.targets]
+    ordered = [rows[t] for t in the_plan.targets] + unkeyable_rows(the_plan)
     from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)

@@ -303,7 +303,8 @@ def cmd_status(args) -> int:
     project = _remember(args, open_project(args.config, args.store, read_only=True))
     rows = project.status(args.targets, parse_archs(args.arch))
     if args.json:
-        counts = {s: sum(r["status"] == s for r in rows) for s in ("up-to-date", "stale", "missing")}
+        counts = {s: sum(r["status"] == s for r in rows)
+                  for s in ("up-to-date", "stale", "missing", "unkeyable")}
         _print_json({"targets": rows, "summary": counts})
     else:
         for r in rows:
@@ -349,14 +350,20 @@ def cmd_keys(args) -> int:
     _, the_plan = _planned(args)
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
-    combined = digest_of(tuple(sorted(r["key"] for r in rows)))
+    # No digest over part of the project: a CI cache key must cover every target.
+    combined = None if the_plan.unkeyable else digest_of(tuple(sorted(r["key"] for r in rows)))
+    rows += [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
+              "error": str(exc)} for t, exc in the_plan.unkeyable.items()]
     if args.json:
         _print_json({"targets": rows, "digest": combined})
     else:
         for r in rows:
-            print(f"{r['key']}  {r['target']} {r['signature']} {r['arch']}")
-        print(f"digest {combined}")
-    return EXIT_OK
+            print(f"{r['key'] or 'unkeyable':32}  {r['target']} {r['signature']} {r['arch']}")
+            if r["key"] is None:
+                print(f"  {r['error']}")
+        if combined:
+            print(f"digest {combined}")
+    return EXIT_FAILED if the_plan.unkeyable else EXIT_OK
 
 
 def cmd_export(args) -> int:

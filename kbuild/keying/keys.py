@@ -36,6 +36,7 @@ import enum
 import sys
 import types as pytypes
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Protocol
 
 from numba.core import types as nbtypes
@@ -149,6 +150,7 @@ class Keyer:
         self.stable_ids: dict = {}  # py_func -> a number from its identity, for symbol names
         self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
         self._ids_taken: set = set()
+        self._contained_callees: list = []  # see `_contents`
 
     def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
                     arch: str, toolchain: dict, config: dict) -> KeyNode:
@@ -261,6 +263,9 @@ class Keyer:
         for kind, name, value in _referenced_values(py_func, self._sources):
             refs.append(self._reference(kind, name, value, where))
             label = refs[-1][1].label
+            # Device functions held in a tuple, list or dict the value is made of.
+            refs += [(name, node) for node in self._contained_callees]
+            self._contained_callees = []
             if label.startswith("callee "):
                 callee = label[len("callee "):]
                 # Which name reaches which function: swapping `sq as f, cube as g` to
@@ -286,6 +291,11 @@ class Keyer:
             return name, leaf(label, canonical(value), summary(value))
         except Unencodable:
             pass
+        if isinstance(value, _CONTAINERS):
+            callees: list = []
+            contents = self._contents(value, f"{kind} '{name}'", where, callees)
+            self._contained_callees = callees  # taken by `_references` right away
+            return name, leaf(label, contents, summary(value))
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
@@ -296,6 +306,35 @@ class Keyer:
             f"{type(value).__qualname__}, which kbuild cannot key by content; "
             "make it a number, string, tuple, numpy array or dtype, enum, "
             "or a device function")
+
+    def _contents(self, value, what: str, where: str, callees: list):
+        """A container by content, device functions in it as calls (their trees become
+        the function's callees, as when a function is named directly)."""
+        fn = as_function(value)
+        if fn is not None and (fn.role != "function" or self._is_project_object(fn.py_func)):
+            name = qualified_name(fn.py_func)
+            callees.append(self.function_node(value, f"callee {name}", where))
+            return ("calls", name)
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, tuple(self._contents(v, what, where, callees) for v in value))
+        if isinstance(value, (set, frozenset)):
+            return (type(value).__name__, tuple(sorted(
+                (self._contents(v, what, where, callees) for v in value), key=encode)))
+        if isinstance(value, dict):
+            return ("dict", tuple(sorted(((self._contents(k, what, where, callees),
+                                           self._contents(v, what, where, callees))
+                                          for k, v in value.items()), key=encode)))
+        try:
+            return canonical(value)
+        except Unencodable:
+            pass
+        extern = _extern_name(value)
+        if extern is not None and not self._is_project_object(value):
+            return ("extern",) + extern
+        raise KeyingError(
+            f"{where}: {what} holds a {type(value).__module__}.{type(value).__qualname__}, "
+            "which kbuild cannot key by content; hold numbers, strings, tuples, numpy "
+            "arrays or dtypes, enums or device functions in it instead")
 
     def _project_class(self, label, cls, where) -> KeyNode:
         """A class of the project's (a numba extension type, say) by its module's whole source.
@@ -502,6 +541,7 @@ def _resolve_chain(chain, value, sources):
 
 
 _MISSING = object()
+_CONTAINERS = (tuple, list, dict, set, frozenset)
 
 # Packages whose versions are in the toolchain key: their attributes are keyed by name.
 _TOOLCHAIN_PACKAGES = frozenset({"numba", "llvmlite"})
@@ -563,10 +603,19 @@ def function_def(sources, py_func):
 
 
 def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
-    """Dotted names read by the function that are not its own locals."""
+    """Dotted names read by the function that are not its own locals.
+
+    The names its source reads (remembered across processes), joined with the names
+    its bytecode reads: facts read back from the store can add names, never hide one
+    that the code numba compiles reads.
+    """
     chains = _remembered(sources, py_func, "chains",
                          lambda: sorted(map(list, _load_chains_of(py_func, sources))))
-    return set(map(tuple, chains))
+    try:
+        chains = set(tuple(str(part) for part in chain) for chain in chains)
+    except TypeError:  # not a list of lists: not what `_load_chains_of` makes
+        chains = _load_chains_of(py_func, sources)
+    return _drop_prefixed(chains | _bytecode_chains(py_func.__code__))
 
 
 def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
@@ -638,6 +687,36 @@ def _code_names(code) -> set[tuple[str, ...]]:
         if isinstance(const, pytypes.CodeType):
             names |= _code_names(const)
     return names
+
+
+def _bytecode_chains(code) -> set[tuple[str, ...]]:
+    """Dotted names that `code` (and the code nested in it) reads from its globals or its
+    closure: its own locals and the cells it shares with nested functions are left out."""
+    closure = frozenset(code.co_freevars)
+    return {(chain[0],) + chain[2:] for chain in _bytecode_loads(code)
+            if chain[1] == "g" or chain[0] in closure}
+
+
+@lru_cache(maxsize=None)
+def _bytecode_loads(code) -> frozenset:
+    """(name, "g" | "d", attribute...) for every global or cell load chain in `code`."""
+    found = set()
+    chain = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            chain = (ins.argval, "g")
+        elif ins.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+            chain = (ins.argval, "d")
+        elif ins.opname in _LOAD_ATTR_OPS and chain is not None:
+            chain += (ins.argval,)
+        else:
+            chain = None
+            continue
+        found.add(chain)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            found |= _bytecode_loads(const)
+    return frozenset(found)
 
 
 def _code_canonical(code, where):
