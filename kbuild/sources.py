@@ -58,8 +58,11 @@ class ProjectSources:
         of the source this process compiled `func` from; computed when not there."""
         code = getattr(func, "__code__", None)
         source = code and _IMPORTED.get(_realpath(code.co_filename))
-        if self._facts_dir is None or source is None or not self._unchanged(code, source):
-            return compute()  # which reads the file (and refuses one changed since import)
+        if self._facts_dir is None or source is None or not self._unchanged(code, source) \
+                or func.__name__ == "<lambda>":
+            # Computed here: no facts kept, the file changed since import (`compute` reads
+            # it and refuses), or a lambda (two on one line share a line and a name).
+            return compute()
         table = self._facts.get(source)
         if table is None:
             table = self._facts[source] = _read_facts(self._facts_dir / f"{source}.json", source)

@@ -46,8 +46,11 @@ from .encode import Unencodable, digest_of, encode
 from ..errors import KeyingError
 from .values import canonical, summary, type_canonical
 
-KEY_SCHEMA = 3  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 4  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
+#                4: floats by bit pattern; sets, dicts, functions in containers; no
+#                   annotations, dead branches or kernel argument names; builtins set
+#                   by the program
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -210,7 +213,7 @@ class Keyer:
         py_func = fn.py_func
         name = qualified_name(py_func)
         keep_positions = bool(fn.options.get("lineinfo") or fn.options.get("debug"))
-        children = [self._body(py_func, keep_positions, where)]
+        children = [self._body(py_func, keep_positions, where, fn.role == "kernel")]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         children += self._references(py_func, where)
@@ -222,9 +225,12 @@ class Keyer:
             children.append(leaf("file", _relative_file(py_func), _relative_file(py_func)))
         return branch(label, name, children)
 
-    def _body(self, py_func, keep_positions: bool, where: str) -> KeyNode:
-        tree = _remembered(self._sources, py_func, f"ast{int(keep_positions)}",
-                           lambda: _normalized_digest(self._sources, py_func, keep_positions))
+    def _body(self, py_func, keep_positions: bool, where: str, kernel: bool) -> KeyNode:
+        # A kernel is launched with positional arguments only: their names are not code.
+        kind = f"ast{int(keep_positions)}{'k' if kernel else ''}"
+        tree = _remembered(self._sources, py_func, kind,
+                           lambda: _normalized_digest(self._sources, py_func, keep_positions,
+                                                      kernel))
         if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
             # back from a file edited after import (or `python -O`) can't pass for it.
@@ -399,13 +405,13 @@ def _remembered(sources, py_func, kind: str, compute):
     return compute() if remembered is None else remembered(py_func, kind, compute)
 
 
-def _normalized_digest(sources, py_func, keep_positions: bool) -> str | None:
+def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool) -> str | None:
     found = function_def(sources, py_func)
     if found is None:
         return None
     fdef, first_line = found
     return digest_of(normalize.normalized_ast(fdef, keep_positions=keep_positions,
-                                              first_line=first_line))
+                                              first_line=first_line, positional_args=kernel))
 
 
 def _overload_implementations(func) -> list:
@@ -497,13 +503,24 @@ def _referenced_values(py_func, sources):
         elif base in py_func.__globals__:
             kind, scope = "global", py_func.__globals__[base]
         elif hasattr(builtins, base):
-            continue  # builtins are part of the language (toolchain keyed)
+            kind, scope = "builtin", getattr(builtins, base)
+            if _is_language_builtin(base, scope):
+                continue  # part of the language (the toolchain keys Python's version)
         else:
             yield "global", base, ("unbound", base)
             continue
         yield (kind,) + _resolve_chain(chain, scope, sources)
     for name, value in _defaults(py_func):
         yield "default", name, value
+
+
+def _is_language_builtin(name: str, value) -> bool:
+    """Whether `builtins.NAME` is Python's own, not a name a program put into builtins
+    (which is keyed like a global: numba reads it the same way)."""
+    if value is Ellipsis or value is NotImplemented:
+        return True
+    return getattr(value, "__module__", None) in ("builtins", "_sitebuiltins") \
+        and getattr(value, "__name__", name) == name
 
 
 def _cell_value(cell):
@@ -624,7 +641,9 @@ def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
     if fdef is None:
         return _drop_prefixed(_code_names(py_func.__code__))
     # Decorators and default expressions ran at definition time: options and
-    # __defaults__ key them. Only the body (and nested code) reads at compile time.
+    # __defaults__ key them. Only the body (and nested code) reads at compile time,
+    # and only what is compiled: not annotations, not a branch on a constant.
+    fdef = normalize.compiled_view(fdef)
     free = set(normalize.free_loads(fdef))
     chains: set[tuple[str, ...]] = set()
     bases = set()
@@ -729,20 +748,33 @@ def _code_fingerprint(code, where):
     """The instructions, minus what comments, formatting, docstrings, positions and local names change.
 
     Locals by slot number, constants by value (a docstring shifts their
-    indices), names, comparisons and the like by their text; no line numbers.
+    indices), names, comparisons and the like by their text; no line numbers. No NOPs
+    either (what is left of a branch on a constant, for line tracing), so jumps go
+    to instruction numbers, not offsets.
     """
+    instructions = [ins for ins in dis.get_instructions(code) if ins.opname != "NOP"]
+    number = {ins.offset: i for i, ins in enumerate(instructions)}
     ops = []
-    for ins in dis.get_instructions(code):
+    for ins in instructions:
         if ins.opcode in dis.hasconst:
             # By index, not argval: dis cannot show some (3.11's KW_NAMES gives <unknown>).
             arg = _const_canonical(code.co_consts[ins.arg], where, _code_fingerprint)
         elif ins.opcode in dis.hasname or ins.opcode in dis.hascompare:
             arg = ins.argrepr
+        elif ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+            arg = ("to", _jump_target(number, ins.argval))
         else:
             arg = ins.arg
         ops.append((ins.opname, arg))
     return ("bytecode", tuple(ops), code.co_argcount, code.co_posonlyargcount,
             code.co_kwonlyargcount)
+
+
+def _jump_target(number: dict, offset: int) -> int:
+    """The number of the instruction at `offset`, or after it if that was a NOP."""
+    while offset not in number and offset <= max(number, default=0):
+        offset += 2
+    return number.get(offset, len(number))
 
 
 def _const_canonical(c, where, code_form):
