@@ -103,13 +103,22 @@ class Sources(Protocol):
     def file_digest(self, path: str) -> str:
         """The digest of a linked file's bytes."""
 
+    def overloads_of(self, func) -> list:
+        """The functions numba's `@overload(func)` registered (what it compiles for `func`)."""
+
+    def link_files_of(self, extfn) -> list[str]:
+        """The files a `cuda.declare_device` function links."""
+
+    def simulator_options(self, fake) -> dict:
+        """The options of a simulator kernel (NUMBA_ENABLE_CUDASIM), which keeps none."""
+
 
 @dataclass
 class _Function:
     """What keying needs to know about a function-like object."""
 
     py_func: pytypes.FunctionType
-    options: dict
+    options: dict | None  # None: a simulator kernel's, not read yet
     role: str  # "kernel", "device" or "function"
 
 
@@ -122,20 +131,14 @@ def as_function(obj) -> _Function | None:
     fn = getattr(obj, "fn", None)
     if isinstance(fn, pytypes.FunctionType) and hasattr(obj, "_device"):
         # numba's simulator (NUMBA_ENABLE_CUDASIM): FakeCUDAKernel.
-        return _Function(fn, simulator_options(obj), "device" if obj._device else "kernel")
+        # Its options are read back from its decorator when keyed (`Sources.simulator_options`).
+        return _Function(fn, None, "device" if obj._device else "kernel")
     defn = getattr(obj, "_defn", None)
     if isinstance(defn, pytypes.FunctionType):
         return _Function(defn, {}, "function")  # a user @intrinsic
     if isinstance(obj, pytypes.FunctionType):
         return _Function(obj, {}, "function")
     return None
-
-
-def simulator_options(fake) -> dict:
-    """Options of a simulator kernel, read back from its decorator (see `simopts`)."""
-    from ..backend.simopts import options_for
-
-    return dict(options_for(fake))
 
 
 def qualified_name(func) -> str:
@@ -173,6 +176,8 @@ class Keyer:
     def function_node(self, obj, label: str, where: str) -> KeyNode:
         """The key tree of a kernel, device function or jitable function."""
         fn = as_function(obj)
+        if fn.options is None:
+            fn.options = dict(self._sources.simulator_options(obj))
         memo_key = (label, obj)
         if memo_key in self._memo:
             return self._memo[memo_key]
@@ -220,7 +225,7 @@ class Keyer:
         if fn.role == "function":
             # A stub whose @overload implementations are what numba compiles for it.
             children += [self.function_node(impl, f"overload {qualified_name(impl)}", where)
-                         for impl in _overload_implementations(py_func)]
+                         for impl in self._sources.overloads_of(py_func)]
         if keep_positions:
             children.append(leaf("file", _relative_file(py_func), _relative_file(py_func)))
         return branch(label, name, children)
@@ -360,7 +365,7 @@ class Keyer:
     def _extern_function(self, label, extfn) -> KeyNode:
         """A `cuda.declare_device` function: its name, signature and linked files by content."""
         sig = extfn.sig
-        files = tuple(sorted(self._link_item(path, label) for path in _extern_link_files(extfn)))
+        files = tuple(sorted(self._link_item(path, label) for path in self._sources.link_files_of(extfn)))
         value = ("extern-function", extfn.name, tuple(type_canonical(a) for a in sig.args),
                  type_canonical(sig.return_type), files)
         return leaf(label, value, f"declare_device {extfn.name}{sig}")
@@ -414,40 +419,10 @@ def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool) -> 
                                               first_line=first_line, positional_args=kernel))
 
 
-def _overload_implementations(func) -> list:
-    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
-    from numba.core.typing import templates as core_templates
-    from numba.cuda.typing import templates as cuda_templates
-
-    found = []
-    for module in (core_templates, cuda_templates):
-        registry = getattr(module, "builtin_registry", None)
-        for key, fntype in getattr(registry, "globals", ()):
-            if key is not func:
-                continue
-            for template in getattr(fntype, "templates", ()):
-                impl = getattr(template, "_overload_func", None)
-                if isinstance(impl, pytypes.FunctionType) and not any(impl is f for f in found):
-                    found.append(impl)
-    return found
-
-
 def _is_extern_function(value) -> bool:
     cls = type(value)
     return cls.__name__ == "ExternFunction" and cls.__module__.startswith("numba") \
         and hasattr(value, "sig") and hasattr(value, "name")
-
-
-def _extern_link_files(extfn) -> list[str]:
-    """The files `declare_device(..., link=...)` registered for `extfn` with numba's target."""
-    from numba.cuda.descriptor import cuda_target
-
-    defns = getattr(cuda_target.target_context, "_defns", {})
-    paths = []
-    for _sig, impl in getattr(defns.get(extfn), "versions", ()):
-        for lib in getattr(impl, "libs", ()):
-            paths += [p for p in getattr(lib, "_linking_files", ()) if isinstance(p, str)]
-    return paths
 
 
 def signature_node(argtypes, signature_text: str) -> KeyNode:
