@@ -152,6 +152,11 @@ class ProjectSources:
 
         return extern_link_files(extfn)
 
+    def known_to_numba(self, value) -> bool:
+        from .backend.registry import known_to_numba
+
+        return known_to_numba(value)
+
     def simulator_options(self, fake) -> dict:
         from .backend.simopts import options_for
 

@@ -89,6 +89,30 @@ def _scaled(v):
     return impl
 """
 
+_CLASS_READ_BY_OVERLOAD = """
+class Base:
+    GAIN = {base}
+
+
+class Cfg(Base):
+    OTHER = {other}  # {comment}
+
+
+def scaled(v):
+    pass
+
+
+@overload(scaled, target="cuda")
+def _scaled(v):
+    gain = Cfg.GAIN{bare}
+
+    def impl(v):
+        return v * gain
+    return impl
+"""
+_CLS = {"base": 2.0, "other": 1, "comment": "", "bare": ""}
+_CLS_BARE = dict(_CLS, bare=" if isinstance(Cfg, type) else 0.0")
+
 _EXPLICIT_SIG = """
 @cuda.jit("float32(float32)", device=True)
 def dev(x):
@@ -127,6 +151,13 @@ DIFFER = [
                                        _kernel("x[0] = OPS_DICT['cube'](x[0])"))),
     ("dict-read-by-an-overload", *_pair(_OVERLOAD_DICT, {"gain": 2.0}, {"gain": 3.0},
                                         _kernel("x[0] = scaled(x[0])"))),
+    ("class-attribute-read-by-an-overload", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS,
+                                                   dict(_CLS, base=3.0),
+                                                   _kernel("x[0] = scaled(x[0])"))),
+    # Read bare as well (`isinstance(v, Cfg)`): the whole class counts.
+    ("other-attribute-of-a-class-also-read-bare",
+     *_pair(_CLASS_READ_BY_OVERLOAD, _CLS_BARE, dict(_CLS_BARE, other=2),
+            _kernel("x[0] = scaled(x[0])"))),
     ("explicit-signature-device-body", *_pair(_EXPLICIT_SIG, {"factor": 2.0},
                                               {"factor": 3.0}, _kernel("x[0] = dev(x[0])"))),
     ("second-lambda-on-a-line", *_pair(_LAMBDAS, {"g": 3.0}, {"g": 4.0},
@@ -152,6 +183,11 @@ SAME = [
      _HEAD + _kernel("data[0] = data[1] * 2.0", args="data")),
     ("dead-branch-if-false", _HEAD + _kernel("x[0] = 1.0"),
      _HEAD + _kernel("if False:\n        x[0] = UNDEFINED * 7.0\n    x[0] = 1.0")),
+    ("unread-class-attribute", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS, dict(_CLS, other=2),
+                                      _kernel("x[0] = scaled(x[0])"))),
+    ("comment-beside-a-class-attribute", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS,
+                                                dict(_CLS, comment="tuned"),
+                                                _kernel("x[0] = scaled(x[0])"))),
     ("dead-branch-if-0-edited", *(_HEAD + _kernel(f"if 0:\n        x[1] = {c}\n    x[0] = 1.0")
                                   for c in ("1.0", "2.0"))),
 ]

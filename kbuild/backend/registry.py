@@ -9,14 +9,24 @@ from __future__ import annotations
 import types as pytypes
 
 
-def overload_implementations(func) -> list:
-    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
+def _registries():
     from numba.core.typing import templates as core_templates
     from numba.cuda.typing import templates as cuda_templates
 
+    return [getattr(m, "builtin_registry", None) for m in (core_templates, cuda_templates)]
+
+
+def known_to_numba(value) -> bool:
+    """Whether `value` is registered as a global with numba's typing (`@type_callable`,
+    `@overload`, a structref constructor, ...): then compiled code can use it."""
+    return any(key is value for registry in _registries()
+               for key, _ in getattr(registry, "globals", ()))
+
+
+def overload_implementations(func) -> list:
+    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
     found = []
-    for module in (core_templates, cuda_templates):
-        registry = getattr(module, "builtin_registry", None)
+    for registry in _registries():
         for key, fntype in getattr(registry, "globals", ()):
             if key is not func:
                 continue

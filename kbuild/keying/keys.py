@@ -112,6 +112,9 @@ class Sources(Protocol):
     def simulator_options(self, fake) -> dict:
         """The options of a simulator kernel (NUMBA_ENABLE_CUDASIM), which keeps none."""
 
+    def known_to_numba(self, value) -> bool:
+        """Whether numba's typing registries name `value` itself (compiled code can use it)."""
+
 
 @dataclass
 class _Function:
@@ -521,7 +524,8 @@ class _LibraryRef:
 def _resolve_chain(chain, value, sources):
     """Follow attribute accesses through modules: `mathx.sq` is the function `sq`."""
     i = 1
-    while _is_namespace(value) and i < len(chain):
+    while i < len(chain) and (_is_namespace(value) or _constant_of_plain_class(value, chain[i],
+                                                                                sources)):
         if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__) \
                 and _by_name(value.__name__, getattr(value, chain[i], None)):
             return ".".join(chain), _LibraryRef(value.__name__, ".".join(chain[i:]))
@@ -560,6 +564,26 @@ def _by_name(module_name: str, target) -> bool:
     except Unencodable:
         return True
     return False
+
+
+def _constant_of_plain_class(cls, attr: str, sources) -> bool:
+    """Whether `cls.attr` is a constant of a plain project class, keyed by its value.
+
+    numba compiles no reference to such a class (it cannot type it): `Cls.N` is read
+    by Python code that numba runs while typing (an `@overload` body), which sees
+    exactly `getattr(Cls, "N")`, inherited or not. A class numba knows (an extension
+    type, a namedtuple, one with a metaclass) is keyed by its module instead (see
+    `Keyer._project_class`): its typing and lowering live in registrations there.
+    """
+    if not (isinstance(cls, type) and type(cls) is type and not hasattr(cls, "_fields")):
+        return False
+    if not sources.is_project_module(cls.__module__) or sources.known_to_numba(cls):
+        return False
+    try:
+        canonical(getattr(cls, attr))
+    except (Unencodable, AttributeError):
+        return False
+    return True
 
 
 def _is_namespace(value) -> bool:
@@ -607,7 +631,7 @@ def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
         chains = set(tuple(str(part) for part in chain) for chain in chains)
     except TypeError:  # not a list of lists: not what `_load_chains_of` makes
         chains = _load_chains_of(py_func, sources)
-    return _drop_prefixed(chains | _bytecode_chains(py_func.__code__))
+    return chains | _bytecode_chains(py_func.__code__)
 
 
 def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
@@ -622,14 +646,21 @@ def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
     free = set(normalize.free_loads(fdef))
     chains: set[tuple[str, ...]] = set()
     bases = set()
-    for node in (n for stmt in fdef.body for n in ast.walk(stmt)):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+    nodes = [n for stmt in fdef.body for n in ast.walk(stmt)]
+    # `a.b` inside `a.b.c` is one read of `a.b.c`, not a read of `a.b` besides.
+    inner = {id(n.value) for n in nodes
+             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) \
+                and id(node) not in inner:
             chain = _attribute_chain(node)
             if chain and _chain_base(node) in free:
                 chains.add(chain)
                 bases.add(_chain_base(node))
+    # A name read bare as well as through attributes (`Cls(...)` and `Cls.N`) keeps both:
+    # the bare read needs the whole value.
     chains.update((node.id,) for node in free if node not in bases)
-    return _drop_prefixed(chains)
+    return chains
 
 
 def _chain_base(node):
@@ -693,19 +724,22 @@ def _bytecode_chains(code) -> set[tuple[str, ...]]:
 
 @lru_cache(maxsize=None)
 def _bytecode_loads(code) -> frozenset:
-    """(name, "g" | "d", attribute...) for every global or cell load chain in `code`."""
+    """(name, "g" | "d", attribute...) for every global or cell load chain in `code`, each
+    as far as it goes (`a.b.c` gives only that, as the source's attribute chain does)."""
     found = set()
     chain = None
     for ins in dis.get_instructions(code):
+        if ins.opname in _LOAD_ATTR_OPS and chain is not None:
+            chain += (ins.argval,)
+            continue
+        if chain is not None:
+            found.add(chain)
+        chain = None
         if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
             chain = (ins.argval, "g")
         elif ins.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
             chain = (ins.argval, "d")
-        elif ins.opname in _LOAD_ATTR_OPS and chain is not None:
-            chain += (ins.argval,)
-        else:
-            chain = None
-            continue
+    if chain is not None:
         found.add(chain)
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
