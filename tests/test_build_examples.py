@@ -409,5 +409,8 @@ def test_an_edit_in_a_long_running_process_never_stores_old_code(tmp_path):
         sys.modules.pop(f"{package}.m", None)
         sys.modules.pop(package, None)
     (row,) = rows
+    if row.status == "failed":  # refused for this target alone (a keying error fails its row)
+        assert "changed after this process imported it" in row.error
+        return
     ptx = second.store.read_blob(row.artifacts["ptx"]).decode()
     assert "0f40000000" in ptx, "the new source's key holds code that adds 1.0, not 2.0"

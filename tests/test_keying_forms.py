@@ -1,8 +1,8 @@
 """Every form a kernel's inputs take is keyed, and only what numba compiles (issue #14).
 
-The many small cases key two versions of one module in this process (keying is
-pure, no compile): `DIFFER` must change the key, `SAME` must not (each `SAME` edit
-was compiled both ways and gave identical PTX and cubin; see the README). What a
+The many small cases key two versions of one module in this process: `DIFFER`
+must change the key; `SAME` must not, and both of its versions are compiled to
+prove that numba makes identical PTX and cubin from them. What a
 user sees runs the real CLI: source encodings, one unkeyable target among good
 ones, and keying facts tampered with in the store.
 """
@@ -24,10 +24,10 @@ F32 = numba.float32[::1]
 _names = itertools.count()
 
 
-def _keys(tmp_path, versions, kernel="k", before=None):
+def _keys(tmp_path, versions, kernel="k", before=None, compile=False):
     """The key of `kernel` in each version of one module (same module name, same file name);
-    `before(i)` runs before version i is imported."""
-    from kbuild.backend.compiler import targeting
+    `before(i)` runs before version i is imported. With `compile`, (key, PTX, cubin)."""
+    from kbuild.backend.compiler import compile_kernel, targeting
 
     name = f"kbuild_forms_{next(_names)}"
     keys = []
@@ -41,8 +41,12 @@ def _keys(tmp_path, versions, kernel="k", before=None):
             path.write_text(textwrap.dedent(source))
             with targeting((8, 0)):  # an explicit signature compiles at import
                 module = load_module(path, name)
-            keys.append(target_key(getattr(module, kernel), f"{name}:{kernel}", [F32],
-                                   [folder]).digest)
+            found = getattr(module, kernel)
+            key = target_key(found, f"{name}:{kernel}", [F32], [folder]).digest
+            if compile:
+                made = compile_kernel(found, [F32], (8, 0))
+                key = (key, made.ptx, made.cubin)
+            keys.append(key)
     finally:
         sys.modules.pop(name, None)
     return keys
@@ -119,7 +123,8 @@ def dev(x):
     return x * {factor}
 """
 
-_LAMBDAS = "F, G = cuda.jit(device=True)(lambda x: x + 1.0), cuda.jit(device=True)(lambda x: x * {g})\n"
+_LAMBDAS = ("F, G = cuda.jit(device=True)(lambda x: x + 1.0), "
+            "cuda.jit(device=True)(lambda x: x * {g})\n")
 
 _KEYWORD_CALLEE = """
 @cuda.jit(device=True)
@@ -202,16 +207,18 @@ def test_edit_changes_the_key(tmp_path, case):
 
 @pytest.mark.parametrize("case", SAME, ids=lambda c: c[0])
 def test_edit_numba_does_not_compile_keeps_the_key(tmp_path, case):
+    """And the proof that it may: both versions compile to the same PTX and cubin."""
     _, one, two = case
-    first, second = _keys(tmp_path, [one, two])
-    assert first == second
+    first, second = _keys(tmp_path, [one, two], compile=True)
+    assert first[1:] == second[1:], "the binaries differ: this edit must stay keyed"
+    assert first[0] == second[0]
 
 
 def test_set_order_does_not_change_the_key(tmp_path):
     """Sets are keyed by sorted content, whatever order the process iterates them in."""
     sets = ("{'contract', 'arcp', 'nsz', 'afn'}", "{'afn', 'nsz', 'arcp', 'contract'}")
-    first, second = _keys(tmp_path, [_HEAD + _kernel("x[0] = x[0] / x[1]", f"@cuda.jit(fastmath={s})")
-                                     for s in sets])
+    first, second = _keys(tmp_path, [
+        _HEAD + _kernel("x[0] = x[0] / x[1]", f"@cuda.jit(fastmath={s})") for s in sets])
     assert first == second
 
 
@@ -264,7 +271,8 @@ def test_sources_in_other_encodings_and_line_endings_build(tmp_path):
         "kbuild.toml": _toml("app.bom:k", "app.latin:k", "app.crlf:k"),
         "app/__init__.py": "",
         "app/bom.py": b"\xef\xbb\xbf" + _SIMPLE.format("bom").encode(),
-        "app/latin.py": ("# -*- coding: latin-1 -*-\n" + _SIMPLE.format("caf\u00e9")).encode("latin-1"),
+        "app/latin.py": ("# -*- coding: latin-1 -*-\n"
+                         + _SIMPLE.format("caf\u00e9")).encode("latin-1"),
         "app/crlf.py": _SIMPLE.format("crlf").replace("\n", "\r\n").encode(),
     })
     store = tmp_path / "store"
@@ -359,7 +367,8 @@ TAMPERINGS = [
     # Not tampered: the second lambda on a line once got the facts of the first.
     ("untouched", lambda text: text),
     ("chains-emptied", lambda text: json.dumps(_empty_chains(json.loads(text), False))),
-    ("chains-emptied-and-resigned", lambda text: json.dumps(_empty_chains(json.loads(text), True))),
+    ("chains-emptied-and-resigned",
+     lambda text: json.dumps(_empty_chains(json.loads(text), True))),
     ("digest-flipped", lambda text: json.dumps(_flip_a_value(json.loads(text)))),
     ("truncated", lambda text: text[:len(text) // 2]),
     ("nested-deep", lambda text: "[" * 100_000 + "]" * 100_000),

@@ -330,7 +330,8 @@ class Keyer:
             callees.append(self.function_node(value, f"callee {name}", where))
             return ("calls", name)
         if isinstance(value, (tuple, list)):
-            return (type(value).__name__, tuple(self._contents(v, what, where, callees) for v in value))
+            return (type(value).__name__,
+                    tuple(self._contents(v, what, where, callees) for v in value))
         if isinstance(value, (set, frozenset)):
             return (type(value).__name__, tuple(sorted(
                 (self._contents(v, what, where, callees) for v in value), key=encode)))
@@ -368,7 +369,8 @@ class Keyer:
     def _extern_function(self, label, extfn) -> KeyNode:
         """A `cuda.declare_device` function: its name, signature and linked files by content."""
         sig = extfn.sig
-        files = tuple(sorted(self._link_item(path, label) for path in self._sources.link_files_of(extfn)))
+        files = tuple(sorted(self._link_item(path, label)
+                             for path in self._sources.link_files_of(extfn)))
         value = ("extern-function", extfn.name, tuple(type_canonical(a) for a in sig.args),
                  type_canonical(sig.return_type), files)
         return leaf(label, value, f"declare_device {extfn.name}{sig}")
