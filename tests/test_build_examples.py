@@ -242,7 +242,7 @@ def test_artifacts_do_not_depend_on_what_else_was_built(built, store, run_kbuild
 def test_status_reports_missing_targets_without_creating_the_store(built, store, run_kbuild):
     result = run_kbuild("status", "--json", cwd=built.project, store=store)
     assert result.returncode == 0, result.stderr
-    assert result.json["summary"] == {"up-to-date": 0, "stale": 0, "missing": 22}
+    assert result.json["summary"] == {"up-to-date": 0, "stale": 0, "missing": 22, "unkeyable": 0}
     assert [r["key"] for r in result.json["targets"]] == [r["key"] for r in built.rows]
     assert not store.exists()
 
