@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import json
 import os
+import stat
 import sys
 import time
 from functools import lru_cache
@@ -197,9 +198,8 @@ def _read_facts(path: Path, source: str) -> dict:
     and its body's key holds the bytecode fingerprint beside the syntax tree digest.
     """
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(FACTS_MAX_BYTES + 1)
-        record = json.loads(data) if len(data) <= FACTS_MAX_BYTES else None
+        data = _read_regular_file(path, FACTS_MAX_BYTES)
+        record = json.loads(data) if data is not None else None
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(record, dict) or record.get("source") != source:
@@ -212,6 +212,20 @@ def _read_facts(path: Path, source: str) -> dict:
     except OSError:
         pass
     return table
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path` if it is a regular file (not a link, FIFO or device: those are
+    never opened to block or to be followed) of at most `limit` bytes, else None."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
 
 
 FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import json
+import os
 import sys
 import textwrap
 
@@ -388,14 +389,33 @@ def facts_baseline(tmp_path_factory):
     return project, store
 
 
-@pytest.mark.parametrize("tamper", TAMPERINGS, ids=lambda t: t[0])
+def _fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _link_outside(path):
+    outside = path.parent.parent.parent / "outside.json"
+    outside.write_text(path.read_text())
+    path.unlink()
+    path.symlink_to(outside)
+
+
+# Replaced by something that is not a facts file: never opened to block, never followed.
+REPLACEMENTS = [("fifo", _fifo), ("symlink", _link_outside)]
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS + REPLACEMENTS, ids=lambda t: t[0])
 def test_tampered_facts_never_serve_a_stale_binary(facts_baseline, tmp_path, tamper):
     import shutil
 
     project = shutil.copytree(facts_baseline[0], tmp_path / "p")
     store = shutil.copytree(facts_baseline[1], tmp_path / "store")
     for path in _facts_files(store):
-        path.write_text(tamper[1](path.read_text()))
+        if (tamper[0], tamper[1]) in REPLACEMENTS:
+            tamper[1](path)
+        else:
+            path.write_text(tamper[1](path.read_text()))
     (project / "app/consts.py").write_text("SCALE = 2.5\nGAIN = 3.5\n")
     result = run_kbuild(project, store, "build")
     assert with_status(result, "built") == {"k_scale", "k_lambda"}
