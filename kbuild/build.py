@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
-from .errors import CompileError, TargetError
+from .errors import CompileError, KeyingError, TargetError
 from .keying.keys import Keyer, KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
@@ -55,7 +55,7 @@ class Plan:
     @property
     def total(self) -> int:
         """Every requested target, keyed or not."""
-        return len(self.targets) + len(self.failed)
+        return len(self.targets) + len(self.failed) + len(self.unkeyable)
 
     def resolved(self, name: str) -> ResolvedKernel:
         """The resolved kernel of target `name`, or its import failure raised."""
@@ -63,6 +63,9 @@ class Plan:
             if target.name == name:
                 raise error
         return self.kernels[name]
+    # Targets whose key cannot be computed (a value kbuild cannot hash), with the error:
+    # they fail alone; `targets` and `keys` hold the others.
+    unkeyable: dict = field(default_factory=dict)
 
     def nodes_by_ident(self) -> dict:
         """Every separately compiled device function's current tree, by identity."""
@@ -82,9 +85,21 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
                                for arch in (archs or spec.archs)))
     targets = [t for t in every if t.name in kernels]
     keyer = keyer or Keyer(ProjectSources(config.paths))
-    keys = {t: target_key(keyer, kernels[t.name], t) for t in targets}
+    keys, unkeyable = {}, {}
+    for t in targets:
+        try:
+            keys[t] = target_key(keyer, kernels[t.name], t)
+        except KeyingError as exc:
+            unkeyable[t] = exc
     failed = {t: broken[t.name] for t in every if t.name in broken}
-    return Plan(config, kernels, targets, keys, keyer, failed=failed)
+    return Plan(config, kernels, [t for t in targets if t in keys], keys, keyer,
+                failed=failed, unkeyable=unkeyable)
+
+
+def unkeyable_rows(the_plan: Plan) -> list[Row]:
+    """A failed row for every target whose key could not be computed."""
+    return [Row(t.name, t.signature, t.arch, "", "failed", error=str(exc))
+            for t, exc in the_plan.unkeyable.items()]
 
 
 def _resolve_all(config: ProjectConfig, specs):
@@ -210,7 +225,8 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
                                the_plan.keys[target].digest, "skipped",
                                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), the_plan.total)
-    ordered = [rows[t] for t in the_plan.targets] + [rows[t] for t in the_plan.failed]
+    ordered = [rows[t] for t in the_plan.targets] + [rows[t] for t in the_plan.failed] + \
+        unkeyable_rows(the_plan)
     from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)

@@ -319,7 +319,7 @@ class BuildReport:
         self.bar = _ProgressBar() if not args.json and not args.quiet and \
             sys.stderr.isatty() else None
         self.first_errors: dict = {}  # (kernel, error head) -> label of the row that showed it
-        order = list(the_plan.targets) + list(the_plan.failed)
+        order = [*the_plan.targets, *the_plan.failed, *the_plan.unkeyable]
         self.order = {(t.name, t.signature, t.arch): i for i, t in enumerate(order)}
 
     def __call__(self, row, done, total):
@@ -642,7 +642,7 @@ def cmd_status(args) -> int:
     rows = project.status(args.targets, archs) + _failed_rows(project.plan(args.targets, archs))
     if args.json:
         counts = {s: sum(r["status"] == s for r in rows)
-                  for s in ("up-to-date", "stale", "missing", "failed")}
+                  for s in ("up-to-date", "stale", "missing", "failed", "unkeyable")}
         _print_json({"targets": rows, "summary": counts})
     else:
         for r in rows:
@@ -699,7 +699,8 @@ def cmd_keys(args) -> int:
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
     failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
-               "error": str(error)} for t, error in the_plan.failed.items()]
+               "error": str(error)}
+              for t, error in [*the_plan.failed.items(), *the_plan.unkeyable.items()]]
     # A digest missing some targets' keys would name a cache that is not the project's.
     combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
     if args.json:
@@ -720,7 +721,7 @@ def cmd_export(args) -> int:
         raise UsageError(f"export: cannot write {args.file!r}: kbuild writes tar archives; "
                          f"name it {', '.join(ARCHIVE_SUFFIXES)}")
     project, the_plan = _planned(args)
-    for error in the_plan.failed.values():
+    for error in [*the_plan.failed.values(), *the_plan.unkeyable.values()]:
         raise error  # an archive missing targets would look complete to whoever imports it
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
                             args.file)
@@ -770,7 +771,7 @@ def cmd_show(args) -> int:
     from .backend.cubin import disassemble, resources
 
     project, the_plan = _planned(args)
-    for error in the_plan.failed.values():
+    for error in [*the_plan.failed.values(), *the_plan.unkeyable.values()]:
         raise error
     rows, missing = [], []
     for target in (t for t in the_plan.targets if _is_named(the_plan, t, args.target)):

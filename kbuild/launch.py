@@ -143,6 +143,8 @@ class KernelLauncher:
     def _fresh_manifest(self, target):
         # The launcher's own plan (every declared arch, keyed once per process).
         the_plan = self.project.plan([self.name])
+        if target in the_plan.unkeyable:
+            raise the_plan.unkeyable[target]
         return self.project.store.lookup(the_plan.keys[target].digest)
 
     def _why_stale(self, target) -> str:

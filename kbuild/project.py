@@ -85,7 +85,9 @@ class Project:
                 from .keying.keys import Keyer
                 from .sources import ProjectSources
 
-                facts = None if self.store.read_only else self.store.base / "facts"
+                # Read-only commands (status, keys) read the facts a build wrote, so they
+                # compute the keys it computes; only a writable store gets new facts.
+                facts = self.store.base / "facts"
                 self._keyer = Keyer(ProjectSources(self.config.paths, facts_dir=facts))
             self._plans[cache_key] = _build.plan(self.config, names, archs, self._keyer)
             self._save_facts()
@@ -134,6 +136,10 @@ class Project:
                                reasons=[r.message for r in reasons],
                                changes=[r.as_json() for r in reasons])
             rows.append(row)
+        for target, exc in the_plan.unkeyable.items():
+            rows.append({"target": target.name, "signature": target.signature,
+                         "arch": target.arch, "key": None, "status": "unkeyable",
+                         "reasons": [str(exc)]})
         return rows
 
     def _replaced_signature(self, previous: dict, the_plan, target):

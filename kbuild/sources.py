@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import json
-import linecache
 import os
+import stat
 import sys
 import time
 from functools import lru_cache
@@ -21,7 +22,19 @@ _IMPORTED: dict[str, str] = {}
 
 def record_imported_source(path: str, data: bytes) -> None:
     """Remember what a project module was compiled from (called by its loader)."""
-    _IMPORTED[os.path.realpath(path)] = digest(data)
+    _IMPORTED[os.path.realpath(path)] = digest(decoded_source(data).encode("utf-8"))
+
+
+def decoded_source(data: bytes) -> str:
+    """Source bytes as Python reads them: BOM and coding cookie honoured, every line
+    ending a newline. Digests of source are taken over this text, so a file that only
+    changed its encoding or line endings is the same source (and no "changed after
+    import" is reported for a CRLF or latin-1 file)."""
+    try:
+        return importlib.util.decode_source(data)
+    except (SyntaxError, UnicodeDecodeError, LookupError):
+        # Not decodable as Python source (the import would have failed): the raw bytes.
+        return data.decode("utf-8", "surrogateescape").replace("\r\n", "\n").replace("\r", "\n")
 
 
 class ProjectSources:
@@ -46,11 +59,14 @@ class ProjectSources:
         of the source this process compiled `func` from; computed when not there."""
         code = getattr(func, "__code__", None)
         source = code and _IMPORTED.get(_realpath(code.co_filename))
-        if self._facts_dir is None or source is None or not self._unchanged(code, source):
-            return compute()  # which reads the file (and refuses one changed since import)
+        if self._facts_dir is None or source is None or not self._unchanged(code, source) \
+                or func.__name__ == "<lambda>":
+            # Computed here: no facts kept, the file changed since import (`compute` reads
+            # it and refuses), or a lambda (two on one line share a line and a name).
+            return compute()
         table = self._facts.get(source)
         if table is None:
-            table = self._facts[source] = _read_facts(self._facts_dir / f"{source}.json")
+            table = self._facts[source] = _read_facts(self._facts_dir / f"{source}.json", source)
         slot = f"{code.co_firstlineno} {func.__qualname__} {kind}"
         if slot not in table:
             table[slot] = compute()
@@ -59,7 +75,7 @@ class ProjectSources:
 
     def _unchanged(self, code, source: str) -> bool:
         try:
-            return self.file_digest(code.co_filename) == source
+            return source_digest(code.co_filename) == source
         except OSError:
             return False
 
@@ -69,7 +85,7 @@ class ProjectSources:
         from .store.local import atomic_write
 
         for source in sorted(self._changed):
-            text = json.dumps(self._facts[source], sort_keys=True)
+            text = json.dumps(_facts_record(source, self._facts[source]), sort_keys=True)
             try:
                 atomic_write(self._facts_dir / f"{source}.json", text.encode(), self._facts_dir,
                              prefix=".facts.")
@@ -125,6 +141,28 @@ class ProjectSources:
     def file_digest(self, path: str) -> str:
         return _file_digest(_realpath(path), os.stat(path).st_mtime_ns)
 
+    # numba's registries, read through the backend (keying names no numba internals).
+
+    def overloads_of(self, func) -> list:
+        from .backend.registry import overload_implementations
+
+        return overload_implementations(func)
+
+    def link_files_of(self, extfn) -> list[str]:
+        from .backend.registry import extern_link_files
+
+        return extern_link_files(extfn)
+
+    def known_to_numba(self, value) -> bool:
+        from .backend.registry import known_to_numba
+
+        return known_to_numba(value)
+
+    def simulator_options(self, fake) -> dict:
+        from .backend.simopts import options_for
+
+        return dict(options_for(fake))
+
 
 @lru_cache(maxsize=None)
 def _realpath(path: str) -> str:
@@ -138,13 +176,56 @@ def _facts_version() -> str:
     return digest(b"".join(path.read_bytes() for path in sorted(keying.glob("*.py"))))[:16]
 
 
-def _read_facts(path: Path) -> dict:
+FACTS_MAX_BYTES = 16 << 20  # a facts file is a few KiB per source file; more is not ours
+
+
+def _facts_record(source: str, table: dict) -> dict:
+    """What a facts file holds: the table, the source it describes and a digest over both,
+    so a damaged or hand-edited file is recognised and recomputed (see `_read_facts`)."""
+    return {"source": source, "table": table, "digest": _facts_digest(source, table)}
+
+
+def _facts_digest(source: str, table: dict) -> str:
+    return digest(json.dumps([source, table], sort_keys=True).encode("utf-8"))
+
+
+def _read_facts(path: Path, source: str) -> dict:
+    """The facts table kept for `source`, or {} (recomputed) when the file is missing,
+    unreadable, too large, nested too deep, not for this source or not matching its digest.
+
+    The digest catches damage, not forgery. What the facts could hide is guarded apart:
+    the names a function reads are checked against its bytecode (`keys._load_chains`),
+    and its body's key holds the bytecode fingerprint beside the syntax tree digest.
+    """
     try:
-        table = json.loads(path.read_text())
-        os.utime(path)  # its last use, for `prune_facts`
-    except (OSError, ValueError):
+        data = _read_regular_file(path, FACTS_MAX_BYTES)
+        record = json.loads(data) if data is not None else None
+    except (OSError, ValueError, RecursionError):
         return {}
-    return table if isinstance(table, dict) else {}
+    if not isinstance(record, dict) or record.get("source") != source:
+        return {}
+    table = record.get("table")
+    if not isinstance(table, dict) or record.get("digest") != _facts_digest(source, table):
+        return {}
+    try:
+        os.utime(path)  # its last use, for `prune_facts`; a read-only store keeps its times
+    except OSError:
+        pass
+    return table
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path` if it is a regular file (not a link, FIFO or device: those are
+    never opened to block or to be followed) of at most `limit` bytes, else None."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
 
 
 FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it
@@ -180,11 +261,26 @@ def _file_digest(path: str, _mtime_ns: int) -> str:
         return digest(fh.read())
 
 
+def source_digest(path: str) -> str:
+    """The digest of a Python source file's decoded text (see `decoded_source`)."""
+    real = _realpath(path)
+    return digest(_source_text(real, os.stat(real).st_mtime_ns).encode("utf-8"))
+
+
+@lru_cache(maxsize=None)
+def _source_text(path: str, _mtime_ns: int) -> str:
+    with open(path, "rb") as fh:
+        return decoded_source(fh.read())
+
+
 def _index_defs(filename: str) -> dict:
     """Every function definition in a file, by the line its code object starts on."""
-    linecache.checkcache(filename)
-    text = "".join(linecache.getlines(filename))
-    imported = _IMPORTED.get(os.path.realpath(filename))
+    try:
+        real = _realpath(filename)
+        text = _source_text(real, os.stat(real).st_mtime_ns)
+    except OSError:
+        return {}
+    imported = _IMPORTED.get(real)
     if imported is not None and digest(text.encode("utf-8")) != imported:
         # The code numba would compile is not the code on disk: keying either one
         # would describe a binary this process cannot build.

@@ -55,8 +55,6 @@ def _numba_imports(path: Path) -> set[str]:
 def test_keying_imports_only_itself_and_errors(path):
     extra = {m for m in _kbuild_imports(path)
              if not (m == "errors" or m.startswith("keying"))}
-    # keys reads a simulator kernel's options through backend.simopts (they exist nowhere else).
-    extra -= {"backend.simopts"}
     assert not extra, f"{path.relative_to(PACKAGE)} imports {sorted(extra)}"
 
 
@@ -72,13 +70,8 @@ def test_adapters_do_not_import_the_layers_above(path):
 
 # Public numba names that keying and the CLI-side modules may use: numba's type objects
 # (the vocabulary of signatures and keys). Everything else of numba is the backend's.
-# Until #14 moves keying's look-ups of numba's registries behind the backend, those
-# are listed here by name.
 PUBLIC_NUMBA = {"numba", "numba.core.types", "numba.core.sigutils",
-                "numba.from_dtype", "numba.typeof",
-                # to move behind backend/:
-                "numba.core.typing.templates", "numba.cuda.typing.templates",
-                "numba.cuda.descriptor.cuda_target", "numba.cuda.cudadrv.nvrtc"}
+                "numba.from_dtype", "numba.typeof"}
 
 
 @pytest.mark.parametrize("path", [p for p in PACKAGE.rglob("*.py")

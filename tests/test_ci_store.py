@@ -307,7 +307,7 @@ def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
             assert digest(blob_files(store)[name].read_bytes()) == name
     status = run_kbuild("status", "--json", "--arch", ARCH, cwd=project, store=store)
     assert status.json["summary"] == {"up-to-date": len(built.keys), "stale": 0, "missing": 0,
-                                      "failed": 0}
+                                      "failed": 0, "unkeyable": 0}
 
 
 def test_leftover_temp_files_are_harmless_and_gc_removes_the_old_ones(

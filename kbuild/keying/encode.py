@@ -9,7 +9,6 @@ and `1`, `1.0`, `True` and `"1"` all differ. Unsupported types raise
 from __future__ import annotations
 
 import enum
-import math
 import struct
 
 import xxhash
@@ -147,9 +146,8 @@ def _leaf(tag: bytes, payload: bytes, out: bytearray) -> None:
 
 
 def _float_bytes(x: float) -> bytes:
-    # One NaN for all NaN payloads; -0.0 stays distinct from 0.0 (it compiles differently).
-    if math.isnan(x):
-        return b"nan"
+    # The bit pattern: -0.0 and 0.0, and NaNs of another sign or payload, compile to
+    # different constants (a stored NaN keeps its bits in the PTX).
     return struct.pack("<d", x)
 
 

@@ -36,6 +36,7 @@ import enum
 import sys
 import types as pytypes
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Protocol
 
 from numba.core import types as nbtypes
@@ -45,8 +46,11 @@ from .encode import Unencodable, digest_of, encode
 from ..errors import KeyingError
 from .values import canonical, summary, type_canonical
 
-KEY_SCHEMA = 3  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 4  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
+#                4: floats by bit pattern; sets, dicts, functions in containers; no
+#                   annotations, dead branches or kernel argument names; builtins set
+#                   by the program
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -99,13 +103,25 @@ class Sources(Protocol):
     def file_digest(self, path: str) -> str:
         """The digest of a linked file's bytes."""
 
+    def overloads_of(self, func) -> list:
+        """The functions numba's `@overload(func)` registered (what it compiles for `func`)."""
+
+    def link_files_of(self, extfn) -> list[str]:
+        """The files a `cuda.declare_device` function links."""
+
+    def simulator_options(self, fake) -> dict:
+        """The options of a simulator kernel (NUMBA_ENABLE_CUDASIM), which keeps none."""
+
+    def known_to_numba(self, value) -> bool:
+        """Whether numba's typing registries name `value` itself (compiled code can use it)."""
+
 
 @dataclass
 class _Function:
     """What keying needs to know about a function-like object."""
 
     py_func: pytypes.FunctionType
-    options: dict
+    options: dict | None  # None: a simulator kernel's, not read yet
     role: str  # "kernel", "device" or "function"
 
 
@@ -118,20 +134,14 @@ def as_function(obj) -> _Function | None:
     fn = getattr(obj, "fn", None)
     if isinstance(fn, pytypes.FunctionType) and hasattr(obj, "_device"):
         # numba's simulator (NUMBA_ENABLE_CUDASIM): FakeCUDAKernel.
-        return _Function(fn, simulator_options(obj), "device" if obj._device else "kernel")
+        # Its options are read back from its decorator when keyed (`Sources.simulator_options`).
+        return _Function(fn, None, "device" if obj._device else "kernel")
     defn = getattr(obj, "_defn", None)
     if isinstance(defn, pytypes.FunctionType):
         return _Function(defn, {}, "function")  # a user @intrinsic
     if isinstance(obj, pytypes.FunctionType):
         return _Function(obj, {}, "function")
     return None
-
-
-def simulator_options(fake) -> dict:
-    """Options of a simulator kernel, read back from its decorator (see `simopts`)."""
-    from ..backend.simopts import options_for
-
-    return dict(options_for(fake))
 
 
 def qualified_name(func) -> str:
@@ -149,6 +159,7 @@ class Keyer:
         self.stable_ids: dict = {}  # py_func -> a number from its identity, for symbol names
         self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
         self._ids_taken: set = set()
+        self._contained_callees: list = []  # see `_contents`
 
     def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
                     arch: str, toolchain: dict, config: dict) -> KeyNode:
@@ -168,6 +179,8 @@ class Keyer:
     def function_node(self, obj, label: str, where: str) -> KeyNode:
         """The key tree of a kernel, device function or jitable function."""
         fn = as_function(obj)
+        if fn.options is None:
+            fn.options = dict(self._sources.simulator_options(obj))
         memo_key = (label, obj)
         if memo_key in self._memo:
             return self._memo[memo_key]
@@ -208,21 +221,24 @@ class Keyer:
         py_func = fn.py_func
         name = qualified_name(py_func)
         keep_positions = bool(fn.options.get("lineinfo") or fn.options.get("debug"))
-        children = [self._body(py_func, keep_positions, where)]
+        children = [self._body(py_func, keep_positions, where, fn.role == "kernel")]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         children += self._references(py_func, where)
         if fn.role == "function":
             # A stub whose @overload implementations are what numba compiles for it.
             children += [self.function_node(impl, f"overload {qualified_name(impl)}", where)
-                         for impl in _overload_implementations(py_func)]
+                         for impl in self._sources.overloads_of(py_func)]
         if keep_positions:
             children.append(leaf("file", _relative_file(py_func), _relative_file(py_func)))
         return branch(label, name, children)
 
-    def _body(self, py_func, keep_positions: bool, where: str) -> KeyNode:
-        tree = _remembered(self._sources, py_func, f"ast{int(keep_positions)}",
-                           lambda: _normalized_digest(self._sources, py_func, keep_positions))
+    def _body(self, py_func, keep_positions: bool, where: str, kernel: bool) -> KeyNode:
+        # A kernel is launched with positional arguments only: their names are not code.
+        kind = f"ast{int(keep_positions)}{'k' if kernel else ''}"
+        tree = _remembered(self._sources, py_func, kind,
+                           lambda: _normalized_digest(self._sources, py_func, keep_positions,
+                                                      kernel))
         if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
             # back from a file edited after import (or `python -O`) can't pass for it.
@@ -261,6 +277,9 @@ class Keyer:
         for kind, name, value in _referenced_values(py_func, self._sources):
             refs.append(self._reference(kind, name, value, where))
             label = refs[-1][1].label
+            # Device functions held in a tuple, list or dict the value is made of.
+            refs += [(name, node) for node in self._contained_callees]
+            self._contained_callees = []
             if label.startswith("callee "):
                 callee = label[len("callee "):]
                 # Which name reaches which function: swapping `sq as f, cube as g` to
@@ -286,6 +305,11 @@ class Keyer:
             return name, leaf(label, canonical(value), summary(value))
         except Unencodable:
             pass
+        if isinstance(value, _CONTAINERS):
+            callees: list = []
+            contents = self._contents(value, f"{kind} '{name}'", where, callees)
+            self._contained_callees = callees  # taken by `_references` right away
+            return name, leaf(label, contents, summary(value))
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
@@ -296,6 +320,36 @@ class Keyer:
             f"{type(value).__qualname__}, which kbuild cannot key by content; "
             "make it a number, string, tuple, numpy array or dtype, enum, "
             "or a device function")
+
+    def _contents(self, value, what: str, where: str, callees: list):
+        """A container by content, device functions in it as calls (their trees become
+        the function's callees, as when a function is named directly)."""
+        fn = as_function(value)
+        if fn is not None and (fn.role != "function" or self._is_project_object(fn.py_func)):
+            name = qualified_name(fn.py_func)
+            callees.append(self.function_node(value, f"callee {name}", where))
+            return ("calls", name)
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__,
+                    tuple(self._contents(v, what, where, callees) for v in value))
+        if isinstance(value, (set, frozenset)):
+            return (type(value).__name__, tuple(sorted(
+                (self._contents(v, what, where, callees) for v in value), key=encode)))
+        if isinstance(value, dict):
+            return ("dict", tuple(sorted(((self._contents(k, what, where, callees),
+                                           self._contents(v, what, where, callees))
+                                          for k, v in value.items()), key=encode)))
+        try:
+            return canonical(value)
+        except Unencodable:
+            pass
+        extern = _extern_name(value)
+        if extern is not None and not self._is_project_object(value):
+            return ("extern",) + extern
+        raise KeyingError(
+            f"{where}: {what} holds a {type(value).__module__}.{type(value).__qualname__}, "
+            "which kbuild cannot key by content; hold numbers, strings, tuples, numpy "
+            "arrays or dtypes, enums or device functions in it instead")
 
     def _project_class(self, label, cls, where) -> KeyNode:
         """A class of the project's (a numba extension type, say) by its module's whole source.
@@ -315,7 +369,8 @@ class Keyer:
     def _extern_function(self, label, extfn) -> KeyNode:
         """A `cuda.declare_device` function: its name, signature and linked files by content."""
         sig = extfn.sig
-        files = tuple(sorted(self._link_item(path, label) for path in _extern_link_files(extfn)))
+        files = tuple(sorted(self._link_item(path, label)
+                             for path in self._sources.link_files_of(extfn)))
         value = ("extern-function", extfn.name, tuple(type_canonical(a) for a in sig.args),
                  type_canonical(sig.return_type), files)
         return leaf(label, value, f"declare_device {extfn.name}{sig}")
@@ -360,49 +415,19 @@ def _remembered(sources, py_func, kind: str, compute):
     return compute() if remembered is None else remembered(py_func, kind, compute)
 
 
-def _normalized_digest(sources, py_func, keep_positions: bool) -> str | None:
+def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool) -> str | None:
     found = function_def(sources, py_func)
     if found is None:
         return None
     fdef, first_line = found
     return digest_of(normalize.normalized_ast(fdef, keep_positions=keep_positions,
-                                              first_line=first_line))
-
-
-def _overload_implementations(func) -> list:
-    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
-    from numba.core.typing import templates as core_templates
-    from numba.cuda.typing import templates as cuda_templates
-
-    found = []
-    for module in (core_templates, cuda_templates):
-        registry = getattr(module, "builtin_registry", None)
-        for key, fntype in getattr(registry, "globals", ()):
-            if key is not func:
-                continue
-            for template in getattr(fntype, "templates", ()):
-                impl = getattr(template, "_overload_func", None)
-                if isinstance(impl, pytypes.FunctionType) and not any(impl is f for f in found):
-                    found.append(impl)
-    return found
+                                              first_line=first_line, positional_args=kernel))
 
 
 def _is_extern_function(value) -> bool:
     cls = type(value)
     return cls.__name__ == "ExternFunction" and cls.__module__.startswith("numba") \
         and hasattr(value, "sig") and hasattr(value, "name")
-
-
-def _extern_link_files(extfn) -> list[str]:
-    """The files `declare_device(..., link=...)` registered for `extfn` with numba's target."""
-    from numba.cuda.descriptor import cuda_target
-
-    defns = getattr(cuda_target.target_context, "_defns", {})
-    paths = []
-    for _sig, impl in getattr(defns.get(extfn), "versions", ()):
-        for lib in getattr(impl, "libs", ()):
-            paths += [p for p in getattr(lib, "_linking_files", ()) if isinstance(p, str)]
-    return paths
 
 
 def signature_node(argtypes, signature_text: str) -> KeyNode:
@@ -458,13 +483,24 @@ def _referenced_values(py_func, sources):
         elif base in py_func.__globals__:
             kind, scope = "global", py_func.__globals__[base]
         elif hasattr(builtins, base):
-            continue  # builtins are part of the language (toolchain keyed)
+            kind, scope = "builtin", getattr(builtins, base)
+            if _is_language_builtin(base, scope):
+                continue  # part of the language (the toolchain keys Python's version)
         else:
             yield "global", base, ("unbound", base)
             continue
         yield (kind,) + _resolve_chain(chain, scope, sources)
     for name, value in _defaults(py_func):
         yield "default", name, value
+
+
+def _is_language_builtin(name: str, value) -> bool:
+    """Whether `builtins.NAME` is Python's own, not a name a program put into builtins
+    (which is keyed like a global: numba reads it the same way)."""
+    if value is Ellipsis or value is NotImplemented:
+        return True
+    return getattr(value, "__module__", None) in ("builtins", "_sitebuiltins") \
+        and getattr(value, "__name__", name) == name
 
 
 def _cell_value(cell):
@@ -490,7 +526,8 @@ class _LibraryRef:
 def _resolve_chain(chain, value, sources):
     """Follow attribute accesses through modules: `mathx.sq` is the function `sq`."""
     i = 1
-    while _is_namespace(value) and i < len(chain):
+    while i < len(chain) and (_is_namespace(value) or _constant_of_plain_class(value, chain[i],
+                                                                                sources)):
         if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__) \
                 and _by_name(value.__name__, getattr(value, chain[i], None)):
             return ".".join(chain), _LibraryRef(value.__name__, ".".join(chain[i:]))
@@ -502,6 +539,7 @@ def _resolve_chain(chain, value, sources):
 
 
 _MISSING = object()
+_CONTAINERS = (tuple, list, dict, set, frozenset)
 
 # Packages whose versions are in the toolchain key: their attributes are keyed by name.
 _TOOLCHAIN_PACKAGES = frozenset({"numba", "llvmlite"})
@@ -528,6 +566,26 @@ def _by_name(module_name: str, target) -> bool:
     except Unencodable:
         return True
     return False
+
+
+def _constant_of_plain_class(cls, attr: str, sources) -> bool:
+    """Whether `cls.attr` is a constant of a plain project class, keyed by its value.
+
+    numba compiles no reference to such a class (it cannot type it): `Cls.N` is read
+    by Python code that numba runs while typing (an `@overload` body), which sees
+    exactly `getattr(Cls, "N")`, inherited or not. A class numba knows (an extension
+    type, a namedtuple, one with a metaclass) is keyed by its module instead (see
+    `Keyer._project_class`): its typing and lowering live in registrations there.
+    """
+    if not (isinstance(cls, type) and type(cls) is type and not hasattr(cls, "_fields")):
+        return False
+    if not sources.is_project_module(cls.__module__) or sources.known_to_numba(cls):
+        return False
+    try:
+        canonical(getattr(cls, attr))
+    except (Unencodable, AttributeError):
+        return False
+    return True
 
 
 def _is_namespace(value) -> bool:
@@ -563,10 +621,19 @@ def function_def(sources, py_func):
 
 
 def _load_chains(py_func, sources) -> set[tuple[str, ...]]:
-    """Dotted names read by the function that are not its own locals."""
+    """Dotted names read by the function that are not its own locals.
+
+    The names its source reads (remembered across processes), joined with the names
+    its bytecode reads: facts read back from the store can add names, never hide one
+    that the code numba compiles reads.
+    """
     chains = _remembered(sources, py_func, "chains",
                          lambda: sorted(map(list, _load_chains_of(py_func, sources))))
-    return set(map(tuple, chains))
+    try:
+        chains = set(tuple(str(part) for part in chain) for chain in chains)
+    except TypeError:  # not a list of lists: not what `_load_chains_of` makes
+        chains = _load_chains_of(py_func, sources)
+    return chains | _bytecode_chains(py_func.__code__)
 
 
 def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
@@ -575,18 +642,27 @@ def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
     if fdef is None:
         return _drop_prefixed(_code_names(py_func.__code__))
     # Decorators and default expressions ran at definition time: options and
-    # __defaults__ key them. Only the body (and nested code) reads at compile time.
+    # __defaults__ key them. Only the body (and nested code) reads at compile time,
+    # and only what is compiled: not annotations, not a branch on a constant.
+    fdef = normalize.compiled_view(fdef)
     free = set(normalize.free_loads(fdef))
     chains: set[tuple[str, ...]] = set()
     bases = set()
-    for node in (n for stmt in fdef.body for n in ast.walk(stmt)):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+    nodes = [n for stmt in fdef.body for n in ast.walk(stmt)]
+    # `a.b` inside `a.b.c` is one read of `a.b.c`, not a read of `a.b` besides.
+    inner = {id(n.value) for n in nodes
+             if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+    for node in nodes:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) \
+                and id(node) not in inner:
             chain = _attribute_chain(node)
             if chain and _chain_base(node) in free:
                 chains.add(chain)
                 bases.add(_chain_base(node))
+    # A name read bare as well as through attributes (`Cls(...)` and `Cls.N`) keeps both:
+    # the bare read needs the whole value.
     chains.update((node.id,) for node in free if node not in bases)
-    return _drop_prefixed(chains)
+    return chains
 
 
 def _chain_base(node):
@@ -640,6 +716,39 @@ def _code_names(code) -> set[tuple[str, ...]]:
     return names
 
 
+def _bytecode_chains(code) -> set[tuple[str, ...]]:
+    """Dotted names that `code` (and the code nested in it) reads from its globals or its
+    closure: its own locals and the cells it shares with nested functions are left out."""
+    closure = frozenset(code.co_freevars)
+    return {(chain[0],) + chain[2:] for chain in _bytecode_loads(code)
+            if chain[1] == "g" or chain[0] in closure}
+
+
+@lru_cache(maxsize=None)
+def _bytecode_loads(code) -> frozenset:
+    """(name, "g" | "d", attribute...) for every global or cell load chain in `code`, each
+    as far as it goes (`a.b.c` gives only that, as the source's attribute chain does)."""
+    found = set()
+    chain = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in _LOAD_ATTR_OPS and chain is not None:
+            chain += (ins.argval,)
+            continue
+        if chain is not None:
+            found.add(chain)
+        chain = None
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            chain = (ins.argval, "g")
+        elif ins.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+            chain = (ins.argval, "d")
+    if chain is not None:
+        found.add(chain)
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            found |= _bytecode_loads(const)
+    return frozenset(found)
+
+
 def _code_canonical(code, where):
     consts = tuple(_const_canonical(c, where, _code_canonical) for c in code.co_consts)
     return ("code", code.co_code, consts, code.co_names, code.co_varnames,
@@ -650,20 +759,33 @@ def _code_fingerprint(code, where):
     """The instructions, minus what comments, formatting, docstrings, positions and local names change.
 
     Locals by slot number, constants by value (a docstring shifts their
-    indices), names, comparisons and the like by their text; no line numbers.
+    indices), names, comparisons and the like by their text; no line numbers. No NOPs
+    either (what is left of a branch on a constant, for line tracing), so jumps go
+    to instruction numbers, not offsets.
     """
+    instructions = [ins for ins in dis.get_instructions(code) if ins.opname != "NOP"]
+    number = {ins.offset: i for i, ins in enumerate(instructions)}
     ops = []
-    for ins in dis.get_instructions(code):
+    for ins in instructions:
         if ins.opcode in dis.hasconst:
             # By index, not argval: dis cannot show some (3.11's KW_NAMES gives <unknown>).
             arg = _const_canonical(code.co_consts[ins.arg], where, _code_fingerprint)
         elif ins.opcode in dis.hasname or ins.opcode in dis.hascompare:
             arg = ins.argrepr
+        elif ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs:
+            arg = ("to", _jump_target(number, ins.argval))
         else:
             arg = ins.arg
         ops.append((ins.opname, arg))
     return ("bytecode", tuple(ops), code.co_argcount, code.co_posonlyargcount,
             code.co_kwonlyargcount)
+
+
+def _jump_target(number: dict, offset: int) -> int:
+    """The number of the instruction at `offset`, or after it if that was a NOP."""
+    while offset not in number and offset <= max(number, default=0):
+        offset += 2
+    return number.get(offset, len(number))
 
 
 def _const_canonical(c, where, code_form):

@@ -155,23 +155,71 @@ def _all_args(args: ast.arguments):
         yield args.kwarg
 
 
-def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int = 1) -> bytes:
-    """The canonical encoding of `fn`'s signature and body, decorators and docstrings removed.
+def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int = 1,
+                   positional_args: bool = False) -> bytes:
+    """The canonical encoding of `fn`'s signature and body, decorators, docstrings,
+    annotations and dead branches removed (see `compiled_view`).
 
     `first_line` is the file line of the source's first line, so kept positions
-    are the file positions that end up in the binary's line table.
+    are the file positions that end up in the binary's line table. With
+    `positional_args` (a kernel: launched with positional arguments only) arguments
+    are renamed by position too, unless positions are kept (debug info names them).
     """
+    fn = compiled_view(fn)
     body = _strip_docstrings(fn.body)
-    renames = {} if keep_positions or _has_nested_scope(fn) else _alpha_renames(fn)
+    renames = {} if keep_positions or _has_nested_scope(fn) else \
+        _alpha_renames(fn, rename_args=positional_args)
     write = _NodeWriter(renames, keep_positions, first_line)
     # Written straight into one buffer: the same bytes as encoding the nested tuples
-    # (args, (statements...), returns), without building them first.
+    # (args, (statements...)), without building them first.
     start = open_tuple(write.out)
     write(_without_default_values(fn.args))
     write(body)
-    write(fn.returns)
     close_tuple(start, write.out)
     return bytes(write.out)
+
+
+def compiled_view(fn: ast.FunctionDef) -> ast.FunctionDef:
+    """`fn` as far as its bytecode goes: without annotations (numba ignores them; a
+    local's annotation is not even evaluated) and without the branches of an `if` on a
+    constant (CPython compiles only the branch taken). A copy; `fn` is untouched.
+
+    The function's bytecode is keyed beside this tree, so if the compiler kept
+    something dropped here, the key still changes.
+    """
+    view = _CompiledView().visit(copy.deepcopy(fn))
+    return view
+
+
+class _CompiledView(ast.NodeTransformer):
+    def visit_arg(self, node):
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.returns = None
+        return self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node):
+        if node.value is None:
+            # `x: int` compiles to nothing; `obj.attr: int` still evaluates `obj`.
+            return None if node.simple else ast.Expr(value=self.visit(_target_base(node.target)))
+        return self.generic_visit(ast.copy_location(
+            ast.Assign(targets=[node.target], value=node.value), node))
+
+    def visit_If(self, node):
+        if isinstance(node.test, ast.Constant):
+            taken = node.body if node.test.value else node.orelse
+            return [self.visit(stmt) for stmt in taken] or None
+        return self.generic_visit(node)
+
+
+def _target_base(target):
+    # What `target: T` evaluates: the object of an attribute, the object and index of a
+    # subscript (both kept whole: their order is the bytecode's).
+    return target.value if isinstance(target, ast.Attribute) else target
 
 
 def _without_default_values(args: ast.arguments) -> ast.arguments:
@@ -201,14 +249,17 @@ def _has_nested_scope(fn: ast.FunctionDef) -> bool:
     return any(isinstance(n, _SCOPE_NODES) for n in ast.walk(fn) if n is not fn)
 
 
-def _alpha_renames(fn: ast.FunctionDef) -> dict[str, str]:
+def _alpha_renames(fn: ast.FunctionDef, rename_args: bool = False) -> dict[str, str]:
     """Locals that are not arguments, numbered in order of first appearance.
 
-    Arguments keep their names: callers may pass them by keyword.
+    Arguments keep their names (callers may pass them by keyword), except with
+    `rename_args`, where they are numbered by position first.
     """
     argnames = {a.arg for a in _all_args(fn.args)}
     candidates = local_names(fn) - argnames
     renames: dict[str, str] = {}
+    if rename_args:
+        renames.update((a.arg, f"_a{i}") for i, a in enumerate(_all_args(fn.args)))
     for node in _in_source_order(fn.body):
         if isinstance(node, ast.Name) and node.id in candidates and node.id not in renames:
             renames[node.id] = f"_l{len(renames)}"
@@ -243,7 +294,8 @@ def _encode_node(node, renames, keep_positions, first_line):
         if name == "type_comment":
             continue
         value = getattr(node, name, None)
-        if isinstance(node, ast.Name) and name == "id":
+        if (isinstance(node, ast.Name) and name == "id") or (isinstance(node, ast.arg)
+                                                              and name == "arg"):
             value = renames.get(value, value)
         if isinstance(node, ast.Constant) and name == "value":
             fields.append(_constant(value))
@@ -280,11 +332,12 @@ class _NodeWriter:
         start = open_tuple(out)
         encode_into(type(node).__name__, out)
         is_name, is_constant = isinstance(node, ast.Name), isinstance(node, ast.Constant)
+        is_arg = isinstance(node, ast.arg)
         for name in node._fields:
             if name == "type_comment":
                 continue
             value = getattr(node, name, None)
-            if is_name and name == "id":
+            if (is_name and name == "id") or (is_arg and name == "arg"):
                 encode_into(self.renames.get(value, value), out)
             elif is_constant and name == "value":
                 encode_into(_constant(value), out)

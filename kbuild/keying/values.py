@@ -16,7 +16,7 @@ import types as pytypes
 import numpy as np
 from numba.core import types as nbtypes
 
-from .encode import Unencodable, digest_of
+from .encode import Unencodable, digest_of, encode
 
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
 _SHOWN_ITEMS = 8  # arrays up to this size are summarised with their values
@@ -36,6 +36,11 @@ def canonical(value):
         return ("tuple", items)
     if isinstance(value, list):
         return ("list", tuple(canonical(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        # numba's documented `fastmath={'contract', 'arcp'}`: by content, in a fixed order.
+        return (type(value).__name__, _sorted_encoded(canonical(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", _sorted_encoded((canonical(k), canonical(v)) for k, v in value.items()))
     if isinstance(value, np.ndarray):
         return _array(value)
     if isinstance(value, np.generic):
@@ -50,6 +55,11 @@ def canonical(value):
     if isinstance(value, pytypes.ModuleType):
         return ("module", value.__name__)
     raise Unencodable(value)
+
+
+def _sorted_encoded(items) -> tuple:
+    """Canonical items in the order of their encodings (never hash or insertion order)."""
+    return tuple(sorted(items, key=encode))
 
 
 def _qualified(obj) -> str:
@@ -134,6 +144,14 @@ def summary(value) -> str:
     if isinstance(value, (tuple, list)):
         inner = ", ".join(summary(v) for v in value[:4])
         return f"({inner}{', ...' if len(value) > 4 else ''})"
+    if isinstance(value, (set, frozenset, dict)):
+        items = sorted(f"{summary(k)}: {summary(v)}" for k, v in value.items()) \
+            if isinstance(value, dict) else sorted(summary(v) for v in value)
+        inner = ", ".join(items[:4]) + (", ..." if len(items) > 4 else "")
+        return "{" + inner + "}"
+    fn_name = getattr(value, "__qualname__", None)
+    if callable(value) and isinstance(fn_name, str):
+        return fn_name
     if isinstance(value, type):
         return f"class {value.__qualname__}"
     return type(value).__name__

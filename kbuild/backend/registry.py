@@ -1,0 +1,49 @@
+"""What numba's registries hold for a function: the look-ups keying needs, behind the backend.
+
+Keying asks these through its `Sources` (see `sources.ProjectSources`), so the
+keying core names no numba internals beyond its type objects.
+"""
+
+from __future__ import annotations
+
+import types as pytypes
+
+
+def _registries():
+    from numba.core.typing import templates as core_templates
+    from numba.cuda.typing import templates as cuda_templates
+
+    return [getattr(m, "builtin_registry", None) for m in (core_templates, cuda_templates)]
+
+
+def known_to_numba(value) -> bool:
+    """Whether `value` is registered as a global with numba's typing (`@type_callable`,
+    `@overload`, a structref constructor, ...): then compiled code can use it."""
+    return any(key is value for registry in _registries()
+               for key, _ in getattr(registry, "globals", ()))
+
+
+def overload_implementations(func) -> list:
+    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
+    found = []
+    for registry in _registries():
+        for key, fntype in getattr(registry, "globals", ()):
+            if key is not func:
+                continue
+            for template in getattr(fntype, "templates", ()):
+                impl = getattr(template, "_overload_func", None)
+                if isinstance(impl, pytypes.FunctionType) and not any(impl is f for f in found):
+                    found.append(impl)
+    return found
+
+
+def extern_link_files(extfn) -> list[str]:
+    """The files `declare_device(..., link=...)` registered for `extfn` with numba's target."""
+    from numba.cuda.descriptor import cuda_target
+
+    defns = getattr(cuda_target.target_context, "_defns", {})
+    paths = []
+    for _sig, impl in getattr(defns.get(extfn), "versions", ()):
+        for lib in getattr(impl, "libs", ()):
+            paths += [p for p in getattr(lib, "_linking_files", ()) if isinstance(p, str)]
+    return paths

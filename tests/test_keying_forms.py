@@ -1,0 +1,426 @@
+"""Every form a kernel's inputs take is keyed, and only what numba compiles (issue #14).
+
+The many small cases key two versions of one module in this process: `DIFFER`
+must change the key; `SAME` must not, and both of its versions are compiled to
+prove that numba makes identical PTX and cubin from them. What a
+user sees runs the real CLI: source encodings, one unkeyable target among good
+ones, and keying facts tampered with in the store.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import json
+import os
+import sys
+import textwrap
+
+import numba
+import pytest
+
+from editmatrix_support import load_module, run_kbuild, target_key, with_status
+
+F32 = numba.float32[::1]
+_names = itertools.count()
+
+
+def _keys(tmp_path, versions, kernel="k", before=None, compile=False):
+    """The key of `kernel` in each version of one module (same module name, same file name);
+    `before(i)` runs before version i is imported. With `compile`, (key, PTX, cubin)."""
+    from kbuild.backend.compiler import compile_kernel, targeting
+
+    name = f"kbuild_forms_{next(_names)}"
+    keys = []
+    try:
+        for i, source in enumerate(versions):
+            if before is not None:
+                before(i)
+            folder = tmp_path / f"v{i}"
+            folder.mkdir(parents=True)
+            path = folder / f"{name}.py"
+            path.write_text(textwrap.dedent(source))
+            with targeting((8, 0)):  # an explicit signature compiles at import
+                module = load_module(path, name)
+            found = getattr(module, kernel)
+            key = target_key(found, f"{name}:{kernel}", [F32], [folder]).digest
+            if compile:
+                made = compile_kernel(found, [F32], (8, 0))
+                key = (key, made.ptx, made.cubin)
+            keys.append(key)
+    finally:
+        sys.modules.pop(name, None)
+    return keys
+
+
+_HEAD = "import struct\nfrom numba import cuda\nfrom numba.extending import overload\n"
+_NAN = "struct.unpack('<d', struct.pack('<Q', {:#x}))[0]"
+
+
+def _kernel(body: str, decorator: str = "@cuda.jit", args: str = "x") -> str:
+    return f"{decorator}\ndef k({args}):\n    {body}\n"
+
+
+_DEV_TUPLE = """
+@cuda.jit(device=True)
+def sq(x):
+    return x * x
+
+
+@cuda.jit(device=True)
+def cube(x):
+    return x * x * {power}
+
+
+OPS = (sq, cube)
+OPS_LIST = [sq, cube]
+OPS_DICT = {{"sq": sq, "cube": cube}}
+"""
+
+_OVERLOAD_DICT = """
+TABLE = {{"gain": {gain}, "bias": 1.0}}
+
+
+def scaled(v):
+    pass
+
+
+@overload(scaled, target="cuda")
+def _scaled(v):
+    gain = TABLE["gain"]
+
+    def impl(v):
+        return v * gain
+    return impl
+"""
+
+_CLASS_READ_BY_OVERLOAD = """
+class Base:
+    GAIN = {base}
+
+
+class Cfg(Base):
+    OTHER = {other}  # {comment}
+
+
+def scaled(v):
+    pass
+
+
+@overload(scaled, target="cuda")
+def _scaled(v):
+    gain = Cfg.GAIN{bare}
+
+    def impl(v):
+        return v * gain
+    return impl
+"""
+_CLS = {"base": 2.0, "other": 1, "comment": "", "bare": ""}
+_CLS_BARE = dict(_CLS, bare=" if isinstance(Cfg, type) else 0.0")
+
+_EXPLICIT_SIG = """
+@cuda.jit("float32(float32)", device=True)
+def dev(x):
+    return x * {factor}
+"""
+
+_LAMBDAS = ("F, G = cuda.jit(device=True)(lambda x: x + 1.0), "
+            "cuda.jit(device=True)(lambda x: x * {g})\n")
+
+_KEYWORD_CALLEE = """
+@cuda.jit(device=True)
+def dev({args}):
+    return {expr}
+"""
+
+
+def _pair(template: str, old, new, kernel: str) -> tuple[str, str]:
+    return (_HEAD + template.format(**old) + "\n\n" + kernel,
+            _HEAD + template.format(**new) + "\n\n" + kernel)
+
+
+# (id, version 1, version 2): the key must change.
+DIFFER = [
+    ("nan-payload", *(_HEAD + f"C = {_NAN.format(bits)}\n\n" + _kernel("x[0] = C")
+                      for bits in (0x7FF8000000000001, 0x7FF8000000000002))),
+    ("nan-sign", *(_HEAD + f"C = {_NAN.format(bits)}\n\n" + _kernel("x[0] = C")
+                   for bits in (0x7FF8000000000000, 0xFFF8000000000000))),
+    ("negative-zero", *(_HEAD + f"C = {c}\n\n" + _kernel("x[0] = x[0] * C")
+                        for c in ("0.0", "-0.0"))),
+    ("fastmath-set", *(_HEAD + _kernel("x[0] = x[0] / x[1]", f"@cuda.jit(fastmath={fm})")
+                       for fm in ("{'contract'}", "{'contract', 'arcp'}"))),
+    ("device-function-in-tuple", *_pair(_DEV_TUPLE, {"power": "x"}, {"power": "2.0"},
+                                        _kernel("x[0] = OPS[1](x[0])"))),
+    ("device-function-in-list", *_pair(_DEV_TUPLE, {"power": "x"}, {"power": "2.0"},
+                                       _kernel("x[0] = OPS_LIST[1](x[0])"))),
+    ("device-function-in-dict", *_pair(_DEV_TUPLE, {"power": "x"}, {"power": "2.0"},
+                                       _kernel("x[0] = OPS_DICT['cube'](x[0])"))),
+    ("dict-read-by-an-overload", *_pair(_OVERLOAD_DICT, {"gain": 2.0}, {"gain": 3.0},
+                                        _kernel("x[0] = scaled(x[0])"))),
+    ("class-attribute-read-by-an-overload", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS,
+                                                   dict(_CLS, base=3.0),
+                                                   _kernel("x[0] = scaled(x[0])"))),
+    # Read bare as well (`isinstance(v, Cfg)`): the whole class counts.
+    ("other-attribute-of-a-class-also-read-bare",
+     *_pair(_CLASS_READ_BY_OVERLOAD, _CLS_BARE, dict(_CLS_BARE, other=2),
+            _kernel("x[0] = scaled(x[0])"))),
+    ("explicit-signature-device-body", *_pair(_EXPLICIT_SIG, {"factor": 2.0},
+                                              {"factor": 3.0}, _kernel("x[0] = dev(x[0])"))),
+    ("second-lambda-on-a-line", *_pair(_LAMBDAS, {"g": 3.0}, {"g": 4.0},
+                                       _kernel("x[0] = G(x[0])"))),
+    # `dev(a=..., b=...)` binds by name: same bytecode, other code.
+    ("device-argument-names", *_pair(_KEYWORD_CALLEE, {"args": "a, b", "expr": "a - b"},
+                                     {"args": "b, a", "expr": "b - a"},
+                                     _kernel("x[0] = dev(a=x[0], b=x[1])"))),
+    # With debug info the argument's name is in the binary.
+    ("kernel-argument-renamed-with-debug",
+     _HEAD + _kernel("x[0] = 1.0", "@cuda.jit(debug=True, opt=False)"),
+     _HEAD + _kernel("y[0] = 1.0", "@cuda.jit(debug=True, opt=False)", "y")),
+    ("live-branch-edited", *(_HEAD + _kernel(f"if True:\n        x[0] = {c}")
+                             for c in ("1.0", "2.0"))),
+]
+
+# (id, version 1, version 2): numba compiles the same code; the key must not change.
+SAME = [
+    ("annotations", _HEAD + _kernel("i = 0\n    x[i] = 1.0"),
+     _HEAD + "@cuda.jit\ndef k(x: 'float32[::1]') -> None:\n    i: int = 0\n    j: int\n"
+             "    x[i] = 1.0\n"),
+    ("kernel-argument-renamed", _HEAD + _kernel("x[0] = x[1] * 2.0"),
+     _HEAD + _kernel("data[0] = data[1] * 2.0", args="data")),
+    ("dead-branch-if-false", _HEAD + _kernel("x[0] = 1.0"),
+     _HEAD + _kernel("if False:\n        x[0] = UNDEFINED * 7.0\n    x[0] = 1.0")),
+    ("unread-class-attribute", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS, dict(_CLS, other=2),
+                                      _kernel("x[0] = scaled(x[0])"))),
+    ("comment-beside-a-class-attribute", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS,
+                                                dict(_CLS, comment="tuned"),
+                                                _kernel("x[0] = scaled(x[0])"))),
+    ("dead-branch-if-0-edited", *(_HEAD + _kernel(f"if 0:\n        x[1] = {c}\n    x[0] = 1.0")
+                                  for c in ("1.0", "2.0"))),
+]
+
+
+@pytest.mark.parametrize("case", DIFFER, ids=lambda c: c[0])
+def test_edit_changes_the_key(tmp_path, case):
+    _, one, two = case
+    first, second = _keys(tmp_path, [one, two])
+    assert first != second
+
+
+@pytest.mark.parametrize("case", SAME, ids=lambda c: c[0])
+def test_edit_numba_does_not_compile_keeps_the_key(tmp_path, case):
+    """And the proof that it may: both versions compile to the same PTX and cubin."""
+    _, one, two = case
+    first, second = _keys(tmp_path, [one, two], compile=True)
+    assert first[1:] == second[1:], "the binaries differ: this edit must stay keyed"
+    assert first[0] == second[0]
+
+
+def test_set_order_does_not_change_the_key(tmp_path):
+    """Sets are keyed by sorted content, whatever order the process iterates them in."""
+    sets = ("{'contract', 'arcp', 'nsz', 'afn'}", "{'afn', 'nsz', 'arcp', 'contract'}")
+    first, second = _keys(tmp_path, [
+        _HEAD + _kernel("x[0] = x[0] / x[1]", f"@cuda.jit(fastmath={s})") for s in sets])
+    assert first == second
+
+
+def test_a_name_put_into_builtins_is_keyed(tmp_path):
+    source = _HEAD + _kernel("x[0] = x[0] * KBUILD_TEST_GAIN")
+    try:
+        first, second = _keys(tmp_path, [source, source], before=lambda i: setattr(
+            builtins, "KBUILD_TEST_GAIN", (2.0, 3.0)[i]))
+    finally:
+        del builtins.KBUILD_TEST_GAIN
+    assert first != second
+
+
+def test_an_unkeyable_value_in_a_tuple_is_named(tmp_path):
+    from kbuild.errors import KeyingError
+
+    source = _HEAD + "class Opaque:\n    pass\n\n\nTHING = (1.0, Opaque())\n\n\n" \
+        + _kernel("x[0] = THING[0]")
+    with pytest.raises(KeyingError, match=r"global 'THING' holds a .*Opaque, which kbuild "
+                                          r"cannot key by content; hold numbers"):
+        _keys(tmp_path, [source])
+
+
+# -- through the CLI ------------------------------------------------------------------
+
+def _project(root, files: dict):
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+    return root
+
+
+def _toml(*kernels: str) -> str:
+    head = '[project]\nname = "forms"\npaths = ["."]\narch = ["sm_80"]\n'
+    return head + "".join(f'\n[kernels."{k}"]\nsignatures = ["void(float32[::1])"]\n'
+                          for k in kernels)
+
+
+_SIMPLE = "from numba import cuda\n\n\n@cuda.jit\ndef k(x):\n    x[0] = x[0] * 2.0  # {}\n"
+
+
+def test_sources_in_other_encodings_and_line_endings_build(tmp_path):
+    """A BOM, a latin-1 coding line and CRLF line endings are Python source like any other;
+    rewriting a file with LF endings changes no key."""
+    project = _project(tmp_path / "p", {
+        "kbuild.toml": _toml("app.bom:k", "app.latin:k", "app.crlf:k"),
+        "app/__init__.py": "",
+        "app/bom.py": b"\xef\xbb\xbf" + _SIMPLE.format("bom").encode(),
+        "app/latin.py": ("# -*- coding: latin-1 -*-\n"
+                         + _SIMPLE.format("caf\u00e9")).encode("latin-1"),
+        "app/crlf.py": _SIMPLE.format("crlf").replace("\n", "\r\n").encode(),
+    })
+    store = tmp_path / "store"
+    first = run_kbuild(project, store, "build")
+    assert with_status(first, "built") == {"k"} and first["summary"]["built"] == 3
+    (project / "app/crlf.py").write_text(_SIMPLE.format("crlf"))
+    again = run_kbuild(project, store, "build")
+    assert again["summary"] == {**again["summary"], "built": 0, "cached": 3}
+
+
+_GOOD_AND_BAD = """from numba import cuda
+
+
+class Opaque:
+    pass
+
+
+THING = (1.0, Opaque())
+
+
+@cuda.jit
+def k_good(x):
+    x[0] = 1.0
+
+
+@cuda.jit
+def k_bad(x):
+    x[0] = THING[0]
+"""
+
+
+def test_an_unkeyable_target_fails_alone(tmp_path):
+    project = _project(tmp_path / "p", {
+        "kbuild.toml": _toml("app.m:k_good", "app.m:k_bad"),
+        "app/__init__.py": "", "app/m.py": _GOOD_AND_BAD})
+    store = tmp_path / "store"
+    result = run_kbuild(project, store, "build", expect_rc=1)
+    rows = {r["target"]: r for r in result["targets"]}
+    assert rows["app.m:k_good"]["status"] == "built"
+    assert rows["app.m:k_bad"]["status"] == "failed"
+    assert "global 'THING' holds a app.m.Opaque" in rows["app.m:k_bad"]["error"]
+    keys = run_kbuild(project, store, "keys", expect_rc=1)
+    assert keys["digest"] is None
+    assert {r["target"]: r["key"] for r in keys["targets"]} == {
+        "app.m:k_good": rows["app.m:k_good"]["key"], "app.m:k_bad": None}
+    status = {r["target"]: r["status"] for r in run_kbuild(project, store, "status")["targets"]}
+    assert status == {"app.m:k_good": "up-to-date", "app.m:k_bad": "unkeyable"}
+
+
+# -- keying facts that check themselves (issue #15) ---------------------------------
+
+_READER = """from numba import cuda
+
+from app import consts
+
+F, G = cuda.jit(device=True)(lambda v: v + 1.0), cuda.jit(device=True)(lambda v: v * consts.GAIN)
+
+
+@cuda.jit
+def k_scale(x):
+    x[0] = x[0] * consts.SCALE
+
+
+@cuda.jit
+def k_lambda(x):
+    x[0] = F(x[0]) + G(x[1])
+"""
+
+
+def _facts_files(store):
+    return sorted((store / "v1" / "facts").glob("*/*.json"))
+
+
+def _empty_chains(record: dict, resign: bool) -> dict:
+    table = {slot: ([] if slot.endswith(" chains") else value)
+             for slot, value in record["table"].items()}
+    if resign:  # forged consistently: only the bytecode check can tell
+        from kbuild.sources import _facts_digest
+
+        return {**record, "table": table, "digest": _facts_digest(record["source"], table)}
+    return {**record, "table": table}
+
+
+def _flip_a_value(record: dict) -> dict:
+    table = dict(record["table"])
+    slot = next(s for s, v in sorted(table.items()) if isinstance(v, str))
+    table[slot] = ("0" if table[slot][0] != "0" else "1") + table[slot][1:]
+    return {**record, "table": table}
+
+
+TAMPERINGS = [
+    # Not tampered: the second lambda on a line once got the facts of the first.
+    ("untouched", lambda text: text),
+    ("chains-emptied", lambda text: json.dumps(_empty_chains(json.loads(text), False))),
+    ("chains-emptied-and-resigned",
+     lambda text: json.dumps(_empty_chains(json.loads(text), True))),
+    ("digest-flipped", lambda text: json.dumps(_flip_a_value(json.loads(text)))),
+    ("truncated", lambda text: text[:len(text) // 2]),
+    ("nested-deep", lambda text: "[" * 100_000 + "]" * 100_000),
+]
+
+
+@pytest.fixture(scope="module")
+def facts_baseline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("facts")
+    project = _project(root / "p", {
+        "kbuild.toml": _toml("app.k:k_scale", "app.k:k_lambda"),
+        "app/__init__.py": "", "app/k.py": _READER,
+        "app/consts.py": "SCALE = 2.0\nGAIN = 3.0\n"})
+    store = root / "store"
+    built = run_kbuild(project, store, "build")
+    assert built["summary"]["built"] == 2 and _facts_files(store)
+    return project, store
+
+
+def _fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _link_outside(path):
+    outside = path.parent.parent.parent / "outside.json"
+    outside.write_text(path.read_text())
+    path.unlink()
+    path.symlink_to(outside)
+
+
+# Replaced by something that is not a facts file: never opened to block, never followed.
+REPLACEMENTS = [("fifo", _fifo), ("symlink", _link_outside)]
+
+
+@pytest.mark.parametrize("tamper", TAMPERINGS + REPLACEMENTS, ids=lambda t: t[0])
+def test_tampered_facts_never_serve_a_stale_binary(facts_baseline, tmp_path, tamper):
+    import shutil
+
+    project = shutil.copytree(facts_baseline[0], tmp_path / "p")
+    store = shutil.copytree(facts_baseline[1], tmp_path / "store")
+    for path in _facts_files(store):
+        if (tamper[0], tamper[1]) in REPLACEMENTS:
+            tamper[1](path)
+        else:
+            path.write_text(tamper[1](path.read_text()))
+    (project / "app/consts.py").write_text("SCALE = 2.5\nGAIN = 3.5\n")
+    result = run_kbuild(project, store, "build")
+    assert with_status(result, "built") == {"k_scale", "k_lambda"}
+    keys = run_kbuild(project, store, "keys")
+    assert {r["target"]: r["key"] for r in keys["targets"]} \
+        == {r["target"]: r["key"] for r in result["targets"]}
+    status = run_kbuild(project, store, "status")
+    assert {r["status"] for r in status["targets"]} == {"up-to-date"}
