@@ -319,7 +319,8 @@ def test_an_unkeyable_target_fails_alone(tmp_path):
     assert keys["digest"] is None
     assert {r["target"]: r["key"] for r in keys["targets"]} == {
         "app.m:k_good": rows["app.m:k_good"]["key"], "app.m:k_bad": None}
-    status = {r["target"]: r["status"] for r in run_kbuild(project, store, "status")["targets"]}
+    status = {r["target"]: r["status"]
+              for r in run_kbuild(project, store, "status", expect_rc=1)["targets"]}
     assert status == {"app.m:k_good": "up-to-date", "app.m:k_bad": "unkeyable"}
 
 
