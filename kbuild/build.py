@@ -242,9 +242,10 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
     """Store the objects, then the artifacts' blobs, then the manifest; return the
     artifact hashes.
 
-    The manifest is committed twice: under the full key of what this compile observed
-    (found again whenever those observations hold) and under the static key, where the
-    newest variant and the record of every observation set seen for it live.
+    The manifest goes under the static key, with the record of every observation set
+    seen for that key (newest first). The variant it replaces, built for other
+    observations, moves to its full key, where `fresh_entry` finds it if those
+    observations hold again (an environment switched back, say).
     """
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     observed = [obs.Observation(obs.Kind(k), n, d) for k, n, d in artifacts.observed]
@@ -259,7 +260,11 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
     node = the_plan.keys[target]
     newest = obs.observation_set(node.digest, observed)
     previous = store.lookup(node.digest)
-    record = obs.merged(previous and observed_record(store, previous), node.digest, newest)
+    before = previous and observed_record(store, previous)
+    record = obs.merged(before, node.digest, newest)
+    if before and before.sets and before.sets[0].key != newest.key \
+            and not store.has_entry(before.sets[0].key):
+        store.commit(before.sets[0].key, previous)
     hashes = {"ptx": store.put_blob(artifacts.ptx), "cubin": store.put_blob(artifacts.cubin),
               "observed": store.put_blob(obs.to_json(record))}
     manifest = {
@@ -270,7 +275,6 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     }
-    store.commit(newest.key, manifest)
     store.commit(node.digest, manifest)
     return hashes
 

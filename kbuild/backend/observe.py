@@ -21,6 +21,7 @@ package keyed by content), which holds the values they read.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import importlib
@@ -35,6 +36,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from ..errors import KeyingError
+from ..keying.keys import Keyer, as_function, function_def, leaf, qualified_name
 from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, quoted_includes, \
     value_digest
@@ -351,8 +353,6 @@ class Current:
     """The digest of an observed name in this process now (memoized for one build)."""
 
     def __init__(self, sources, root: Path):
-        from ..keying.keys import Keyer
-
         self._keyer = _ObservationKeyer(_EveryPackage(sources))
         self._root = Path(root)
         self._memo: dict = {}
@@ -423,8 +423,6 @@ class Current:
 
 def as_function_of(obj):
     """The Python function behind a function, dispatcher or intrinsic."""
-    from ..keying.keys import as_function
-
     fn = as_function(obj)
     return fn.py_func if fn is not None else obj
 
@@ -432,10 +430,6 @@ def as_function_of(obj):
 def _local_imports(sources, func) -> tuple:
     """(module, source digest) of each module `func` imports in its body: a lazily imported
     module's values are read at typing time where no global names them."""
-    import ast
-
-    from ..keying.keys import function_def
-
     found = function_def(sources, func) if isinstance(func, pytypes.FunctionType) else None
     if found is None:
         return ()
@@ -484,46 +478,36 @@ def _resolve(module_name: str, path: str):
     return value
 
 
-def _observation_keyer_class():
-    from ..keying.keys import Keyer, leaf
+class _ObservationKeyer(Keyer):
+    """The Keyer, with a project class that a typing-time function reads keyed by the values
+    of its attributes (inherited ones and ones computed from other modules included), where
+    the static key holds its module's source."""
 
-    class ObservationKeyer(Keyer):
-        """The Keyer, with a project class that a typing-time function reads keyed by the
-        values of its attributes (inherited ones and ones computed from other modules
-        included), where the static key holds its module's source."""
+    def _project_class(self, label, cls, where):
+        items, coarse = [], False
+        for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))):
+            form = self._attribute_form(getattr(cls, name, None), where)
+            coarse = coarse or form is None
+            items.append((name, form or ("unkeyed",)))
+        bases = tuple(f"{b.__module__}:{b.__qualname__}" for b in cls.__mro__)
+        value = ("observed-class", cls.__module__, cls.__qualname__, bases, tuple(items))
+        if coarse:  # an attribute with no content form: the sources of the classes decide
+            value += tuple(super()._project_class(label, b, where).digest
+                           for b in cls.__mro__ if self._is_project_object(b))
+        return leaf(label, value, f"class {cls.__qualname__} (by its attributes)")
 
-        def _project_class(self, label, cls, where):
-            items, coarse = [], False
-            for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))):
-                form = self._attribute_form(getattr(cls, name, None), where)
-                coarse = coarse or form is None
-                items.append((name, form or ("unkeyed",)))
-            bases = tuple(f"{b.__module__}:{b.__qualname__}" for b in cls.__mro__)
-            value = ("observed-class", cls.__module__, cls.__qualname__, bases, tuple(items))
-            if coarse:  # an attribute with no content form: every class's source decides
-                value += tuple(super(ObservationKeyer, self)._project_class(label, b, where).digest
-                               for b in cls.__mro__ if self._is_project_object(b))
-            return leaf(label, value, f"class {cls.__qualname__} (by its attributes)")
-
-        def _attribute_form(self, value, where):
-            value = getattr(value, "__func__", value)  # classmethods, bound methods
-            try:
-                return ("value", canonical(value))
-            except Unencodable:
-                pass
-            if as_function_of(value) is not value or isinstance(value, pytypes.FunctionType):
-                name = f"{value.__module__}:{value.__qualname__}"
-                return ("function", self.function_node(value, f"callee {name}", where).digest)
-            if isinstance(value, type):
-                return ("class", value.__module__, value.__qualname__)
-            return None
-
-    return ObservationKeyer
-
-
-class _ObservationKeyer:
-    def __new__(cls, sources):
-        return _observation_keyer_class()(sources)
+    def _attribute_form(self, value, where):
+        value = getattr(value, "__func__", value)  # classmethods, bound methods
+        try:
+            return ("value", canonical(value))
+        except Unencodable:
+            pass
+        if as_function(value) is not None:
+            name = qualified_name(as_function(value).py_func)
+            return ("function", self.function_node(value, f"callee {name}", where).digest)
+        if isinstance(value, type):
+            return ("class", value.__module__, value.__qualname__)
+        return None
 
 
 class _EveryPackage:
