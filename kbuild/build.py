@@ -124,7 +124,7 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         manifest = fresh_entry(the_plan, store, target, current)
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
-                               artifacts=dict(manifest["artifacts"]))
+                               artifacts=launchable(manifest))
             _progress(progress, rows[target], len(rows), len(the_plan.targets))
         else:
             todo.append(target)
@@ -171,7 +171,7 @@ def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
             row = Row(target.name, target.signature, target.arch, key, "failed",
                       seconds, error=str(outcome))
         else:
-            artifacts = commit(store, the_plan, target, outcome, seconds)
+            artifacts = commit(store, the_plan, target, outcome, seconds, current)
             row = Row(target.name, target.signature, target.arch, key, "built", seconds,
                       artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
         rows[target] = row
@@ -222,7 +222,7 @@ class _KeyLocks:
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch,
                                self.the_plan.keys[target].digest, "cached",
-                               artifacts=dict(manifest["artifacts"]))
+                               artifacts=launchable(manifest))
         return manifest is not None
 
     def __enter__(self):
@@ -238,9 +238,10 @@ def _progress(progress, row, done, total):
         progress(row, done, total)
 
 
-def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> dict:
+def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
+           current=None) -> dict:
     """Store the objects, then the artifacts' blobs, then the manifest; return the
-    artifact hashes.
+    launchable artifacts' hashes.
 
     The manifest goes under the static key, with the record of every observation set
     seen for that key (newest first). The variant it replaces, built for other
@@ -248,10 +249,13 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
     observations hold again (an environment switched back, say).
     """
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    current = current or current_digests(the_plan)
     observed = [obs.Observation(obs.Kind(k), n, d) for k, n, d in artifacts.observed]
     for obj in artifacts.objects:
-        # Objects are keyed statically: one compiled again (an observation changed) replaces
-        # the old, and carries what its compile observed so a relink can check it.
+        # Objects are keyed statically and carry what their compile observed, so a relink
+        # can check it; one compiled again because an observation changed replaces the old.
+        if _object_holds(store, obj.key, current):
+            continue
         record = obs.Record(obj.key, (obs.observation_set(obj.key, observed),))
         store.commit(obj.key, dict(obj.manifest, artifacts={
             "ltoir": store.put_blob(obj.ltoir),
@@ -276,7 +280,22 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> 
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     }
     store.commit(node.digest, manifest)
-    return hashes
+    return launchable(manifest)
+
+
+def _object_holds(store: Store, key: str, current) -> bool:
+    """Whether a stored object's record of what its compile observed still holds."""
+    if not store.has_entry(key):
+        return False
+    manifest = store.lookup(key)
+    record = manifest and observed_record(store, manifest)
+    return bool(record) and obs.matching_set(record, current) is not None
+
+
+def launchable(manifest: dict) -> dict:
+    """A target entry's PTX and cubin blobs (what a row reports; the observation record
+    beside them is the build's bookkeeping)."""
+    return {k: v for k, v in manifest["artifacts"].items() if k != "observed"}
 
 
 # -- freshness: the static key, then what the compile observed -------------------------

@@ -174,9 +174,11 @@ def observing(observer: Observer):
 
 def _hooks(observer: Observer):
     from numba.core import interpreter as core_interp
-    from numba.core.typing import context as core_ctx, templates as core_tmpl
+    from numba.core.typing import context as core_ctx, enumdecl as core_enum, \
+        templates as core_tmpl
     from numba.cuda.core import interpreter as cuda_interp
-    from numba.cuda.typing import context as cuda_ctx, templates as cuda_tmpl
+    from numba.cuda.typing import context as cuda_ctx, enumdecl as cuda_enum, \
+        templates as cuda_tmpl
 
     def interpret(original):
         def hooked(self, bytecode):
@@ -220,6 +222,16 @@ def _hooks(observer: Observer):
             return original(self, typ, attr)
         return hooked
 
+    def enum_member(original):
+        def hooked(self, ty, attr):
+            cls = ty.instance_class
+            if attr in cls.__members__:
+                observer.module_attribute(cls, attr)
+            return original(self, ty, attr)
+        return hooked
+
+    for enums in (core_enum, cuda_enum):
+        yield enums.EnumClassAttribute, "generic_resolve", enum_member
     for tmpl in (core_tmpl, cuda_tmpl):
         yield tmpl._OverloadFunctionTemplate, "generic", runs("_overload_func", Kind.OVERLOAD)
         yield tmpl._OverloadAttributeTemplate, "_resolve", resolves
@@ -356,6 +368,7 @@ class Current:
         self._keyer = _ObservationKeyer(_EveryPackage(sources))
         self._root = Path(root)
         self._memo: dict = {}
+        self._registry = None  # (module, qualname) -> [(function, options)], on first use
 
     def __call__(self, kind: Kind, name: str) -> str:
         if (kind, name) not in self._memo:
@@ -408,7 +421,9 @@ class Current:
         the jit options and inline setting it was registered with (the decorator is not
         its body), closure values included (a factory's product reads what it was given)."""
         module_name, _, qualname = name.partition(":")
-        found = _registered(module_name, qualname)
+        if self._registry is None:
+            self._registry = _registered()
+        found = self._registry.get((module_name, qualname))
         if not found:
             obj = _resolve(module_name, qualname)
             if obj is _ABSENT:
@@ -430,9 +445,26 @@ def as_function_of(obj):
 def _local_imports(sources, func) -> tuple:
     """(module, source digest) of each module `func` imports in its body: a lazily imported
     module's values are read at typing time where no global names them."""
-    found = function_def(sources, func) if isinstance(func, pytypes.FunctionType) else None
-    if found is None:
+    if not isinstance(func, pytypes.FunctionType):
         return ()
+    remembered = getattr(sources, "remembered", None)
+    compute = lambda: _imported_names(sources, func)  # noqa: E731
+    names = compute() if remembered is None else remembered(func, "local-imports", compute)
+    out = []
+    for module_name in names:
+        module = _module(module_name)
+        path = getattr(module, "__file__", None)
+        if path and not is_library(module_name):
+            out.append((module_name, sources.file_digest(path)))
+    return tuple(out)
+
+
+def _imported_names(sources, func) -> list:
+    """The modules `func`'s body imports (remembered by its source's digest: a no-op build
+    parses nothing)."""
+    found = function_def(sources, func)
+    if found is None:
+        return []
     names = set()
     for node in ast.walk(found[0]):
         if isinstance(node, ast.Import):
@@ -446,13 +478,7 @@ def _local_imports(sources, func) -> tuple:
             names.update(found_subs)
             if found_subs != subs:  # `from mod import value`: the module holds it
                 names.add(base)
-    out = []
-    for module_name in sorted(names):
-        module = _module(module_name)
-        path = getattr(module, "__file__", None)
-        if path and not is_library(module_name):
-            out.append((module_name, sources.file_digest(path)))
-    return tuple(out)
+    return sorted(names)
 
 
 def _module(module_name: str):
@@ -524,13 +550,13 @@ class _EveryPackage:
         return self._sources.is_project_module(module_name) or not is_library(module_name)
 
 
-def _registered(module_name: str, qualname: str) -> list:
-    """(function, options) of every @overload* / @intrinsic template whose Python function
-    is `module:qualname`, in numba's generic and CUDA registries."""
+def _registered() -> dict:
+    """(module, qualname) -> [(function, options)] for every @overload* / @intrinsic
+    template in numba's generic and CUDA registries."""
     from numba.core.typing import templates as core_tmpl
     from numba.cuda.typing import templates as cuda_tmpl
 
-    found = {}
+    found: dict = {}
     for module in (core_tmpl, cuda_tmpl):
         registry = module.builtin_registry
         templates = [t for _, fnty in registry.globals for t in getattr(fnty, "templates", ())]
@@ -538,14 +564,16 @@ def _registered(module_name: str, qualname: str) -> list:
         for template in templates:
             func = getattr(template, "_overload_func", None) or \
                 getattr(template, "_definition_func", None)
-            if getattr(func, "__module__", None) != module_name or \
-                    getattr(func, "__qualname__", None) != qualname:
+            name = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
+            if not isinstance(func, pytypes.FunctionType) or is_library(name[0]):
                 continue
             inline = getattr(template, "_inline", None)
             options = (_option_form(getattr(template, "_jit_options", None)),
                        _option_form(getattr(inline, "_inline", inline)))
-            found.setdefault(id(func), (func, set()))[1].add(options)
-    return [(func, tuple(sorted(opts, key=digest_of))) for func, opts in found.values()]
+            by_func = found.setdefault(name, {})
+            by_func.setdefault(id(func), (func, set()))[1].add(options)
+    return {name: [(func, tuple(sorted(opts, key=digest_of))) for func, opts in funcs.values()]
+            for name, funcs in found.items()}
 
 
 def _option_form(value):

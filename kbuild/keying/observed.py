@@ -170,6 +170,12 @@ def value_form(value):
     """What a frozen global's value is keyed by: its content, or for a function, class or
     dispatcher its name (numba's use of its content is observed on its own). Raises
     `Unencodable` for anything else."""
+    if isinstance(value, type) and issubclass(value, enum.Enum):
+        # The members numba reads (`Mode.FAST`) are observed one by one; the class gives
+        # their names and value types (numba's EnumClass type), not their values.
+        members = value.__members__.items()
+        return ("enum-class", value.__module__, value.__qualname__,
+                tuple((name, type(m.value).__qualname__) for name, m in members))
     try:
         return ("value", canonical(value))
     except Unencodable:
