@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
 from .errors import CompileError, KeyingError, TargetError
+from .keying import observed as obs
 from .keying.keys import Keyer, KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
-from .store.local import Store
+from .store.local import CorruptBlob, Store
 from .backend.toolchain import codegen_config, toolchain
 
 
@@ -187,12 +188,13 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
         store.check_root()  # a file at the store path fails here, not with a warning per target
     rows: dict[Target, Row] = {}
     todo = []
+    current = current_digests(the_plan)
     for target in the_plan.targets:
         key = the_plan.keys[target].digest
-        manifest = store.lookup(key)
+        manifest = fresh_entry(the_plan, store, target, current)
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
-                               artifacts=dict(manifest["artifacts"]))
+                               artifacts=launchable(manifest))
             _progress(progress, rows[target], len(rows), the_plan.total)
         else:
             todo.append(target)
@@ -210,15 +212,15 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
                            error=str(error))
         _progress(progress, rows[target], len(rows), the_plan.total)
     stopped = bool(the_plan.failed) and not keep_going  # the rest are skipped
-    with _KeyLocks(store, the_plan, [] if stopped else todo) as locks:
+    with _KeyLocks(store, the_plan, [] if stopped else todo, current) as locks:
         stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
-                              progress, executor)
+                              progress, executor, current)
         # Ours are committed: let go of them before waiting, or two builds that split the keys
         # between them would each wait for the other's locks forever.
         locks.release_mine()
         if not stop and not stopped:
             _compile_batch(the_plan, store, locks.wait_for_others(rows), jobs, keep_going, rows,
-                           progress, executor)
+                           progress, executor, current)
     for target in todo:
         if target not in rows:
             rows[target] = Row(target.name, target.signature, target.arch,
@@ -235,9 +237,9 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
 
 
 def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
-                   executor=None) -> bool:
+                   executor=None, current=None) -> bool:
     """Compile and commit `batch`; True when a failure stops the build."""
-    outcomes = _compile_all(the_plan, store, batch, jobs, executor)
+    outcomes = _compile_all(the_plan, store, batch, jobs, executor, current)
     stop = False
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
@@ -245,7 +247,7 @@ def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
             row = Row(target.name, target.signature, target.arch, key, "failed",
                       seconds, error=str(outcome))
         else:
-            artifacts = commit(store, the_plan, target, outcome, seconds)
+            artifacts = commit(store, the_plan, target, outcome, seconds, current)
             row = Row(target.name, target.signature, target.arch, key, "built", seconds,
                       artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
         rows[target] = row
@@ -261,10 +263,10 @@ class _KeyLocks:
     """Per-key locks for one build: compile what nobody else is compiling first,
     then wait for the others and take their entries (or compile them if they failed)."""
 
-    def __init__(self, store: Store, the_plan: Plan, todo):
+    def __init__(self, store: Store, the_plan: Plan, todo, current):
         from .store.locks import KeyLock
 
-        self.store, self.the_plan = store, the_plan
+        self.store, self.the_plan, self.current = store, the_plan, current
         self.locks = {t: KeyLock(store.base / "locks", the_plan.keys[t].digest) for t in todo}
         self.mine = [t for t in todo if self.locks[t].try_acquire()]
         # Waiters take locks in one global order (by key), so they never wait in a cycle.
@@ -292,11 +294,11 @@ class _KeyLocks:
         return left
 
     def _take_cached(self, target, rows) -> bool:
-        manifest = self.store.lookup(self.the_plan.keys[target].digest)
+        manifest = fresh_entry(self.the_plan, self.store, target, self.current)
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch,
                                self.the_plan.keys[target].digest, "cached",
-                               artifacts=dict(manifest["artifacts"]))
+                               artifacts=launchable(manifest))
         return manifest is not None
 
     def __enter__(self):
@@ -312,29 +314,118 @@ def _progress(progress, row, done, total):
         progress(row, done, total)
 
 
-def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds) -> dict:
+def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
+           current=None) -> dict:
     """Store the objects, then the artifacts' blobs, then the manifest; return the
-    artifact hashes."""
+    launchable artifacts' hashes.
+
+    The manifest goes under the static key, with the record of every observation set
+    seen for that key (newest first). The variant it replaces, built for other
+    observations, moves to its full key, where `fresh_entry` finds it if those
+    observations hold again (an environment switched back, say).
+    """
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    current = current or current_digests(the_plan)
+    observed = [obs.Observation(obs.Kind(k), n, d) for k, n, d in artifacts.observed]
     for obj in artifacts.objects:
-        if not store.has_entry(obj.key):
-            store.commit(obj.key, dict(obj.manifest, artifacts={"ltoir": store.put_blob(obj.ltoir)},
-                                       arch=target.arch, project=the_plan.config.name,
-                                       built_at=built_at))
-    hashes = {"ptx": store.put_blob(artifacts.ptx), "cubin": store.put_blob(artifacts.cubin)}
+        # Objects are keyed statically and carry what their compile observed, so a relink
+        # can check it; one compiled again because an observation changed replaces the old.
+        if _object_holds(store, obj.key, current):
+            continue
+        record = obs.Record(obj.key, (obs.observation_set(obj.key, observed),))
+        store.commit(obj.key, dict(obj.manifest, artifacts={
+            "ltoir": store.put_blob(obj.ltoir),
+            "observed": store.put_blob(obs.to_json(record))},
+            arch=target.arch, project=the_plan.config.name, built_at=built_at))
     node = the_plan.keys[target]
-    store.commit(node.digest, {
+    newest = obs.observation_set(node.digest, observed)
+    previous = store.lookup(node.digest)
+    before = previous and observed_record(store, previous)
+    record = obs.merged(before, node.digest, newest)
+    if before and before.sets and before.sets[0].key != newest.key \
+            and not store.has_entry(before.sets[0].key):
+        store.commit(before.sets[0].key, previous)
+    hashes = {"ptx": store.put_blob(artifacts.ptx), "cubin": store.put_blob(artifacts.cubin),
+              "observed": store.put_blob(obs.to_json(record))}
+    manifest = {
         "target": target.name, "signature": target.signature, "arch": target.arch,
         "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
         "link": artifacts.link,
         "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
-    })
-    return hashes
+    }
+    store.commit(node.digest, manifest)
+    return launchable(manifest)
 
 
-def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
+def _object_holds(store: Store, key: str, current) -> bool:
+    """Whether a stored object's record of what its compile observed still holds."""
+    if not store.has_entry(key):
+        return False
+    manifest = store.lookup(key)
+    record = manifest and observed_record(store, manifest)
+    return bool(record) and obs.matching_set(record, current) is not None
+
+
+def launchable(manifest: dict) -> dict:
+    """A target entry's PTX and cubin blobs (what a row reports; the observation record
+    beside them is the build's bookkeeping)."""
+    return {k: v for k, v in manifest["artifacts"].items() if k != "observed"}
+
+
+# -- freshness: the static key, then what the compile observed -------------------------
+
+def current_digests(the_plan: Plan):
+    """`(kind, name) -> digest now` for observed names, memoized: make one per build."""
+    from .backend.observe import Current
+
+    return Current(the_plan.keyer.sources, the_plan.config.root)
+
+
+def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> dict | None:
+    """The entry to launch for `target`, or None when it must be built.
+
+    Two levels, as ccache's manifest: the static key's entry must exist and hold the
+    record of what its compiles observed; a recorded observation set whose every name
+    still has its digest gives the full key of the entry built with those. An entry
+    with no record (made before observations were kept) is not fresh.
+    """
+    key = the_plan.keys[target].digest
+    manifest = store.lookup(key)
+    if manifest is None:
+        return None
+    record = observed_record(store, manifest)
+    if record is None or record.static_key != key:
+        return None
+    found = obs.matching_set(record, current or current_digests(the_plan))
+    if found is None:
+        return None
+    return manifest if found is record.sets[0] else store.lookup(found.key)
+
+
+def observed_record(store: Store, manifest: dict) -> obs.Record | None:
+    """The observation record an entry names (verified against its hash), or None."""
+    name = manifest.get("artifacts", {}).get("observed")
+    if name is None:
+        return None
+    try:
+        return obs.from_json(store.read_blob(name))
+    except (CorruptBlob, OSError):
+        return None
+
+
+def observation_changes(the_plan: Plan, store: Store, target: Target, current=None):
+    """Why a target whose static key has an entry is stale anyway: the observations of
+    its newest build that changed (`observed global lab.consts.SCALE changed`)."""
+    manifest = store.lookup(the_plan.keys[target].digest)
+    record = manifest and observed_record(store, manifest)
+    if not record or not record.sets:
+        return ["built before kbuild recorded what the compiler read; a build records it"]
+    return obs.changes(record.sets[0], current or current_digests(the_plan))
+
+
+def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None, current=None):
     """Yield (target, Artifacts or exception, seconds): relink what stored objects allow,
     compile the rest (on `executor`'s cluster when it has one that answers).
 
@@ -347,21 +438,22 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None):
     if executor is not None and not (todo and executor.start(the_plan)):
         executor = None  # nothing to do, or no cluster: compile here
     try:
-        yield from _waves(the_plan, store, todo, jobs, executor)
+        yield from _waves(the_plan, store, todo, jobs, executor, current)
     finally:
         if executor is not None:
             executor.close()  # one connection serves both waves
 
 
-def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor):
+def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None):
     """Compile the targets that make missing objects, then relink (or compile) the rest."""
     recipes, first, waiting = {}, [], []
     makers = set()
     nodes = the_plan.nodes_by_ident()
     lookup = _memo_hits(store.lookup)
+    current = current or current_digests(the_plan)
     for target in todo:
-        found = _recipe(the_plan, lookup, target, nodes)
-        if isinstance(found, Recipe):
+        found = _recipe(the_plan, store, lookup, target, nodes, current)
+        if isinstance(found, _Relink):
             recipes[target] = found
         elif found.missing is not None and (target.arch, found.missing) not in makers:
             makers.add((target.arch, found.missing))
@@ -373,8 +465,8 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor):
     yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
     later = []
     for target in waiting:
-        found = _recipe(the_plan, lookup, target, nodes)
-        if isinstance(found, Recipe):
+        found = _recipe(the_plan, store, lookup, target, nodes, current)
+        if isinstance(found, _Relink):
             recipes[target] = found
         else:
             later.append(target)
@@ -398,10 +490,28 @@ def _memo_hits(lookup):
     return remembered
 
 
-def _recipe(the_plan: Plan, lookup, target: Target, nodes: dict):
+@dataclass(frozen=True)
+class _Relink:
+    """A link recipe whose objects' observations all hold, and those observations."""
+
+    recipe: Recipe
+    observed: tuple  # (kind, name, digest) rows, the union of the objects'
+
+
+def _recipe(the_plan: Plan, store: Store, lookup, target: Target, nodes: dict, current):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
-    return resolve(the_plan.keys[target], nodes, lookup)
+    found = resolve(the_plan.keys[target], nodes, lookup)
+    if not isinstance(found, Recipe):
+        return found
+    rows = {}
+    for key, _ in found.objects:
+        record = observed_record(store, lookup(key))
+        held = record and obs.matching_set(record, current)
+        if not held:
+            return Unresolved(f"what object {key} was compiled against changed")
+        rows.update({(o.kind.value, o.name): o.digest for o in held.observations})
+    return _Relink(found, tuple((k, n, d) for (k, n), d in sorted(rows.items())))
 
 
 def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
@@ -424,31 +534,59 @@ def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
 
 
 def _job(the_plan, store, item):
-    target, recipe = item
-    if recipe is None:
+    target, relink = item
+    if relink is None:
         return compile_target(the_plan, target)
-    return link_target(the_plan, store, target, recipe)
+    return link_target(the_plan, store, target, relink)
 
 
 def compile_target(the_plan: Plan, target: Target):
     """(Artifacts or CompileError, seconds) for one target, in this process."""
     from .backend.compiler import compile_kernel
 
+    from .backend.observe import Observer
+
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
+    observer = Observer(the_plan.keyer.nodes, the_plan.config.root)
     try:
         artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
                                    arch_cc(target.arch), the_plan.keyer.device_functions,
-                                   the_plan.keyer.stable_ids, apart)
+                                   the_plan.keyer.stable_ids, apart, observer)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         return CompileError(_compile_message(exc)), time.perf_counter() - start
+    try:
+        artifacts = _with_observations(the_plan, artifacts, observer)
+    except CompileError as exc:
+        return exc, time.perf_counter() - start
     return artifacts, time.perf_counter() - start
 
 
-def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
+def _with_observations(the_plan: Plan, artifacts, observer):
+    """`artifacts` with the digests of what the compile observed; a dependency that cannot
+    be keyed by content fails this target, naming it (never keyed by identity)."""
+    from dataclasses import replace
+
+    observed = current_digests(the_plan).observations(observer)
+    bad = obs.unkeyable(observed)
+    if bad:
+        o = bad[0]
+        raise CompileError(
+            f"observed {o.kind.value} {obs.display_name(o.kind, o.name)} was read while "
+            f"compiling, but kbuild cannot key it by content ({o.digest}); make it a number, "
+            "string, tuple, numpy array or dtype, enum, or a function")
+    try:
+        obs.observation_set("", observed)
+    except ValueError as exc:
+        raise CompileError(f"{exc}; kbuild keeps at most {obs.MAX_OBSERVATIONS}") from None
+    return replace(artifacts, observed=tuple(tuple(o.as_row()) for o in observed))
+
+
+def link_target(the_plan: Plan, store: Store, target: Target, relink: _Relink):
     """(Artifacts, seconds) of a target linked from stored objects; compiled if that fails
     (a blob gone bad since the recipe was made, say)."""
+    recipe = relink.recipe
     from .backend.compiler import Artifacts
     from .backend.lto import link
 
@@ -461,7 +599,8 @@ def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target)
     artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
-                          link={"mode": "relink", "objects": [k for k, _ in recipe.objects]})
+                          link={"mode": "relink", "objects": [k for k, _ in recipe.objects]},
+                          observed=relink.observed)
     return artifacts, time.perf_counter() - start
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .build import fresh_entry
 from .config import arch_cc
 from .discover import Target
 from .errors import LaunchError
@@ -145,7 +146,8 @@ class KernelLauncher:
         the_plan = self.project.plan([self.name])
         if target in the_plan.unkeyable:
             raise the_plan.unkeyable[target]
-        return self.project.store.lookup(the_plan.keys[target].digest)
+        # Two levels (static key, then what the compile observed): see build.fresh_entry.
+        return fresh_entry(the_plan, self.project.store, target)
 
     def _why_stale(self, target) -> str:
         rows = self.project.status([self.name], [target.arch])

@@ -114,13 +114,20 @@ class Project:
         """A dry run: up-to-date, stale or missing for every target, and why."""
         the_plan = self.plan(names, archs)
         previous = self._previous_entries()
+        current = _build.current_digests(the_plan)
         rows = []
         for target in the_plan.targets:
             node = the_plan.keys[target]
             row = {"target": target.name, "signature": target.signature, "arch": target.arch,
                    "key": node.digest}
-            if self.store.lookup(node.digest) is not None:
+            if _build.fresh_entry(the_plan, self.store, target, current) is not None:
                 row.update(status="up-to-date", reasons=[])
+            elif self.store.lookup(node.digest) is not None:
+                # The static key holds; something the compiler read has changed.
+                reasons = _build.observation_changes(the_plan, self.store, target, current)
+                row.update(status="stale", previous_key=node.digest, reasons=reasons,
+                           changes=[{"path": [], "change": "observed", "old": None,
+                                     "new": None, "message": r} for r in reasons])
             elif node.digest in self.store.damage:
                 # Nothing changed, but what the store holds for this key is unusable.
                 row.update(status="stale", previous_key=node.digest, changes=[], reasons=[

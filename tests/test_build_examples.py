@@ -128,7 +128,7 @@ def test_manifests_match_their_rows_and_mark_only_the_grid_sync_kernel_cooperati
         assert manifest["key"] == row["key"]
         assert (manifest["target"], manifest["signature"], manifest["arch"]) == \
             (row["target"], row["signature"], row["arch"])
-        assert manifest["artifacts"] == row["artifacts"]
+        assert manifest["artifacts"] == dict(row["artifacts"], observed=manifest["artifacts"]["observed"])
         assert manifest["project"] == "examples"
         expected = row["target"] == "examples.reductions:mirror_sum"
         assert manifest["cooperative"] is expected, row
@@ -139,7 +139,10 @@ def test_blob_files_are_named_by_the_xxh3_128_of_their_bytes(built):
     referenced = {h for r in built.rows for h in r["artifacts"].values()}
     objects = {json.loads(p.read_text())["artifacts"]["ltoir"]
                for p in entry_files(built.store, kind="object").values()}
-    assert objects and set(blobs) == referenced | objects
+    # Each entry's record of what its compile observed (keying/observed.py) is a blob too.
+    observed = {json.loads(p.read_text())["artifacts"]["observed"]
+                for kind in ("target", "object") for p in entry_files(built.store, kind=kind).values()}
+    assert objects and set(blobs) == referenced | objects | observed
     for name, path in blobs.items():
         assert xxhash.xxh3_128_hexdigest(path.read_bytes()) == name
         assert path.parent.name == name[2:4] and path.parent.parent.name == name[:2]
@@ -301,7 +304,9 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
     # What stays: the other project's artifacts, and the objects its build committed.
     kept_objects = {json.loads(p.read_text())["artifacts"]["ltoir"]
                     for p in entry_files(store_copy, kind="object").values()}
-    assert set(blobs_after) == kept_blobs | kept_objects
+    kept_observed = {json.loads(p.read_text())["artifacts"]["observed"]
+                     for p in entry_files(store_copy, kind=None).values()}
+    assert set(blobs_after) == kept_blobs | kept_objects | kept_observed
     assert removed_blobs >= {h for r in built.rows for h in r["artifacts"].values()} - kept_blobs
 
     # The other project's entries are intact: its next build is all cached.
@@ -313,8 +318,9 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
     everything = run_kbuild("clean", "--all", "--json", cwd=built.project, store=store_copy)
     assert everything.returncode == 0, everything.stderr
     assert everything.json == {"entries": 2, "objects": len(kept_objects),
-                               "blobs": 4 + len(kept_objects),
-                               "bytes": sum(sizes[name] for name in kept_blobs | kept_objects)}
+                               "blobs": 4 + len(kept_objects) + len(kept_observed),
+                               "bytes": sum(sizes[name] for name
+                                            in kept_blobs | kept_objects | kept_observed)}
     assert entry_files(store_copy, kind=None) == {} and blob_files(store_copy) == {}
     gone = run_kbuild("cat", alias["artifacts"]["ptx"], cwd=other, store=store_copy)
     assert gone.returncode == 1

@@ -31,6 +31,9 @@ class Artifacts:
     # objects, or {"mode": "whole", "reason": ...} as one program.
     link: dict = field(default_factory=dict)
     objects: tuple = ()  # the lto.Object files a separate compile made
+    # What the compile consulted beyond the static key: (kind, name, digest) rows, see
+    # keying/observed.py; filled in by the build once the compile is over.
+    observed: tuple = ()
 
 
 class _TargetDevice:
@@ -106,7 +109,7 @@ def simulating() -> bool:
 
 
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None,
-                   apart=None) -> Artifacts:
+                   apart=None, observer=None) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
 
     `device_functions` are the lazily compiled dispatchers it reaches: numba
@@ -120,30 +123,44 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     kernel and each device function become LTO-IR objects of their own, linked
     with link-time optimisation (see `lto`); a kernel that cannot be split is
     built as one program, as numba builds it, and the reason is recorded.
-    """
-    from numba.cuda.dispatcher import _Kernel
 
+    An `observe.Observer` records what numba consulted meanwhile (see `observe`).
+    """
     stable_ids = stable_ids or {}
     with targeting(cc), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids):
-        _forget_other_arch(device_functions, tuple(cc))
-        with _ptx_deferred() if apart else contextlib.nullcontext():
-            compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
-        try:
-            made = _split(compiled, cc, device_functions, apart)
-            if isinstance(made, tuple):
-                return _linked(compiled, cc, made, kernel.targetoptions)
-        except Exception as exc:  # noqa: BLE001 - numba's own way still works
-            made = f"separate compilation failed ({type(exc).__name__}: {exc})"
-        library = compiled._codelibrary
-        ptx = library.get_asm_str(cc=tuple(cc))
-        cubin = library.get_cubin(cc=tuple(cc))
+        if observer is None:
+            return _compile(kernel, argtypes, cc, device_functions, apart)[0]
+        from .observe import link_files, observing
+
+        with observing(observer):
+            artifacts, library = _compile(kernel, argtypes, cc, device_functions, apart)
+        link_files(observer, library)
+        return artifacts
+
+
+def _compile(kernel, argtypes, cc, device_functions, apart):
+    """(Artifacts, the kernel's code library) of one compile."""
+    from numba.cuda.dispatcher import _Kernel
+
+    _forget_other_arch(device_functions, tuple(cc))
+    with _ptx_deferred() if apart else contextlib.nullcontext():
+        compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
+    library = compiled._codelibrary
+    try:
+        made = _split(compiled, cc, device_functions, apart)
+        if isinstance(made, tuple):
+            return _linked(compiled, cc, made, kernel.targetoptions), library
+    except Exception as exc:  # noqa: BLE001 - numba's own way still works
+        made = f"separate compilation failed ({type(exc).__name__}: {exc})"
+    ptx = library.get_asm_str(cc=tuple(cc))
+    cubin = library.get_cubin(cc=tuple(cc))
     return Artifacts(
         ptx=ptx.encode(),
         cubin=bytes(getattr(cubin, "code", cubin)),
         entry=compiled.entry_name,
         cooperative=bool(compiled.cooperative),
         link={"mode": "whole", "reason": made or "separate compilation not asked for"},
-    )
+    ), library
 
 
 def _split(compiled, cc, device_functions, apart):

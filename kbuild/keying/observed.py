@@ -1,0 +1,211 @@
+"""What a compile actually consulted: observation records, full keys, explanations.
+
+The static key (`keys.Keyer.target_node`) is a fast first check built from the
+source. While a target is typed and lowered, the backend (`backend/observe.py`)
+records every dependency numba resolved - globals and module attributes it froze,
+Python functions it interpreted or ran at typing time (device functions,
+`@overload*`, `register_jitable`, `@intrinsic`), environment variables and files
+read, link files and the headers they include - each as (kind, name, digest).
+
+Freshness is two-level, as ccache's manifest mode: under the static key K the
+store keeps the last `MAX_SETS` observation sets seen for K; the launchable
+entry's key is `full_key(K, [(kind, name, current digest), ...])`. A build is
+fresh only if one recorded set, with every name's *current* digest, gives a key
+that has an entry. So a changed observation rebuilds, and a constant nobody read
+changes nothing.
+
+Pure: no I/O, no numba. The record is data (JSON, versioned, sorted, bounded).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import types as pytypes
+from dataclasses import dataclass
+
+from .encode import Unencodable, digest_of
+from .values import canonical
+
+RECORD_VERSION = 1
+MAX_SETS = 8  # observation-name sets remembered per static key
+MAX_OBSERVATIONS = 20000  # one compile reading more than this is refused, not truncated
+UNKEYABLE = "unkeyable"  # the digest of something read that cannot be keyed by content
+MISSING = "missing"  # the digest of a name that no longer resolves (a deleted global, file)
+
+
+class Kind(str, enum.Enum):
+    """What an observation names."""
+
+    GLOBAL = "global"  # module:attr, a global or module attribute numba froze
+    BUILTIN = "builtin"  # a name numba resolved in `builtins`
+    FUNCTION = "function"  # module:qualname, a Python function numba interpreted
+    OVERLOAD = "overload impl"  # module:qualname, an @overload* function run at typing time
+    INTRINSIC = "intrinsic"  # module:qualname, an @intrinsic definition run at typing time
+    ENV = "env"  # an environment variable read during the compile
+    FILE = "file"  # a file opened for reading during the compile
+    LINK = "link file"  # a file linked into the target (link=, declare_device)
+    HEADER = "header"  # a file #included by a link file, transitively
+
+
+@dataclass(frozen=True)
+class Observation:
+    kind: Kind
+    name: str
+    digest: str
+
+    def as_row(self) -> list:
+        return [self.kind.value, self.name, self.digest]
+
+
+@dataclass(frozen=True)
+class ObservationSet:
+    """The observations of one compile, and the full key they give with the static key."""
+
+    key: str
+    observations: tuple  # (Observation, ...) sorted by (kind, name)
+
+    def names(self) -> tuple:
+        return tuple((o.kind, o.name) for o in self.observations)
+
+
+@dataclass(frozen=True)
+class Record:
+    """Every observation set recorded for one static key, newest first."""
+
+    static_key: str
+    sets: tuple  # (ObservationSet, ...)
+
+
+def full_key(static_key: str, observations) -> str:
+    """The key of the launchable entry: the static key and each observation's digest."""
+    rows = tuple(sorted((o.kind.value, o.name, o.digest) for o in observations))
+    return digest_of(("observed", RECORD_VERSION, static_key, rows))
+
+
+def observation_set(static_key: str, observations) -> ObservationSet:
+    """One compile's observations (deduplicated and sorted) with their full key."""
+    unique = {(o.kind.value, o.name): o for o in observations}
+    if len(unique) > MAX_OBSERVATIONS:
+        raise ValueError(f"the compile read {len(unique)} dependencies (more than "
+                         f"{MAX_OBSERVATIONS})")
+    ordered = tuple(unique[k] for k in sorted(unique))
+    return ObservationSet(full_key(static_key, ordered), ordered)
+
+
+def merged(previous: Record | None, static_key: str, newest: ObservationSet) -> Record:
+    """`newest` first, then the previous sets for the same static key, at most MAX_SETS."""
+    older = () if previous is None or previous.static_key != static_key else previous.sets
+    kept = [newest] + [s for s in older if s.key != newest.key]
+    return Record(static_key, tuple(kept[:MAX_SETS]))
+
+
+def unkeyable(observations) -> list:
+    """The observations that could not be keyed by content: they fail the target."""
+    return [o for o in observations if o.digest.startswith(UNKEYABLE)]
+
+
+def to_json(record: Record) -> bytes:
+    """The record as sorted, compact JSON (the bytes of the `observed` blob)."""
+    data = {"version": RECORD_VERSION, "static_key": record.static_key,
+            "sets": [{"key": s.key, "observations": [o.as_row() for o in s.observations]}
+                     for s in record.sets]}
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def from_json(data: bytes) -> Record | None:
+    """The record in `data`, or None for an unknown version or a malformed record."""
+    try:
+        raw = json.loads(data)
+        if raw.get("version") != RECORD_VERSION or not isinstance(raw.get("static_key"), str):
+            return None
+        sets = tuple(ObservationSet(s["key"], tuple(_observation(r) for r in s["observations"]))
+                     for s in raw["sets"][:MAX_SETS])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not all(isinstance(s.key, str) for s in sets):
+        return None
+    return Record(raw["static_key"], sets)
+
+
+def _observation(row) -> Observation:
+    kind, name, digest = row
+    if not isinstance(name, str) or not isinstance(digest, str):
+        raise TypeError("observation fields are strings")
+    return Observation(Kind(kind), name, digest)
+
+
+def matching_set(record: Record, current) -> ObservationSet | None:
+    """The first recorded set whose names all still have the digests they had.
+
+    `current(kind, name) -> digest` gives a name's digest now; a set's full key
+    is recomputed from those, so a set matches only if nothing it read changed.
+    """
+    for recorded in record.sets:
+        now = [Observation(o.kind, o.name, current(o.kind, o.name)) for o in recorded.observations]
+        if full_key(record.static_key, now) == recorded.key:
+            return recorded
+    return None
+
+
+def changes(recorded: ObservationSet, current) -> list[str]:
+    """Why `recorded` no longer holds: `observed global consts.SCALE changed`, one per name."""
+    out = []
+    for o in recorded.observations:
+        now = current(o.kind, o.name)
+        if now != o.digest:
+            what = "is gone" if now == MISSING else \
+                "can no longer be keyed" if now.startswith(UNKEYABLE) else "changed"
+            out.append(f"observed {o.kind.value} {display_name(o.kind, o.name)} {what}")
+    return out
+
+
+def display_name(kind: Kind, name: str) -> str:
+    """Globals read as Python spells them (`lab.consts.SCALE`), functions as `mod:qualname`."""
+    return name.replace(":", ".", 1) if kind is Kind.GLOBAL else name
+
+
+def value_form(value):
+    """What a frozen global's value is keyed by: its content, or for a function, class or
+    dispatcher its name (numba's use of its content is observed on its own). Raises
+    `Unencodable` for anything else."""
+    if isinstance(value, type) and issubclass(value, enum.Enum):
+        # The members numba reads (`Mode.FAST`) are observed one by one; the class gives
+        # their names and value types (numba's EnumClass type), not their values.
+        members = value.__members__.items()
+        return ("enum-class", value.__module__, value.__qualname__,
+                tuple((name, type(m.value).__qualname__) for name, m in members))
+    try:
+        return ("value", canonical(value))
+    except Unencodable:
+        pass
+    py_func = getattr(value, "py_func", None)
+    if isinstance(py_func, pytypes.FunctionType):
+        # A dispatcher compiled eagerly (`@cuda.jit("float32(float32)", device=True)`) is
+        # typed by its declared signatures, which are not in its body.
+        eager = () if getattr(value, "_can_compile", True) else tuple(
+            sorted(str(sig) for sig in getattr(value, "nopython_signatures", ())))
+        return ("function", py_func.__module__, py_func.__qualname__, eager)
+    if type(value).__name__ == "ExternFunction" and hasattr(value, "sig"):
+        # `cuda.declare_device`: its name and signature; its link files are observed too.
+        return ("extern", str(value.name), str(value.sig))
+    if isinstance(value, (pytypes.FunctionType, pytypes.BuiltinFunctionType, type)):
+        return ("named", str(getattr(value, "__module__", "")), value.__qualname__)
+    raise Unencodable(value)
+
+
+def value_digest(value) -> str:
+    """A frozen value's digest; `unkeyable: TYPE` when it has no content-only form."""
+    try:
+        return digest_of(value_form(value))
+    except Unencodable:
+        return f"{UNKEYABLE}: a {type(value).__module__}.{type(value).__qualname__}"
+
+
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
+
+
+def quoted_includes(source: bytes) -> list[str]:
+    """The `#include "..."` names of a C/C++/CUDA source, in order (`<...>` are system)."""
+    return [m.group(1).decode("utf-8", "replace") for m in _INCLUDE.finditer(source)]

@@ -1,0 +1,2 @@
+class Base:
+    GAIN = 1.5

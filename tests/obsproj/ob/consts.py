@@ -1,0 +1,2 @@
+SCALE = 2.0
+UNUSED = 5.0

@@ -1,0 +1,92 @@
+"""numba extensions whose Python runs at typing time."""
+
+import os
+
+from numba.core import types
+from numba.cuda.extending import overload, overload_attribute, overload_method
+
+from ob import consts
+from ob.cfg import Cfg
+
+
+def scale_it(x):
+    pass
+
+
+@overload(scale_it, target="cuda")
+def ol_scale_it(x):
+    s = consts.SCALE
+
+    def impl(x):
+        return x * s
+
+    return impl
+
+
+@overload_method(types.Array, "ob_gained", target="cuda")
+def ol_gained(arr, i):
+    g = Cfg.GAIN + Cfg.OWN
+
+    def impl(arr, i):
+        return arr[i] * g
+
+    return impl
+
+
+@overload_attribute(types.Array, "ob_bias", target="cuda")
+def ol_bias(arr):
+    b = Cfg.DERIVED + float(os.environ.get("OB_BIAS", "0"))
+
+    def impl(arr):
+        return b
+
+    return impl
+
+
+def divide(a, b):
+    pass
+
+
+@overload(divide, target="cuda", jit_options={"fastmath": False})
+def ol_divide(a, b):
+    def impl(a, b):
+        return a / b
+
+    return impl
+
+
+def lazy_k(x):
+    pass
+
+
+@overload(lazy_k, target="cuda")
+def ol_lazy_k(x):
+    from ob import lazyconsts
+
+    k = lazyconsts.K
+
+    def impl(x):
+        return x + k
+
+    return impl
+
+
+def read_factor(x):
+    pass
+
+
+def make_reader(mod):
+    def ol_read_factor(x):
+        f = mod.FACTOR
+
+        def impl(x):
+            return x * f
+
+        return impl
+
+    return ol_read_factor
+
+
+from ob import factors  # noqa: E402
+
+overload(read_factor, target="cuda")(make_reader(factors))

@@ -1,0 +1,1 @@
+#define OB_LINK_GAIN 3.0f

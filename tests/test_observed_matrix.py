@@ -1,0 +1,149 @@
+"""Sound by construction: what numba consulted while compiling is what a target is keyed by.
+
+An edit matrix per channel the static walk over a kernel's source cannot follow
+(tests/obsproj; `obext` is an installed package outside the project, on PYTHONPATH).
+Each case edits a copy of the project (or the environment), runs an incremental
+build against a copy of the baseline store, and a fresh build of the edited project
+into an empty store, as the issue's hidden suite does:
+
+- a target whose PTX or cubin differs from the fresh build must not be `cached`
+  (a stale binary served);
+- exactly the targets the case names are built; the others stay `cached`
+  (an edit nobody's compile read changes nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from editmatrix_support import build, case, copy_tree, replace, run_kbuild, short
+
+HERE = Path(__file__).resolve().parent
+PROJECT, VENDOR = HERE / "obsproj", HERE / "obsvendor"
+TARGETS = frozenset({"k_overload", "k_method", "k_attr", "k_jitable", "k_fast", "k_lazy",
+                     "k_factory", "k_link", "k_eager", "k_builtin", "k_const"})
+
+CASES = [
+    case("overload-body", replace("ob/ext.py", "return x * s\n", "return x * s + 1.0\n"),
+         {"k_overload"}),
+    case("global-read-by-overload", replace("ob/consts.py", "SCALE = 2.0", "SCALE = 2.5"),
+         {"k_overload", "k_const"}),
+    # k_method's and k_attr's overloads both read class Cfg: a class read at typing time is
+    # keyed by the values of all its attributes (one class, one dependency).
+    case("class-attribute-read-at-typing",
+         replace("ob/cfg.py", "OWN = 4.0", "OWN = 4.5"), {"k_method", "k_attr"}),
+    case("inherited-attribute-read-at-typing",
+         replace("ob/base.py", "GAIN = 1.5", "GAIN = 1.75"), {"k_method", "k_attr"}),
+    case("attribute-derived-from-another-module",
+         replace("ob/other.py", "X = 3.0", "X = 3.5"), {"k_method", "k_attr"}),
+    case("env-var-read-at-typing", lambda root: None, {"k_attr"}, env={"OB_BIAS": "1.5"}),
+    case("register-jitable-in-another-package",
+         replace("../vendor/obext/jitables.py", "return x * 3\n", "return x * 3 + 1\n"),
+         {"k_jitable"}),
+    case("overload-jit-options-fastmath",
+         replace("ob/ext.py", '"fastmath": False', '"fastmath": True'), {"k_fast"}),
+    case("lazily-imported-module", replace("ob/lazyconsts.py", "K = 0.5", "K = 0.75"),
+         {"k_lazy"}),
+    case("module-passed-as-value", replace("ob/factors.py", "FACTOR = 1.25", "FACTOR = 1.5"),
+         {"k_factory"}),
+    case("link-file-header", replace("ob/lib/gain.h", "3.0f", "4.0f"), {"k_link"}),
+    case("link-file", replace("ob/lib/gain.cu", "x * OB_LINK_GAIN;", "x * OB_LINK_GAIN + 1.0f;"),
+         {"k_link"}),
+    case("device-function-explicit-signature", replace("ob/kernels.py", "x / 3", "x / 5"),
+         {"k_eager"}),
+    case("name-injected-into-builtins",
+         replace("ob/__init__.py", "OB_GAIN = 2.0", "OB_GAIN = 3.0"), {"k_builtin"}),
+    case("unrelated-constant", replace("ob/consts.py", "UNUSED = 5.0", "UNUSED = 6.0"), set()),
+]
+
+
+def _checkout(where: Path) -> Path:
+    """tests/obsproj at where/proj and tests/obsvendor at where/vendor; the project path."""
+    project = where / "proj"
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(VENDOR, where / "vendor", ignore=shutil.ignore_patterns("__pycache__"))
+    return project
+
+
+def _env(project: Path, extra=None) -> dict:
+    # numba-cuda compiles .cu link files with NVRTC, which finds `#include "gain.h"` only on
+    # its search path.
+    return {"PYTHONPATH": str(project.parent / "vendor"),
+            "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": str(project / "ob" / "lib"), **(extra or {})}
+
+
+def _artifacts(result: dict) -> dict:
+    return {short(r["target"]): (r["artifacts"].get("ptx"), r["artifacts"].get("cubin"))
+            for r in result["targets"]}
+
+
+def _with_status(result: dict, status: str) -> set:
+    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """(where, build JSON): the project and its vendor package built into where/store."""
+    where = tmp_path_factory.mktemp("obs-baseline")
+    project = _checkout(where)
+    result = build(project, where / "store", env_extra=_env(project))
+    return where, result
+
+
+def _edited(baseline, tmp_path, the_case) -> Path:
+    where, _ = baseline
+    project = _checkout(tmp_path)
+    copy_tree(where / "store", tmp_path / "store")
+    the_case.apply(project)
+    return project
+
+
+def test_baseline_builds_every_target(baseline):
+    _, result = baseline
+    assert _with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
+
+
+@pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
+def test_incremental_matches_fresh(baseline, tmp_path, the_case):
+    project = _edited(baseline, tmp_path, the_case)
+    env = _env(project, the_case.env)
+    incremental = build(project, tmp_path / "store", env_extra=env)
+    fresh = build(project, tmp_path / "fresh-store", env_extra=env)
+    assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
+    now, clean = _artifacts(incremental), _artifacts(fresh)
+    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    assert not stale, f"stale binaries served for {sorted(stale)}"
+    assert _with_status(incremental, "built") == the_case.rebuilt
+    changed = {t for t, arts in _artifacts(baseline[1]).items() if arts != clean[t]}
+    assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
+
+
+@pytest.mark.parametrize("the_case, target, reason", [
+    (CASES[3], "k_method", "observed overload impl ob.ext:ol_gained changed"),
+    (CASES[5], "k_attr", "observed env OB_BIAS changed"),
+    (CASES[13], "k_builtin", "observed builtin OB_GAIN changed"),
+], ids=lambda v: getattr(v, "id", None))
+def test_status_names_the_observation_that_changed(baseline, tmp_path, the_case, target, reason):
+    project = _edited(baseline, tmp_path, the_case)
+    result = run_kbuild(project, tmp_path / "store", "status",
+                        env_extra=_env(project, the_case.env))
+    rows = {short(r["target"]): r for r in result["targets"]}
+    assert rows[target]["status"] == "stale"
+    assert reason in rows[target]["reasons"]
+    assert {t for t, r in rows.items() if r["status"] != "up-to-date"} == the_case.rebuilt
+
+
+def test_two_environments_are_both_kept(baseline, tmp_path):
+    """Two observation sets under one static key: switching back is a hit, not a rebuild."""
+    project = _edited(baseline, tmp_path, CASES[-1])
+    store = tmp_path / "store"
+    assert _with_status(build(project, store, env_extra=_env(project, {"OB_BIAS": "2"})),
+                        "built") == {"k_attr"}
+    back = build(project, store, env_extra=_env(project))
+    assert _with_status(back, "built") == set()
+    assert _artifacts(back)["k_attr"] == _artifacts(baseline[1])["k_attr"]
+    assert os.path.isdir(store)

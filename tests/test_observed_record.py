@@ -1,0 +1,79 @@
+"""The observation record (keying/observed.py) is data: versioned, sorted, bounded, pure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kbuild.keying import observed as obs
+from kbuild.keying.observed import Kind, Observation
+
+K = "0" * 32
+
+
+def _set(*rows):
+    return obs.observation_set(K, [Observation(kind, name, d) for kind, name, d in rows])
+
+
+def test_full_key_ignores_order_and_duplicates_but_not_digests():
+    a = _set((Kind.ENV, "X", "1"), (Kind.GLOBAL, "m:A", "2"))
+    b = _set((Kind.GLOBAL, "m:A", "2"), (Kind.ENV, "X", "1"), (Kind.ENV, "X", "1"))
+    c = _set((Kind.GLOBAL, "m:A", "3"), (Kind.ENV, "X", "1"))
+    assert a.key == b.key != c.key
+    assert a.key != obs.observation_set("1" * 32, a.observations).key
+
+
+def test_a_set_matches_only_while_every_digest_holds():
+    record = obs.merged(None, K, _set((Kind.ENV, "X", "1"), (Kind.GLOBAL, "m:A", "2")))
+    now = {(Kind.ENV, "X"): "1", (Kind.GLOBAL, "m:A"): "2"}
+    assert obs.matching_set(record, lambda k, n: now[(k, n)]) is record.sets[0]
+    now[(Kind.GLOBAL, "m:A")] = "9"
+    assert obs.matching_set(record, lambda k, n: now[(k, n)]) is None
+    assert obs.changes(record.sets[0], lambda k, n: now[(k, n)]) == \
+        ["observed global m.A changed"]
+
+
+def test_record_keeps_the_newest_sets_first_and_at_most_max():
+    record = None
+    for i in range(obs.MAX_SETS + 3):
+        record = obs.merged(record, K, _set((Kind.ENV, "X", str(i))))
+    assert len(record.sets) == obs.MAX_SETS
+    assert record.sets[0].observations[0].digest == str(obs.MAX_SETS + 2)
+    again = obs.merged(record, K, record.sets[3])
+    assert again.sets[0] == record.sets[3] and len(set(s.key for s in again.sets)) == obs.MAX_SETS
+
+
+def test_json_round_trip_is_sorted_and_versioned():
+    record = obs.merged(None, K, _set((Kind.OVERLOAD, "m:f", "d"), (Kind.ENV, "B", "e")))
+    data = obs.to_json(record)
+    assert obs.from_json(data) == record
+    raw = json.loads(data)
+    assert raw["version"] == obs.RECORD_VERSION
+    assert [r[0] for r in raw["sets"][0]["observations"]] == ["env", "overload impl"]
+    raw["version"] = obs.RECORD_VERSION + 1
+    assert obs.from_json(json.dumps(raw).encode()) is None
+    assert obs.from_json(b"{not json") is None
+    assert obs.from_json(b'{"version": 1, "static_key": "k", "sets": [{"key": "x"}]}') is None
+
+
+def test_too_many_observations_are_refused_not_truncated():
+    with pytest.raises(ValueError, match="more than"):
+        _set(*[(Kind.ENV, f"V{i}", "1") for i in range(obs.MAX_OBSERVATIONS + 1)])
+
+
+@pytest.mark.parametrize("value, keyable", [
+    (2.5, True), ((1, "a"), True), (len, True), (json, True), (object(), False), ({1: 2}, None),
+])
+def test_value_digest_is_content_or_names_what_it_cannot_key(value, keyable):
+    found = obs.value_digest(value)
+    if keyable is None:  # dicts: keyed once keying/values.py learns them
+        return
+    assert found.startswith(obs.UNKEYABLE) != keyable
+    if not keyable:
+        assert "builtins.object" in found
+
+
+def test_quoted_includes_only():
+    src = b'#include "a.h"\n  # include "sub/b.cuh"\n#include <cuda.h>\n// #include "no.h"\n'
+    assert obs.quoted_includes(src) == ["a.h", "sub/b.cuh"]
