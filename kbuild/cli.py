@@ -239,6 +239,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cat", parents=[common], help="write a blob's bytes to stdout")
     p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
     p.set_defaults(run=cmd_cat)
+
+    p = sub.add_parser("bundle", parents=[common],
+                       help="write the built kernels into a package directory (e.g. mypkg/_kbuild)")
+    p.add_argument("dir", help="the bundle directory, inside the package")
+    p.add_argument("--arch", help="architectures to bundle, comma-separated (default: the declared)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=cmd_bundle)
     return parser
 
 
@@ -730,6 +737,21 @@ def cmd_export(args) -> int:
     else:
         print(f"exported {result['entries']} entries and {result['blobs']} blobs "
               f"({_size(result['bytes'])}) to {result['file']}")
+    return EXIT_OK
+
+
+def cmd_bundle(args) -> int:
+    from .build import parse_archs
+    from .bundle import write_bundle
+    from .project import open_project
+
+    project = open_project(args.config, args.store, read_only=True)
+    report = write_bundle(project, args.dir, parse_archs(args.arch))
+    if args.json:
+        _print_json(report)
+    else:
+        print(f"bundled {report['targets']} targets ({', '.join(report['archs'])}) as "
+              f"{report['blobs']} blobs ({_size(report['bytes'])}) into {report['dir']}")
     return EXIT_OK
 
 

@@ -18,7 +18,7 @@ class Project:
 
     @classmethod
     def load(cls, config=None, *, store=None, on_miss: str = "build", read_only: bool = False,
-             remote=None):
+             remote=None, package: str | None = None, verify: str = "sources"):
         """The project of `config` (default: the nearest kbuild.toml) with its store.
 
         `on_miss` says what a launch does when the store has no fresh artifact:
@@ -26,12 +26,18 @@ class Project:
         `remote` is the shared cache a local miss asks (and a build on a miss pushes to):
         a URL, False for none, or None for the one $KBUILD_REMOTE or the file's
         `[store] remote` names, as `kbuild build` finds it.
+        `package`: an installed package's bundle instead of a kbuild.toml (see packaged.py;
+        `verify` is "sources" or "keys" there).
         """
         from .launch import ON_MISS
         from .store.remote import open_remote, remote_settings
 
         if on_miss not in ON_MISS:
             raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
+        if package is not None:
+            from .packaged import load_package
+
+            return load_package(package, on_miss=on_miss, verify=verify)
         project = open_project(config, store, read_only)
         project.store.remote = open_remote(remote_settings(
             project.config, url=remote or None, no_remote=remote is False))

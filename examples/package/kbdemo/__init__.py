@@ -1,0 +1,1 @@
+"""kbdemo: an example library shipping prebuilt kernels (see kernels.py and README.md)."""

@@ -1,0 +1,107 @@
+"""Bundles: a project's built kernels as a read-only store inside a Python package.
+
+`write_bundle` copies the entries and blobs of the current targets (the kernels, not
+the separately compiled device-function objects: those are only needed to link) into
+`DIR/store`, and writes `DIR/bundle.json`: what was built (targets, signatures, archs,
+keys), with which toolchain, and the digest of every kernel module's bytes. An installed
+package checks those digests (cheap: no numba import, no re-keying) before it trusts
+the keys; see `packaged.py`. Blobs are content-addressed, so a PTX shared by two
+targets is stored once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from .errors import StoreError
+from .keying.encode import digest
+from .store.local import Store
+
+BUNDLE_FORMAT = 1
+MANIFEST_NAME = "bundle.json"
+STORE_DIR = "store"
+
+
+def write_bundle(project, dest_dir, archs=None) -> dict:
+    """Write the bundle of `project`'s current targets into `dest_dir` (replacing one
+    there); return a report: targets, blobs, bytes. Every target must be built."""
+    dest = Path(dest_dir)
+    the_plan = project.plan(None, archs)
+    missing = [t.label for t in the_plan.targets
+               if project.store.lookup(the_plan.keys[t].digest) is None]
+    if missing:
+        raise StoreError(f"cannot bundle into {dest}: {len(missing)} target(s) not built in "
+                         f"store {project.store.root} (first: {missing[0]}); "
+                         "run `kbuild build` first")
+    if (dest / STORE_DIR).exists():
+        shutil.rmtree(dest / STORE_DIR)
+    store = Store(dest / STORE_DIR)
+    store.ensure_writable()
+    targets = [_copy_target(project.store, store, the_plan, t) for t in the_plan.targets]
+    _prune(store)
+    blobs, size = Store(dest / STORE_DIR, read_only=True).size()
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "project": project.config.name,
+        "archs": sorted({t.arch for t in the_plan.targets}),
+        "kernels": [{"name": s.name, "signatures": list(s.signatures),
+                     "archs": [a for a in (archs or s.archs)]}
+                    for s in project.config.kernels],
+        "targets": targets,
+        "modules": module_digests(name for name in the_plan.kernels),
+        "toolchain": _toolchain(),
+    }
+    (dest / MANIFEST_NAME).write_text(json.dumps(manifest, sort_keys=True, indent=1))
+    return {"dir": str(dest), "targets": len(targets), "blobs": blobs, "bytes": size,
+            "archs": manifest["archs"]}
+
+
+def _copy_target(source: Store, dest: Store, the_plan, target) -> dict:
+    key = the_plan.keys[target].digest
+    manifest = source.lookup(key)
+    for name in sorted(set(manifest["artifacts"].values())):
+        if dest.put_blob(source.read_blob(name)) != name:
+            raise StoreError(f"internal error: blob {name} changed while bundling")
+    dest.commit(key, manifest, push=False)
+    return {"target": target.name, "signature": target.signature, "arch": target.arch,
+            "key": key}
+
+
+def _prune(store: Store) -> None:
+    """Keep only entries and blobs: an index, a temp dir or a CACHEDIR.TAG (which would
+    make backup tools skip the package) has no place in a wheel."""
+    base = store.base
+    for path in store.root.iterdir():
+        if path != base:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for path in base.iterdir():
+        if path.name not in ("blobs", "entries"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def module_digests(target_names) -> dict:
+    """module name -> digest of its file's bytes, for the modules declaring `target_names`."""
+    modules = sorted({name.partition(":")[0] for name in target_names})
+    return {m: digest(module_file(m).read_bytes()) for m in modules}
+
+
+def module_file(module_name: str) -> Path:
+    """The source file of a module (imported or not), without importing it."""
+    module = sys.modules.get(module_name)
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        spec = importlib.util.find_spec(module_name)
+        origin = spec.origin if spec is not None else None
+    if origin is None:
+        raise StoreError(f"module '{module_name}' has no source file to digest")
+    return Path(origin)
+
+
+def _toolchain():
+    from .backend.toolchain import toolchain
+
+    return json.loads(json.dumps(toolchain(), default=str))

@@ -1,0 +1,163 @@
+"""Shipping kernels in a package: the example wheel, built, installed and launched.
+
+examples/package (kbdemo) is built into a wheel by pip with kbuild's setuptools hook
+(the real compiler builds its kernels into a temp store and `write_bundle` puts them in
+the wheel), installed with pip into a fresh virtual environment, and launched there
+from the bundle: under numba's simulator, and down to the driver boundary with the
+fake driver (exact cubin on sm_90, the sm_80 PTX on sm_86, nothing for sm_75). Every
+run there forbids building: a launch that needed a compile would fail. An edited
+installed module is caught by its source digest and named.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("wheel", reason="setuptools needs the 'wheel' package to build wheels")
+
+# Runs in the installed environment; any build or compile there is an error.
+NO_BUILDS = """
+import kbuild.build
+def _refuse(*a, **k):
+    raise AssertionError("a compile was attempted")
+kbuild.build.build = kbuild.build.compile_target = _refuse
+"""
+
+SIMULATED = NO_BUILDS + """
+import json, numpy as np
+from kbuild import Project
+proj = Project.load(package="kbdemo", on_miss="error")
+installed = proj.install()
+from kbdemo.kernels import saxpy, scale
+x = np.arange(8, dtype=np.float32)
+out = np.zeros_like(x)
+saxpy[1, 32](np.float32(2), x, x, out)
+scale[1, 32](out, np.float32(0.5))
+assert (out == 1.5 * x).all(), out
+print(json.dumps({"installed": installed, "describe": proj.describe(),
+                  "store": str(proj.store.root)}))
+"""
+
+FAKE_DRIVER = NO_BUILDS + """
+import json, sys, numpy as np
+from kbuild import Project
+from kbuild.backend import fakedriver
+proj = Project.load(package="kbdemo", on_miss="error")
+cc = tuple(int(c) for c in sys.argv[1])
+with fakedriver.installed(cc, proj.store) as fake:
+    x = fakedriver.device_array(np.arange(8, dtype=np.float32))
+    arch = "sm_" + sys.argv[1]
+    described = proj.describe(arch)
+    try:
+        proj.kernel("kbdemo.kernels:saxpy")[1, 32](np.float32(2), x, x, x)
+        proj.kernel("kbdemo.kernels:scale")[1, 32](x, np.float32(0.5))
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    print(json.dumps({"loads": [k.kind for k in fake.loads] if error is None else [],
+                      "launches": len(fake.launches), "error": error,
+                      "describe": [r["artifact"] for r in described]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel_env(tmp_path_factory):
+    """(built wheel, venv python, env) with kbdemo installed from the wheel."""
+    root = tmp_path_factory.mktemp("bundle")
+    shutil.copytree(REPO / "examples" / "package", root / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "_kbuild", "build", "*.egg-info"))
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root),
+               KBUILD_STORE=str(root / "store"), PIP_NO_INDEX="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+          "--no-index", "-w", str(root / "dist"), str(root / "src")], env, cwd=root)
+    wheel = next((root / "dist").glob("kbdemo-*.whl"))
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(root / "venv")
+    python = root / "venv" / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                     env, cwd=root).strip())
+    # This interpreter's own site-packages (numba-cuda, with its .pth redirect) behind
+    # the new environment's: this interpreter may itself be a virtual environment.
+    (site / "_kbuild_test_base.pth").write_text("".join(
+        f"import site; site.addsitedir({p!r})\n" for p in sys.path if p.endswith("site-packages")))
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+          "--no-index", str(wheel)], env, cwd=root)
+    return wheel, python, dict(env, KBUILD_STORE=str(root / "no-store")), site
+
+
+def _run(argv, env, cwd, check=True) -> str:
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout if check else done
+
+
+def _in_venv(wheel_env, code, *args, simulate=True):
+    wheel, python, env, _ = wheel_env
+    env = dict(env, NUMBA_ENABLE_CUDASIM="1") if simulate else env
+    return subprocess.run([str(python), "-c", code, *args], env=env, cwd=wheel.parent,
+                          capture_output=True, text=True)
+
+
+def test_the_wheel_carries_the_bundle(wheel_env):
+    import zipfile
+
+    wheel = wheel_env[0]
+    names = zipfile.ZipFile(wheel).namelist()
+    manifest = json.loads(zipfile.ZipFile(wheel).read("kbdemo/_kbuild/bundle.json"))
+    assert manifest["archs"] == ["sm_80", "sm_90"]
+    assert len(manifest["targets"]) == 4  # 2 kernels x 1 signature x 2 archs
+    assert set(manifest["modules"]) == {"kbdemo.kernels"}
+    entries = [n for n in names if "/_kbuild/store/v1/entries/" in n]
+    assert len(entries) == 4  # the kernels only: no device-function objects, no index
+    assert not [n for n in names if "/index/" in n or n.endswith("CACHEDIR.TAG")]
+    assert wheel.stat().st_size < 100_000
+
+
+def test_installed_wheel_launches_every_kernel_under_the_simulator(wheel_env):
+    done = _in_venv(wheel_env, SIMULATED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert "site-packages" in result["store"]  # the installed bundle, not the source tree
+    assert len(result["installed"]) == 2
+    assert [r["artifact"] for r in result["describe"]] == ["cubin", "cubin"]
+
+
+@pytest.mark.parametrize("cc, loads, error", [
+    ("90", ["cubin", "cubin"], None),  # the exact arch
+    ("86", ["ptx", "ptx"], None),  # the highest arch below: the driver JITs its PTX
+    ("75", [], "no usable artifact for device sm_75"),  # nothing at or below: on_miss
+])
+def test_fallback_chain_down_to_the_driver(wheel_env, cc, loads, error):
+    done = _in_venv(wheel_env, FAKE_DRIVER, cc, simulate=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["loads"] == loads
+    assert result["describe"] == (loads or ["error", "error"])
+    assert (result["error"] is None) == (error is None)
+    if error:
+        assert error in result["error"]
+    else:
+        assert result["launches"] == 2
+
+
+def test_an_edited_installed_module_is_named(wheel_env):
+    site = wheel_env[3]
+    module = site / "kbdemo" / "kernels.py"
+    original = module.read_text()
+    try:
+        module.write_text(original.replace("a * x + y", "a * x - y"))
+        done = _in_venv(wheel_env, SIMULATED)
+        assert done.returncode != 0
+        assert "kbdemo.kernels differ from the ones bundled" in done.stderr
+    finally:
+        module.write_text(original)
