@@ -150,7 +150,18 @@ def test_fallback_chain_down_to_the_driver(wheel_env, cc, loads, error):
         assert result["launches"] == 2
 
 
-def test_an_edited_installed_module_is_named(wheel_env):
+EDITED_JIT = """
+import json, numpy as np
+from kbuild import Project
+proj = Project.load(package="kbdemo", on_miss="jit")
+x = np.ones(4, dtype=np.float32)
+out = np.zeros_like(x)
+proj.kernel("saxpy")[1, 4](np.float32(2), x, x, out)
+print(json.dumps({"out": out.tolist(), "describe": [r["artifact"] for r in proj.describe()]}))
+"""
+
+
+def test_an_edited_installed_module_is_named_or_jitted(wheel_env):
     site = wheel_env[3]
     module = site / "kbdemo" / "kernels.py"
     original = module.read_text()
@@ -159,5 +170,27 @@ def test_an_edited_installed_module_is_named(wheel_env):
         done = _in_venv(wheel_env, SIMULATED)
         assert done.returncode != 0
         assert "kbdemo.kernels differ from the ones bundled" in done.stderr
+        done = _in_venv(wheel_env, EDITED_JIT)  # on_miss="jit": numba runs the edited code
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout.splitlines()[-1])
+        assert result == {"out": [1.0] * 4, "describe": ["jit", "jit"]}
     finally:
         module.write_text(original)
+
+
+def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_path):
+    wheel, _, env, _ = wheel_env
+    root = wheel.parent.parent
+    cli = [sys.executable, "-m", "kbuild", "--config", str(root / "src" / "kbuild.toml")]
+    out = _run(cli + ["--store", str(root / "store"), "bundle", str(tmp_path / "b"), "--json",
+                      "--arch", "sm_80"], env, cwd=tmp_path)
+    report = json.loads(out)
+    manifest = json.loads((tmp_path / "b" / "bundle.json").read_text())
+    assert report["targets"] == 2 and manifest["archs"] == ["sm_80"]
+    blobs = list((tmp_path / "b" / "store").rglob("blobs/*/*/*"))
+    assert report["blobs"] == len(blobs) == 4  # ptx + cubin per kernel, each stored once
+    assert report["bytes"] == sum(b.stat().st_size for b in blobs)
+    done = _run(cli + ["--store", str(tmp_path / "empty"), "bundle", str(tmp_path / "c")],
+                env, cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert "4 target(s) not built" in done.stderr and "Traceback" not in done.stderr
