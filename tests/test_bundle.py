@@ -150,6 +150,27 @@ def test_fallback_chain_down_to_the_driver(wheel_env, cc, loads, error):
         assert result["launches"] == 2
 
 
+INSTALLED_FAKE_DRIVER = NO_BUILDS + """
+import json, numpy as np
+from kbuild import Project
+from kbuild.backend import fakedriver
+proj = Project.load(package="kbdemo", on_miss="error")
+with fakedriver.installed((8, 6), proj.store) as fake:
+    proj.install()
+    from kbdemo.kernels import saxpy
+    type(saxpy).compile = _refuse  # numba's dispatcher must find the overload ready
+    x = fakedriver.device_array(np.arange(8, dtype=np.float32))
+    saxpy[1, 32](np.float32(2), x, x, x)
+    print(json.dumps({"loads": [k.kind for k in fake.loads], "launches": len(fake.launches)}))
+"""
+
+
+def test_install_hands_numba_the_bundled_ptx(wheel_env):
+    done = _in_venv(wheel_env, INSTALLED_FAKE_DRIVER, simulate=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"loads": ["ptx"], "launches": 1}
+
+
 EDITED_JIT = """
 import json, numpy as np
 from kbuild import Project
