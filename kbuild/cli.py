@@ -243,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bundle", parents=[common],
                        help="write the built kernels into a package directory (e.g. mypkg/_kbuild)")
     p.add_argument("dir", help="the bundle directory, inside the package")
-    p.add_argument("--arch", help="architectures to bundle, comma-separated (default: the declared)")
+    p.add_argument("--arch", help="archs to bundle, comma-separated (default: the declared)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=cmd_bundle)
     return parser
