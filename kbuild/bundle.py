@@ -31,8 +31,8 @@ def write_bundle(project, dest_dir, archs=None) -> dict:
     there); return a report: targets, blobs, bytes. Every target must be built."""
     dest = Path(dest_dir)
     the_plan = project.plan(None, archs)
-    missing = [t.label for t in the_plan.targets
-               if project.store.lookup(the_plan.keys[t].digest) is None]
+    entries = {t: project.fresh_entry(the_plan, t) for t in the_plan.targets}
+    missing = [t.label for t, manifest in entries.items() if manifest is None]
     if missing:
         raise StoreError(f"cannot bundle into {dest}: {len(missing)} target(s) not built in "
                          f"store {project.store.root} (first: {missing[0]}); "
@@ -41,7 +41,7 @@ def write_bundle(project, dest_dir, archs=None) -> dict:
         shutil.rmtree(dest / STORE_DIR)
     store = Store(dest / STORE_DIR)
     store.ensure_writable()
-    targets = [_copy_target(project.store, store, the_plan, t) for t in the_plan.targets]
+    targets = [_copy_target(project.store, store, t, entries[t]) for t in the_plan.targets]
     _prune(store)
     blobs, size = Store(dest / STORE_DIR, read_only=True).size()
     manifest = {
@@ -60,9 +60,9 @@ def write_bundle(project, dest_dir, archs=None) -> dict:
             "archs": manifest["archs"]}
 
 
-def _copy_target(source: Store, dest: Store, the_plan, target) -> dict:
-    key = the_plan.keys[target].digest
-    manifest = source.lookup(key)
+def _copy_target(source: Store, dest: Store, target, manifest: dict) -> dict:
+    """Copy the entry a launch uses (at its full key) with every blob it names."""
+    key = manifest["key"]
     for name in sorted(set(manifest["artifacts"].values())):
         if dest.put_blob(source.read_blob(name)) != name:
             raise StoreError(f"internal error: blob {name} changed while bundling")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .build import fresh_entry
 from .config import arch_cc
 from .discover import Target
 from .errors import LaunchError
@@ -147,7 +146,7 @@ class KernelLauncher:
         if target in the_plan.unkeyable:
             raise the_plan.unkeyable[target]
         # Two levels (static key, then what the compile observed): see build.fresh_entry.
-        return fresh_entry(the_plan, self.project.store, target)
+        return self.project.fresh_entry(the_plan, target)
 
     def _why_stale(self, target) -> str:
         rows = self.project.status([self.name], [target.arch])

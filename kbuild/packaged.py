@@ -102,6 +102,12 @@ class PackagedProject(Project):
         current = module_digests(k.name for k in self.config.kernels)
         return sorted(m for m in bundled if current.get(m) != bundled[m])
 
+    def fresh_entry(self, the_plan, target):
+        if not self.bundled:
+            return super().fresh_entry(the_plan, target)
+        key = the_plan.keys[target].digest
+        return self.store.lookup(key) if key else None
+
     def plan(self, names=None, archs=None):
         if not self.bundled:
             return super().plan(names, archs)

@@ -83,6 +83,11 @@ class Project:
 
     # -- building -----------------------------------------------------------
 
+    def fresh_entry(self, the_plan, target):
+        """The entry a launch of `target` uses, or None (see `build.fresh_entry`; a
+        packaged project answers from its bundle)."""
+        return _build.fresh_entry(the_plan, self.store, target)
+
     def plan(self, names=None, archs=None) -> _build.Plan:
         """Resolve and key the requested targets (cached per selection)."""
         cache_key = (tuple(names or ()), tuple(archs or ()))

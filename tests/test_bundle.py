@@ -209,7 +209,11 @@ def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_pa
     manifest = json.loads((tmp_path / "b" / "bundle.json").read_text())
     assert report["targets"] == 2 and manifest["archs"] == ["sm_80"]
     blobs = list((tmp_path / "b" / "store").rglob("blobs/*/*/*"))
-    assert report["blobs"] == len(blobs) == 4  # ptx + cubin per kernel, each stored once
+    named = [name for entry in (tmp_path / "b" / "store").rglob("entries/*/*.json")
+             for name in json.loads(entry.read_text())["artifacts"].values()]
+    assert report["blobs"] == len(blobs) == len(set(named))  # each blob stored once
+    assert {"ptx", "cubin"} <= {k for e in (tmp_path / "b" / "store").rglob("entries/*/*.json")
+                                for k in json.loads(e.read_text())["artifacts"]}
     assert report["bytes"] == sum(b.stat().st_size for b in blobs)
     done = _run(cli + ["--store", str(tmp_path / "empty"), "bundle", str(tmp_path / "c")],
                 env, cwd=tmp_path, check=False)
