@@ -219,3 +219,15 @@ def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_pa
                 env, cwd=tmp_path, check=False)
     assert done.returncode == 2
     assert "4 target(s) not built" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("package, message", [
+    ("kbuild_no_such_package", "package 'kbuild_no_such_package' is not installed"),
+    ("email", "package 'email' ships no kbuild bundle"),
+])
+def test_a_package_without_a_bundle_is_named(package, message):
+    from kbuild import Project
+    from kbuild.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        Project.load(package=package)
