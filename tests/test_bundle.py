@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytest.importorskip("wheel", reason="setuptools needs the 'wheel' package to build wheels")
+import wheel  # noqa: E402,F401 - in the test extras: setuptools needs it to build wheels
 
 # Runs in the installed environment; any build or compile there is an error.
 NO_BUILDS = """
