@@ -115,11 +115,22 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     """
     if not store.read_only:
         store.check_root()  # a file at the store path fails here, not with a warning per target
+        with store.shared():  # gc and clean wait for the build; it never loses what it made
+            return _build(the_plan, store, keep_going, jobs, progress, executor)
+    return _build(the_plan, store, keep_going, jobs, progress, executor)
+
+
+def expected(target: Target) -> dict:
+    """What a target's entry must name: the lookup of its key refuses any other's."""
+    return {"target": target.name, "signature": target.signature, "arch": target.arch}
+
+
+def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
     rows: dict[Target, Row] = {}
     todo = []
     for target in the_plan.targets:
         key = the_plan.keys[target].digest
-        manifest = store.lookup(key)
+        manifest = store.lookup(key, expected(target))
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
                                artifacts=dict(manifest["artifacts"]))
@@ -189,7 +200,7 @@ class _KeyLocks:
         from .store.locks import KeyLock
 
         self.store, self.the_plan = store, the_plan
-        self.locks = {t: KeyLock(store.base / "locks", the_plan.keys[t].digest) for t in todo}
+        self.locks = {t: KeyLock(store.root, the_plan.keys[t].digest) for t in todo}
         self.mine = [t for t in todo if self.locks[t].try_acquire()]
         # Waiters take locks in one global order (by key), so they never wait in a cycle.
         self.others = sorted((t for t in todo if t not in self.mine),
@@ -216,7 +227,7 @@ class _KeyLocks:
         return left
 
     def _take_cached(self, target, rows) -> bool:
-        manifest = self.store.lookup(self.the_plan.keys[target].digest)
+        manifest = self.store.lookup(self.the_plan.keys[target].digest, expected(target))
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch,
                                self.the_plan.keys[target].digest, "cached",
@@ -282,8 +293,9 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor):
     recipes, first, waiting = {}, [], []
     makers = set()
     nodes = the_plan.nodes_by_ident()
-    lookup = _memo_hits(store.lookup)
+    lookups = {}
     for target in todo:
+        lookup = lookups.setdefault(target.arch, _memo_hits(store.lookup, target.arch))
         found = _recipe(the_plan, lookup, target, nodes)
         if isinstance(found, Recipe):
             recipes[target] = found
@@ -297,7 +309,7 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor):
     yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
     later = []
     for target in waiting:
-        found = _recipe(the_plan, lookup, target, nodes)
+        found = _recipe(the_plan, lookups[target.arch], target, nodes)
         if isinstance(found, Recipe):
             recipes[target] = found
         else:
@@ -306,14 +318,15 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor):
                     + [(t, None) for t in later], jobs, store, executor)
 
 
-def _memo_hits(lookup):
-    """`lookup`, remembering hits: an object shared by many targets is read and verified
-    once per build. Misses are asked again (the first wave commits new objects)."""
+def _memo_hits(lookup, arch: str):
+    """`lookup` of `arch`'s objects, remembering hits: an object shared by many targets is
+    read and verified once per build. Misses are asked again (the first wave commits new
+    objects)."""
     hits = {}
 
     def remembered(key):
         if key not in hits:
-            manifest = lookup(key)
+            manifest = lookup(key, {"kind": "object", "arch": arch})
             if manifest is None:
                 return None
             hits[key] = manifest

@@ -41,6 +41,7 @@ class ProjectConfig:
     max_size: int | None = None  # [store] max_size, in bytes
     remote: str | None = None  # [store] remote: a shared cache URL (see remote.py)
     remote_timeout: float | None = None  # [store] remote_timeout, seconds per remote call
+    signing_key_env: str | None = None  # [store] signing_key_env: the variable holding the key
 
     @property
     def root(self) -> Path:
@@ -87,6 +88,7 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
         from .store.remote import parse_timeout
 
         remote_timeout = parse_timeout(remote_timeout, f"{path}: [store] remote_timeout")
+    signing_key_env = _typed(store_table, "signing_key_env", str, path, "store", default=None)
     kernels_table = _table(data, "kernels", path, required=True)
     if not kernels_table:
         raise ConfigError(f"{path}: [kernels] declares no kernel; "
@@ -101,6 +103,7 @@ def _parse(path: Path, data: dict) -> ProjectConfig:
         kernels=kernels,
         remote=remote or None,
         remote_timeout=remote_timeout,
+        signing_key_env=signing_key_env or None,
     )
 
 

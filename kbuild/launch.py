@@ -88,7 +88,9 @@ class KernelLauncher:
     def _fresh_manifest(self, target):
         # The launcher's own plan (every declared arch; `target.arch` is one of them).
         the_plan = self.project.plan([self.name])
-        return self.project.store.lookup(the_plan.keys[target].digest)
+        from .build import expected
+
+        return self.project.store.lookup(the_plan.keys[target].digest, expected(target))
 
     def _why_stale(self, target) -> str:
         rows = self.project.status([self.name], [target.arch])

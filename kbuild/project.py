@@ -119,7 +119,7 @@ class Project:
             node = the_plan.keys[target]
             row = {"target": target.name, "signature": target.signature, "arch": target.arch,
                    "key": node.digest}
-            if self.store.lookup(node.digest) is not None:
+            if self.store.lookup(node.digest, _build.expected(target)) is not None:
                 row.update(status="up-to-date", reasons=[])
             elif node.digest in self.store.damage:
                 # Nothing changed, but what the store holds for this key is unusable.
@@ -158,6 +158,10 @@ class Project:
 
     def clean(self, everything: bool = False) -> dict:
         """Remove this project's entries (or all) and blobs no remaining entry uses."""
+        with self.store.exclusive("clean"):  # never under a running build
+            return self._clean(everything)
+
+    def _clean(self, everything: bool) -> dict:
         removed = objects = 0
         for key, manifest in list(self.store.entries()):
             # By project name only: another project may declare a target of the same name.
