@@ -62,6 +62,14 @@ def entry_relpath(key: str) -> str:
 class CorruptBlob(Exception):
     """A blob is missing or its bytes do not match its name."""
 
+    def __init__(self, name: str, state: str, detail: str = ""):
+        self.name, self.state, self.detail = name, state, detail
+        super().__init__(f"blob {name} is {state}" + (f" ({detail})" if detail else ""))
+
+    def named_by_entry(self) -> str:
+        """How an entry naming this blob is described: 'names corrupt blob X (...)'."""
+        return f"names {self.state} blob {self.name}" + (f" ({self.detail})" if self.detail else "")
+
 
 class Store:
     """One store directory. `warnings` collects problems healed along the way.
@@ -155,24 +163,24 @@ class Store:
         try:
             return self._read_verified(name, size)
         except CorruptBlob as exc:
-            if "missing" not in str(exc):
+            if exc.state in ("corrupt", "unreadable"):
                 self.warnings.append(str(exc) + ("" if self.read_only else "; removed"))
             raise
 
     def _read_verified(self, name: str, size: int | None) -> bytes:
         if not isinstance(name, str) or not HEX32.match(name):
-            raise CorruptBlob(f"'{str(name)[:40]}' is not a blob name (32 hex digits)")
+            raise CorruptBlob(str(name)[:40], "not a blob name", "32 hex digits")
         rel = f"{LAYOUT}/{blob_relpath(name)}"
         try:
             data, _ = tree.read_file(self.root, rel, MAX_BLOB if size is None else size)
         except (FileNotFoundError, NotADirectoryError):
-            raise CorruptBlob(f"blob {name} is missing") from None
+            raise CorruptBlob(name, "missing") from None
         except OSError as exc:
             self._remove(rel)
-            raise CorruptBlob(f"blob {name} is unreadable ({exc.strerror or exc})") from None
+            raise CorruptBlob(name, "unreadable", str(exc.strerror or exc)) from None
         if digest(data) != name:
             self._remove(rel)
-            raise CorruptBlob(f"blob {name} is corrupt (its bytes do not match its hash)")
+            raise CorruptBlob(name, "corrupt", "its bytes do not match its hash")
         return data
 
     def blob_names(self):
@@ -250,7 +258,7 @@ class Store:
                 else:
                     facts = self._blob_facts(name, kind, sizes.get(kind))
             except CorruptBlob as exc:
-                return f"names a bad blob ({exc})"
+                return exc.named_by_entry()
             except BinaryError as exc:
                 return f"names a {kind} blob that is not one ({exc})"
             problem = artifact_problem(manifest, kind, facts)
