@@ -120,9 +120,14 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     return _build(the_plan, store, keep_going, jobs, progress, executor)
 
 
-def expected(target: Target) -> dict:
-    """What a target's entry must name: the lookup of its key refuses any other's."""
-    return {"target": target.name, "signature": target.signature, "arch": target.arch}
+def expected(target: Target, kernel=None) -> dict:
+    """What a target's entry must name (and, given its `kernel`, the kernel its entry
+    symbol must be): the lookup of its key refuses any other's."""
+    from .backend.binaries import kernel_entry_prefix
+
+    found = {"target": target.name, "signature": target.signature, "arch": target.arch}
+    prefix = kernel_entry_prefix(kernel) if kernel is not None else None
+    return dict(found, entry_prefix=prefix) if prefix else found
 
 
 def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
@@ -130,7 +135,7 @@ def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
     todo = []
     for target in the_plan.targets:
         key = the_plan.keys[target].digest
-        manifest = store.lookup(key, expected(target))
+        manifest = store.lookup(key, expected(target, the_plan.kernels[target.name].kernel))
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
                                artifacts=dict(manifest["artifacts"]))
@@ -227,7 +232,8 @@ class _KeyLocks:
         return left
 
     def _take_cached(self, target, rows) -> bool:
-        manifest = self.store.lookup(self.the_plan.keys[target].digest, expected(target))
+        manifest = self.store.lookup(self.the_plan.keys[target].digest, expected(
+            target, self.the_plan.kernels[target.name].kernel))
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch,
                                self.the_plan.keys[target].digest, "cached",

@@ -361,10 +361,11 @@ def cmd_keys(args) -> int:
 
 def cmd_export(args) -> int:
     from .store.archive import export_archive
+    from .store.signing import signing_key
 
     project, the_plan = _planned(args)
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
-                            args.file)
+                            args.file, key=signing_key(project.config))
     if args.json:
         _print_json(result)
     else:
@@ -375,9 +376,10 @@ def cmd_export(args) -> int:
 
 def cmd_import(args) -> int:
     from .store.archive import import_archive
+    from .store.signing import signing_key
 
     store = _store_only(args)
-    result = import_archive(store, args.file)
+    result = import_archive(store, args.file, key=signing_key(args._config))
     if args.json:
         _print_json(result)
     else:
@@ -452,6 +454,7 @@ def _store_only(args, read_only: bool = False):
         cfg = load_config(args.config) if args.config or not args.store else None
     except ConfigError:
         cfg = None
+    args._config = cfg
     args._store = Store(default_store(cfg, args.store), read_only=read_only)
     return args._store
 

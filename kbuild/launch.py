@@ -90,7 +90,8 @@ class KernelLauncher:
         the_plan = self.project.plan([self.name])
         from .build import expected
 
-        return self.project.store.lookup(the_plan.keys[target].digest, expected(target))
+        return self.project.store.lookup(the_plan.keys[target].digest,
+                                         expected(target, self.resolved.kernel))
 
     def _why_stale(self, target) -> str:
         rows = self.project.status([self.name], [target.arch])

@@ -119,7 +119,8 @@ class Project:
             node = the_plan.keys[target]
             row = {"target": target.name, "signature": target.signature, "arch": target.arch,
                    "key": node.digest}
-            if self.store.lookup(node.digest, _build.expected(target)) is not None:
+            if self.store.lookup(node.digest, _build.expected(
+                    target, the_plan.kernels[target.name].kernel)) is not None:
                 row.update(status="up-to-date", reasons=[])
             elif node.digest in self.store.damage:
                 # Nothing changed, but what the store holds for this key is unusable.

@@ -18,7 +18,7 @@ import json
 import re
 from itertools import accumulate
 
-from ..backend.binaries import BinaryError, Facts, arch_number
+from ..backend.binaries import BinaryError, Facts, arch_number, names_kernel
 
 MANIFEST_SCHEMA = 1
 OBJECT_KIND = "object"  # a separately compiled object's entry (see `objects`), not a target's
@@ -112,7 +112,12 @@ def _object_problem(manifest: dict) -> str | None:
 
 
 def _binding_problem(manifest: dict, expect: dict) -> str | None:
-    for field in sorted(expect):
+    """`expect`: fields the manifest must hold, and `entry_prefix` (the kernel's mangled
+    module and name, see `binaries.entry_prefix`) its entry symbol must start with."""
+    prefix = expect.get("entry_prefix")
+    if prefix and not names_kernel(str(manifest.get("entry")), prefix):
+        return f"its entry symbol {str(manifest.get('entry'))[:60]} is another kernel's"
+    for field in sorted(set(expect) - {"entry_prefix"}):
         if manifest.get(field) != expect[field]:
             return (f"it names {field} {str(manifest.get(field))[:80]!r}, "
                     f"not {str(expect[field])[:80]!r}")

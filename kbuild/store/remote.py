@@ -209,7 +209,7 @@ class RemoteTier:
         except EntryProblem as exc:
             problem = str(exc)
         if problem:
-            self._reject(store, f"entry {key} is refused ({problem})")
+            self._reject(store, f"entry {key} is invalid ({problem})")
             return None
         return manifest
 
