@@ -53,9 +53,14 @@ def _open_child(fd: int, name: str, create: bool) -> int:
             pass
         return _open_child(fd, name, False)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        if not create:
             raise NotPlain(exc.errno, f"{name} is not a plain directory") from None
-        raise
+        # Writing where a link or a file stands in for a folder: the tree is kbuild's, so
+        # the link itself goes (never what it names) and a real folder takes its place.
+        os.unlink(name, dir_fd=fd)
+        return _open_child(fd, name, True)
 
 
 def _split(rel: str):
