@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from ..keying.encode import digest
 from ..errors import ConfigError
@@ -151,8 +151,8 @@ def url_secrets(url: str) -> tuple:
         return ()
     found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True)
               if _secret_param(k) and v]
-    return tuple(sorted({x for s in found for x in (s, quote(s, safe=""))}, key=len,
-                        reverse=True))
+    return tuple(sorted({x for s in found for x in (s, quote(s, safe=""), unquote(s)) if x},
+                        key=len, reverse=True))
 
 
 def scrub(text: str, secrets) -> str:
