@@ -166,7 +166,7 @@ def test_a_manifest_naming_a_missing_blob_is_a_miss_and_is_removed(store, artifa
     manifest = commit_entry(store)
     store.blob_path(manifest["artifacts"][artifact]).unlink()
     assert store.lookup(KEY) is None
-    assert any(KEY in w and "is missing" in w for w in store.warnings), store.warnings
+    assert any(KEY in w and "missing blob" in w for w in store.warnings), store.warnings
     assert not store.entry_path(KEY).exists()
     assert reopen(store).lookup(KEY) is None
 

@@ -175,5 +175,5 @@ def test_a_randomly_damaged_store_never_serves_a_wrong_binary(clean, run_kbuild,
         assert _snapshot(outside) == before, f"a file outside the store changed after {mutated}"
         assert not (project / "v1").exists()
         rounds += 1
-    assert rounds >= min(ROUNDS, 4), f"only {rounds} rounds ran in {TIME_BUDGET}s"
+    assert rounds >= min(ROUNDS, 2), f"only {rounds} rounds ran in {TIME_BUDGET}s"
     print(f"fuzz: {rounds} rounds in {time.monotonic() - started:.1f}s (seed {SEED})")

@@ -43,7 +43,7 @@ _LAYOUT_DIRS = ("blobs", "entries", "tmp")
 _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
                  b"# This file is a cache directory tag created by kbuild.\n"
                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
-_FACTS: dict = {}  # (blob name, kind) -> (file identity, Facts): what this process verified
+_FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
 
 __all__ = ["LAYOUT", "MANIFEST_SCHEMA", "OBJECT_KIND", "CorruptBlob", "Store", "atomic_write",
            "blob_relpath", "entry_relpath", "is_object"]
@@ -88,6 +88,7 @@ class Store:
         self.damage: dict[str, str] = {}  # key -> what was wrong with its entry, as found
         self.lock = StoreLock(self.root)
         self._cannot_write: str | None = None
+        self._touched: set[str] = set()  # entries marked used by this process
 
     # -- set-up -------------------------------------------------------------
 
@@ -193,16 +194,17 @@ class Store:
 
     def _blob_facts(self, name: str, kind: str, size: int | None):
         """The facts of blob `name` read as `kind`: verified and parsed once per process
-        while the file stays the same (its identity is its inode, size and mtime)."""
-        info = tree.lstat(self.root, f"{LAYOUT}/{blob_relpath(name)}")
-        ident = info and (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        while the file stays the same one (one lstat: its inode, size and mtime)."""
+        try:
+            info = os.lstat(self.blob_path(name))
+            ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        except (OSError, ValueError):
+            ident = None
         known = _FACTS.get((str(self.root), name, kind))
-        if ident and known and known[0] == ident:
-            return known[1]
-        data = self._read_verified(name, size)
-        facts = artifact_facts(kind, data)
-        _FACTS[(str(self.root), name, kind)] = (ident, facts)
-        return facts
+        if ident is None or known is None or known[0] != ident:
+            known = _FACTS[(str(self.root), name, kind)] = (ident, artifact_facts(
+                kind, self._read_verified(name, size)))
+        return known[1]
 
     def _holds(self, name: str, size: int) -> bool:
         """Whether the blob file exists, is regular and matches its name."""
@@ -268,6 +270,9 @@ class Store:
 
     def _touch(self, key: str) -> None:
         # The entry file's mtime is its last use: `kbuild gc` evicts the oldest first.
+        if key in self._touched:
+            return
+        self._touched.add(key)
         if not self.read_only and self._cannot_write is None:
             try:
                 tree.touch(self.root, f"{LAYOUT}/{entry_relpath(key)}")

@@ -39,17 +39,28 @@ def is_object(manifest: dict) -> bool:
 
 
 def load_json(text: str, what: str = "JSON", limit: int = MAX_JSON_BYTES):
-    """`text` parsed, when it is at most `limit` characters and MAX_JSON_DEPTH deep."""
+    """`text` parsed, when it is at most `limit` characters and MAX_JSON_DEPTH deep.
+
+    The depth is counted over brackets in one C-speed pass that ignores strings (their
+    brackets only ever make it err high, and then the exact count below decides); JSON
+    that slips past it (closing brackets in strings) is still refused when the parser
+    itself runs out of depth.
+    """
     if len(text) > limit:
         raise EntryProblem(f"{what} is larger than {limit} bytes")
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    depth = max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
-    if depth > MAX_JSON_DEPTH:
+    if _depth(_NOT_BRACKET.sub("", text)) > MAX_JSON_DEPTH and \
+            _depth(_NOT_BRACKET.sub("", _STRING.sub("", text))) > MAX_JSON_DEPTH:
         raise EntryProblem(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        raise EntryProblem(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
         raise EntryProblem(f"{what} is not valid JSON") from None
+
+
+def _depth(brackets: str) -> int:
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
 
 
 def parse_manifest(key: str, text: str, expect: dict | None = None) -> dict:
