@@ -396,7 +396,7 @@ def _another_targets_artifacts(store, built):
     row, other = built.row(SAXPY), next(r for r in built.rows if r["target"] != SAXPY)
     path = entry_files(store)[row["key"]]
     path.write_text(json.dumps({**json.loads(path.read_text()), "artifacts": other["artifacts"]}))
-    return {row["key"]}, "is not its own binary"
+    return {row["key"]}, "not its own binary"
 
 
 DAMAGE = {"truncated-blob": _truncate_cubin, "manifest-not-json": _garble_manifest,

@@ -265,7 +265,7 @@ class Store:
                 return f"names a {kind} blob that is not one ({exc})"
             problem = artifact_problem(manifest, kind, facts)
             if problem:
-                return f"is not its own binary: {problem}"
+                return f"is corrupt: not its own binary ({problem})"
         return None
 
     def _touch(self, key: str) -> None:
@@ -360,6 +360,10 @@ class Store:
                                      4 << 20)
             return data.decode("utf-8")
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        except tree.NotPlain as exc:
+            self._damaged(key, f"entry {key} is corrupt ({exc.strerror})")
+            self.remove_entry(key)
             return None
         except (OSError, UnicodeDecodeError) as exc:
             self._damaged(key, f"entry {key} is unreadable ({getattr(exc, 'strerror', None) or exc})")
