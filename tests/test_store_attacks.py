@@ -459,21 +459,57 @@ def test_a_full_disk_is_one_error_line(built, kb, tmp_path, run_kbuild):
     assert len(errors) == 1 and "cannot write to store" in errors[0], proc.stderr
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_a_read_only_store_with_damage_warns_once_per_problem(built, clone, kb):
-    set_entry(clone, built.row(SAXPY)["key"], schema=99)
-    for path in [clone, *clone.rglob("*")]:
-        if path.is_dir() and not path.is_symlink():
-            path.chmod(0o555)
-    try:
-        result = kb(clone, "status", "--arch", ARCH)
-        assert_clean_failure_or_success(result)
-        warnings = [w for w in result.stderr.splitlines() if "warning" in w]
-        assert len(warnings) <= 2, result.stderr
-    finally:
-        for path in [clone, *clone.rglob("*")]:
-            if path.is_dir() and not path.is_symlink():
-                path.chmod(0o755)
+def _can_mount() -> bool:
+    import shutil
+
+    return bool(shutil.which("unshare")) and subprocess.run(
+        ["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+def _in_mount(built, tmp_path, setup: str, *args):
+    """`kbuild *args` in a private mount namespace after `setup` (sh) made the store."""
+    env = {k: v for k, v in os.environ.items() if k != "KBUILD_STORE"}
+    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "c"))
+    script = f'set -e; {setup}; exec "$@"'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m",
+                           "kbuild", *args], cwd=built.project, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.skipif(not _can_mount(), reason="needs `unshare -rm` to mount a file system")
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_read_only_store_serves_its_entries_and_fails_clearly_to_write(
+        built, clone, tmp_path, damaged):
+    if damaged:
+        set_entry(clone, built.row(SAXPY)["key"], schema=99)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    setup = f"mount -t tmpfs tmpfs {ro}; cp -a {clone}/. {ro}; mount -o remount,ro {ro}"
+    result = _in_mount(built, tmp_path, setup, "build", "--arch", ARCH, "--store", str(ro))
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    if not damaged:
+        assert result.returncode == 0 and lines == [], result.stderr  # no warning at all
+        return
+    assert result.returncode == 2, result.stderr
+    assert [line for line in lines if line.startswith("kbuild: error:")] == [
+        f"kbuild: error: store {ro} is not writable (Read-only file system); "
+        "pass --store DIR or set KBUILD_STORE to a writable directory"]
+    warnings = [line for line in lines if line.startswith("kbuild: warning:")]
+    assert len(warnings) == 2, result.stderr  # the damage, and that it cannot be removed
+    assert "cannot be changed" in warnings[1]
+
+
+@pytest.mark.skipif(not _can_mount(), reason="needs `unshare -rm` to mount a file system")
+def test_a_store_on_a_full_file_system_is_one_error_line(built, tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    result = _in_mount(built, tmp_path, f"mount -t tmpfs -o size=48k tmpfs {full}",
+                       "build", "--arch", ARCH, "--store", str(full), "-j1")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kbuild: error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr
 
 
 @pytest.mark.parametrize("line", ['{"built": "many", "cached": null}', "[1, 2]", "[" * 5000,
