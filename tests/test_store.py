@@ -31,7 +31,7 @@ def commit_entry(store: Store, key: str = KEY) -> dict:
     """One committed entry with two blobs; returns the manifest as `lookup` gives it."""
     artifacts = {"ptx": store.put_blob(PTX), "cubin": store.put_blob(CUBIN)}
     store.commit(key, {"target": "pkg.mod:k", "signature": "void()", "arch": "sm_80",
-                       "artifacts": artifacts, "entry": "k", "cooperative": False})
+                       "artifacts": artifacts, "entry": "k", "cooperative": False, "inputs": []})
     return store.lookup(key)
 
 
@@ -148,6 +148,8 @@ ENTRY_DAMAGE = {
     "sizes-not-numbers": lambda m: json.dumps({**m, "sizes": {"ptx": "big"}}),
     "entry-of-another-kernel": lambda m: json.dumps({**m, "entry": "other"}),
     "built-for-another-arch": lambda m: json.dumps({**m, "arch": "sm_90"}),
+    "inputs-malformed": lambda m: json.dumps({**m, "inputs": [["target", 1]]}),
+    "built-at-a-number": lambda m: json.dumps({**m, "built_at": 5}),
 }
 
 
@@ -283,7 +285,8 @@ def test_an_entry_for_another_target_is_corrupt_and_warned_once(store, field, va
 ])
 def test_artifacts_that_disagree_with_their_manifest_are_corrupt(store, ptx, cubin, problem):
     artifacts = {"ptx": store.put_blob(ptx), "cubin": store.put_blob(cubin)}
-    store.commit(KEY, {**EXPECT, "artifacts": artifacts, "entry": "k", "cooperative": False})
+    store.commit(KEY, {**EXPECT, "artifacts": artifacts, "entry": "k", "cooperative": False,
+                       "inputs": []})
     assert store.lookup(KEY, EXPECT) is None
     assert any(problem in w for w in store.warnings), store.warnings
     assert not store.entry_path(KEY).exists()

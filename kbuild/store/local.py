@@ -366,7 +366,8 @@ class Store:
             self.remove_entry(key)
             return None
         except (OSError, UnicodeDecodeError) as exc:
-            self._damaged(key, f"entry {key} is unreadable ({getattr(exc, 'strerror', None) or exc})")
+            reason = getattr(exc, "strerror", None) or exc
+            self._damaged(key, f"entry {key} is unreadable ({reason})")
             self.remove_entry(key)
             return None
 

@@ -90,6 +90,9 @@ def _shape_problem(key: str, manifest) -> str | None:
         return "sizes are malformed"
     if not isinstance(manifest.get("arch"), str):
         return "no arch"
+    for field, kind in _OPTIONAL:
+        if field in manifest and not isinstance(manifest[field], kind):
+            return f"{field} is not a {kind.__name__}"
     if is_object(manifest):
         return _object_problem(manifest)
     if sorted(artifacts) != sorted(TARGET_KINDS):
@@ -99,7 +102,21 @@ def _shape_problem(key: str, manifest) -> str | None:
             return f"no {field}"
     if not isinstance(manifest.get("cooperative"), bool):
         return "no cooperative flag"
+    if not _inputs_ok(manifest.get("inputs")):
+        return "inputs are malformed"
     return None
+
+
+# Fields older or other kbuilds may leave out, but never of another type.
+_OPTIONAL = (("built_at", str), ("project", str), ("link", dict), ("function", str))
+
+
+def _inputs_ok(inputs) -> bool:
+    """The key tree a target was built from, as `explain` reads it: [[path], text, digest]."""
+    return isinstance(inputs, list) and all(
+        isinstance(row, list) and len(row) == 3 and isinstance(row[0], list)
+        and all(isinstance(p, str) for p in row[0]) and isinstance(row[1], str)
+        and isinstance(row[2], str) for row in inputs)
 
 
 def _object_problem(manifest: dict) -> str | None:
