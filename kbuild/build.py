@@ -14,6 +14,7 @@ from .keying.keys import Keyer, KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
 from .store.local import Store
+from .store.manifest import built_problem
 from .backend.toolchain import codegen_config, toolchain
 
 
@@ -344,7 +345,12 @@ def _memo_hits(lookup, arch: str):
 def _recipe(the_plan: Plan, lookup, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
-    return resolve(the_plan.keys[target], nodes, lookup)
+    try:
+        return resolve(the_plan.keys[target], nodes, lookup)
+    except (KeyError, TypeError, ValueError):
+        # A stored object valid on its own but not as the kind the recipe needs (a device
+        # object's manifest under a kernel object's key): compile instead of relinking.
+        return Unresolved("a stored object does not fit the recipe")
 
 
 def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
@@ -403,6 +409,8 @@ def link_target(the_plan: Plan, store: Store, target: Target, recipe: Recipe):
                           max_registers=options.get("max_registers"))
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target)
+    if built_problem(target.arch, recipe.entry, {"ptx": ptx, "cubin": cubin}):
+        return compile_target(the_plan, target)  # objects that link into another kernel
     artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
                           link={"mode": "relink", "objects": [k for k, _ in recipe.objects]})
     return artifacts, time.perf_counter() - start

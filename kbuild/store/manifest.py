@@ -18,7 +18,7 @@ import json
 import re
 from itertools import accumulate
 
-from ..backend.binaries import BinaryError, Facts, arch_number, names_kernel
+from ..backend.binaries import BinaryError, Facts, arch_number, artifact_facts, names_kernel
 
 MANIFEST_SCHEMA = 1
 OBJECT_KIND = "object"  # a separately compiled object's entry (see `objects`), not a target's
@@ -164,5 +164,19 @@ def artifact_problem(manifest: dict, kind: str, facts: Facts) -> str | None:
     return None
 
 
+def built_problem(arch: str, entry: str, artifacts: dict) -> str | None:
+    """Why freshly made artifacts (kind -> bytes) are not `entry`'s for `arch`, else None:
+    a relink from stored objects is checked before it is committed."""
+    manifest = {"arch": arch, "entry": entry}
+    for kind, data in sorted(artifacts.items()):
+        try:
+            problem = artifact_problem(manifest, kind, artifact_facts(kind, data))
+        except BinaryError as exc:
+            problem = str(exc)
+        if problem:
+            return problem
+    return None
+
+
 __all__ = ["BinaryError", "EntryProblem", "HEX32", "MANIFEST_SCHEMA", "OBJECT_KIND",
-           "artifact_problem", "is_object", "load_json", "parse_manifest"]
+           "artifact_problem", "built_problem", "is_object", "load_json", "parse_manifest"]
