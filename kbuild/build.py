@@ -15,6 +15,7 @@ from .keying.keys import Keyer, KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
 from .store.local import CorruptBlob, Store
+from .store.manifest import built_problem
 from .backend.toolchain import codegen_config, toolchain
 
 
@@ -186,6 +187,22 @@ def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int =
     """
     if not store.read_only:
         store.check_root()  # a file at the store path fails here, not with a warning per target
+        with store.shared():  # gc and clean wait for the build; it never loses what it made
+            return _build(the_plan, store, keep_going, jobs, progress, executor)
+    return _build(the_plan, store, keep_going, jobs, progress, executor)
+
+
+def expected(target: Target, kernel=None) -> dict:
+    """What a target's entry must name (and, given its `kernel`, the kernel its entry
+    symbol must be): the lookup of its key refuses any other's."""
+    from .backend.binaries import kernel_entry_prefix
+
+    found = {"target": target.name, "signature": target.signature, "arch": target.arch}
+    prefix = kernel_entry_prefix(kernel) if kernel is not None else None
+    return dict(found, entry_prefix=prefix) if prefix else found
+
+
+def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
     rows: dict[Target, Row] = {}
     todo = []
     current = current_digests(the_plan)
@@ -267,7 +284,7 @@ class _KeyLocks:
         from .store.locks import KeyLock
 
         self.store, self.the_plan, self.current = store, the_plan, current
-        self.locks = {t: KeyLock(store.base / "locks", the_plan.keys[t].digest) for t in todo}
+        self.locks = {t: KeyLock(store.root, the_plan.keys[t].digest) for t in todo}
         self.mine = [t for t in todo if self.locks[t].try_acquire()]
         # Waiters take locks in one global order (by key), so they never wait in a cycle.
         self.others = sorted((t for t in todo if t not in self.mine),
@@ -392,7 +409,8 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     with no record (made before observations were kept) is not fresh.
     """
     key = the_plan.keys[target].digest
-    manifest = store.lookup(key)
+    bound = expected(target, the_plan.kernels[target.name].kernel)
+    manifest = store.lookup(key, bound)
     if manifest is None:
         return None
     record = observed_record(store, manifest)
@@ -401,7 +419,7 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     found = obs.matching_set(record, current or current_digests(the_plan))
     if found is None:
         return None
-    return manifest if found is record.sets[0] else store.lookup(found.key)
+    return manifest if found is record.sets[0] else store.lookup(found.key, bound)
 
 
 def observed_record(store: Store, manifest: dict) -> obs.Record | None:
@@ -449,9 +467,10 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None
     recipes, first, waiting = {}, [], []
     makers = set()
     nodes = the_plan.nodes_by_ident()
-    lookup = _memo_hits(store.lookup)
+    lookups = {}
     current = current or current_digests(the_plan)
     for target in todo:
+        lookup = lookups.setdefault(target.arch, _memo_hits(store.lookup, target.arch))
         found = _recipe(the_plan, store, lookup, target, nodes, current)
         if isinstance(found, _Relink):
             recipes[target] = found
@@ -465,7 +484,7 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None
     yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
     later = []
     for target in waiting:
-        found = _recipe(the_plan, store, lookup, target, nodes, current)
+        found = _recipe(the_plan, store, lookups[target.arch], target, nodes, current)
         if isinstance(found, _Relink):
             recipes[target] = found
         else:
@@ -474,14 +493,15 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None
                     + [(t, None) for t in later], jobs, store, executor)
 
 
-def _memo_hits(lookup):
-    """`lookup`, remembering hits: an object shared by many targets is read and verified
-    once per build. Misses are asked again (the first wave commits new objects)."""
+def _memo_hits(lookup, arch: str):
+    """`lookup` of `arch`'s objects, remembering hits: an object shared by many targets is
+    read and verified once per build. Misses are asked again (the first wave commits new
+    objects)."""
     hits = {}
 
     def remembered(key):
         if key not in hits:
-            manifest = lookup(key)
+            manifest = lookup(key, {"kind": "object", "arch": arch})
             if manifest is None:
                 return None
             hits[key] = manifest
@@ -501,7 +521,12 @@ class _Relink:
 def _recipe(the_plan: Plan, store: Store, lookup, target: Target, nodes: dict, current):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
-    found = resolve(the_plan.keys[target], nodes, lookup)
+    try:
+        found = resolve(the_plan.keys[target], nodes, lookup)
+    except (KeyError, TypeError, ValueError):
+        # A stored object valid on its own but not as the kind the recipe needs (a device
+        # object's manifest under a kernel object's key): compile instead of relinking.
+        return Unresolved("a stored object does not fit the recipe")
     if not isinstance(found, Recipe):
         return found
     rows = {}
@@ -598,6 +623,8 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: _Relink):
                           max_registers=options.get("max_registers"))
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target)
+    if built_problem(target.arch, recipe.entry, {"ptx": ptx, "cubin": cubin}):
+        return compile_target(the_plan, target)  # objects that link into another kernel
     artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
                           link={"mode": "relink", "objects": [k for k, _ in recipe.objects]},
                           observed=relink.observed)

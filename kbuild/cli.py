@@ -723,6 +723,7 @@ def cmd_keys(args) -> int:
 
 def cmd_export(args) -> int:
     from .store.archive import export_archive
+    from .store.signing import signing_key
 
     if not args.file.endswith(ARCHIVE_SUFFIXES):
         raise UsageError(f"export: cannot write {args.file!r}: kbuild writes tar archives; "
@@ -731,7 +732,7 @@ def cmd_export(args) -> int:
     for error in [*the_plan.failed.values(), *the_plan.unkeyable.values()]:
         raise error  # an archive missing targets would look complete to whoever imports it
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
-                            args.file)
+                            args.file, key=signing_key(project.config))
     if args.json:
         _print_json(result)
     else:
@@ -757,9 +758,10 @@ def cmd_bundle(args) -> int:
 
 def cmd_import(args) -> int:
     from .store.archive import import_archive
+    from .store.signing import signing_key
 
     store = _store_only(args)
-    result = import_archive(store, args.file)
+    result = import_archive(store, args.file, key=signing_key(args._config))
     if args.json:
         _print_json(result)
     else:
@@ -892,6 +894,7 @@ def _store_only(args, read_only: bool = False):
         cfg = load_config(args.config) if args.config or not args.store else None
     except ConfigError:
         cfg = None
+    args._config = cfg
     args._store = Store(default_store(cfg, args.store), read_only=read_only)
     return args._store
 

@@ -19,7 +19,7 @@ PYPROJECT = "pyproject.toml"  # its [tool.kbuild] table, when no kbuild.toml is 
 SCHEMA = {
     "": ("project", "store", "kernels"),
     "project": ("name", "paths", "arch", "store"),
-    "store": ("max_size", "remote", "remote_timeout"),
+    "store": ("max_size", "remote", "remote_timeout", "signing_key_env"),
     "kernel": ("signatures", "arch"),
 }
 
@@ -53,6 +53,7 @@ class ProjectConfig:
     max_size: int | None = None  # [store] max_size, in bytes
     remote: str | None = None  # [store] remote: a shared cache URL (see remote.py)
     remote_timeout: float | None = None  # [store] remote_timeout, seconds per remote call
+    signing_key_env: str | None = None  # [store] signing_key_env: the variable holding the key
 
     @property
     def root(self) -> Path:
@@ -131,6 +132,8 @@ def _parse(path: Path, data: dict, prefix: str = "",
 
         remote_timeout = parse_timeout(remote_timeout,
                                        f"{path}: [{prefix}store] remote_timeout")
+    signing_key_env = _typed(store_table, "signing_key_env", str, path, f"{prefix}store",
+                             default=None)
     kernels_table = _table(data, "kernels", path, required=True, prefix=prefix)
     if not kernels_table:
         raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
@@ -146,6 +149,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
         kernels=kernels,
         remote=remote or None,
         remote_timeout=remote_timeout,
+        signing_key_env=signing_key_env or None,
     )
 
 

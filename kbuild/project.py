@@ -180,6 +180,10 @@ class Project:
 
     def clean(self, everything: bool = False) -> dict:
         """Remove this project's entries (or all) and blobs no remaining entry uses."""
+        with self.store.exclusive("clean"):  # never under a running build
+            return self._clean(everything)
+
+    def _clean(self, everything: bool) -> dict:
         removed = objects = 0
         for key, manifest in list(self.store.entries()):
             # By project name only: another project may declare a target of the same name.

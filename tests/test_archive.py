@@ -93,7 +93,9 @@ def test_a_blob_that_does_not_match_its_hash_is_refused(tmp_path):
 
 def test_a_manifest_naming_an_absent_blob_is_refused(tmp_path):
     key = "e" * 32
-    manifest = {"schema": 1, "key": key, "artifacts": {"cubin": "f" * 32}, "entry": "k"}
+    manifest = {"schema": 1, "key": key, "artifacts": {"ptx": "a" * 32, "cubin": "f" * 32},
+                "entry": "k", "target": "m:k", "signature": "void()", "arch": "sm_80",
+                "cooperative": False, "inputs": []}
     archive = _tar_with(tmp_path, lambda tar: _member(
         tar, f"v1/entries/{key}.json", json.dumps(manifest).encode()))
     with pytest.raises(ArchiveError, match="neither in the archive nor in the store"):

@@ -484,3 +484,121 @@ def test_project_load_fills_an_empty_store_from_the_remote(machine_a, redis_serv
     saxpy = machine_a.row(SAXPY)
     assert result["remote"] == blob_files(machine_a.store)[saxpy["artifacts"]["cubin"]].stat().st_size
     assert saxpy["key"] in entry_files(store_b)  # verified and kept locally
+
+
+# -- issue 15: a hostile or slow remote -------------------------------------------------------
+
+def test_a_redis_entry_naming_another_kernels_blobs_is_refused(
+        machine_a, redis_server, build, tmp_path):
+    redis_server.copy("shared:", "crafted:")
+    saxpy, other = machine_a.row(SAXPY), machine_a.row("examples.elementwise:scaled_poly")
+    raw = json.loads(redis_server.client.get(f"crafted:v1:entry:{saxpy['key']}"))
+    entry = json.loads(redis_server.client.get(f"crafted:v1:entry:{other['key']}"))["entry"]
+    redis_server.client.set(f"crafted:v1:entry:{saxpy['key']}", json.dumps(
+        {**raw, "artifacts": other["artifacts"], "entry": entry}))
+    deep = machine_a.row("examples.elementwise:mode_select")["key"]
+    redis_server.client.set(f"crafted:v1:entry:{deep}", b"[" * 100_000)
+    result = build(copy_examples(machine_a.project, tmp_path / "p"), tmp_path / "store",
+                   "--remote", redis_server.url("crafted:"))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    built = {r["target"] for r in result.json["targets"] if r["status"] == "built"}
+    assert built == {SAXPY, "examples.elementwise:mode_select"}
+    assert [r["artifacts"] for r in result.json["targets"]] == \
+        [r["artifacts"] for r in machine_a.rows]
+    warnings = remote_warnings(result)
+    assert any(saxpy["key"] in w and "another kernel's" in w for w in warnings), warnings
+    assert any(deep in w and "nested deeper" in w for w in warnings), warnings
+
+
+def test_with_a_signing_key_only_entries_signed_with_it_are_taken(
+        machine_a, redis_server, build, tmp_path):
+    checkout = copy_examples(machine_a.project, tmp_path / "p")
+    signer = {"KBUILD_SIGNING_KEY": "team-secret"}
+    first = build(checkout, tmp_path / "a", "--remote", redis_server.url("signed:"), env=signer)
+    assert {r["status"] for r in first.json["targets"]} == {"built"}
+    pushed = json.loads(redis_server.client.get(f"signed:v1:entry:{machine_a.row(SAXPY)['key']}"))
+    assert len(pushed["hmac"]) == 64
+    same = build(checkout, tmp_path / "b", "--remote", redis_server.url("signed:"), env=signer)
+    assert {r["status"] for r in same.json["targets"]} == {"cached"}
+    # Another key, or the unsigned cache machine A filled: nothing is taken from it.
+    for prefix, key in [("signed:", "another-secret"), ("shared:", "team-secret")]:
+        other = build(checkout, tmp_path / f"c{prefix[:-1]}", SAXPY, "--remote",
+                      redis_server.url(prefix), "--remote-read-only",
+                      env={"KBUILD_SIGNING_KEY": key})
+        assert other.json["targets"][0]["status"] == "built", other.stderr
+        assert "signature does not match" in other.stderr or "not signed" in other.stderr
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("redis://127.0.0.1:{port}/0?password=hunter2&prefix=x:", "hunter2"),
+    ("redis://user:hunter3@127.0.0.1:{port}/0", "hunter3"),
+    ("redis://127.0.0.1:{port}/0?token=t0k%2Fen&prefix=y:", "t0k"),
+])
+def test_passwords_and_secret_query_arguments_never_reach_the_output(
+        machine_a, build, tmp_path, url, secret):
+    url = url.format(port=free_port())
+    done = build(copy_examples(machine_a.project, tmp_path / "p"), tmp_path / "s", SAXPY,
+                 "--remote", url)
+    assert done.returncode == 0, done.stderr
+    assert len(remote_warnings(done)) == 1
+    assert secret not in done.stderr + done.stdout
+
+
+def test_a_driver_message_echoing_the_password_is_scrubbed():
+    from kbuild.store.remote import redact, scrub, url_secrets
+
+    url = "redis://me:pa%2Fss@h:1/0?password=pw1&prefix=k:"
+    assert redact(url) == "redis://me:***@h:1/0?password=***&prefix=k:"
+    message = "AuthenticationError: invalid password 'pw1' for user me (pa/ss, pa%2Fss)"
+    cleaned = scrub(message, url_secrets(url))
+    assert "pw1" not in cleaned and "pa/ss" not in cleaned and "pa%2Fss" not in cleaned
+
+
+class _SlowBackend:
+    """A remote answering every call after `delay` seconds, with nothing in it."""
+
+    name = "slow://test"
+
+    def __init__(self, delay):
+        self.delay, self.calls = delay, 0
+
+    def get_entry(self, key, cap, deadline):
+        self.calls += 1
+        time.sleep(self.delay)
+        return None
+
+
+def test_one_budget_bounds_the_whole_build_and_costs_one_warning(tmp_path):
+    from kbuild.store.remote import RemoteTier
+
+    backend = _SlowBackend(0.2)
+    store = Store(tmp_path / "store")
+    store.remote = RemoteTier(backend, timeout=5, budget=1.0)
+    started = time.monotonic()
+    for i in range(50):  # 50 lookups at 0.2 s each would be 10 s
+        assert store.lookup(f"{i:032x}") is None
+    assert time.monotonic() - started < 2.0
+    assert backend.calls <= 6
+    assert [w for w in store.warnings if "budget" in w] == [
+        "remote slow://test used up this build's budget of 1s (on read); "
+        "building with the local store only"]
+    assert len(store.warnings) == 1
+
+
+def test_an_fsspec_read_stops_at_its_deadline_and_its_cap(tmp_path):
+    import fsspec
+
+    from kbuild.store.remote import FsspecRemote, _Deadline
+
+    url = f"memory://kbuild-slow-{uuid.uuid4().hex}"
+    remote = FsspecRemote(RemoteSettings(url, "test"))
+    path = f"{remote.root}/big"
+    fsspec.filesystem("memory").pipe_file(path, b"x" * (8 << 20))
+    with pytest.raises(_Deadline):
+        remote._cat(path, 16 << 20, time.monotonic() - 1)
+    assert len(remote._cat(path, 1000, time.monotonic() + 10)) == 1001  # cap + 1: too big
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    local = FsspecRemote(RemoteSettings(tmp_path.as_uri(), "test"))
+    assert local._cat(str(fifo), 100, time.monotonic() + 10) is None  # never opened

@@ -1,21 +1,20 @@
-"""The Store class on a real directory: verified blobs, self-healing entries, a text-only index."""
+"""The Store class on a real directory: verified blobs, self-healing entries bound to their
+targets, a tree that is never followed through a link."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import sqlite3
 
-import diskcache
 import pytest
 import xxhash
+from store_support import make_cubin, make_ptx
 
 from kbuild.errors import StoreError
 from kbuild.store.local import MANIFEST_SCHEMA, CorruptBlob, Store
 
-PTX = b"//\n.version 8.0\n.target sm_80\n.visible .entry k()\n{\n\tret;\n}\n"
-CUBIN = b"\x7fELF\x02\x01\x01" + bytes(range(64))
+PTX = make_ptx("sm_80", "k")
+CUBIN = make_cubin(80, ("k",))
 KEY = "0123456789abcdef" * 2
 OTHER_KEY = "fedcba9876543210" * 2
 
@@ -32,20 +31,13 @@ def commit_entry(store: Store, key: str = KEY) -> dict:
     """One committed entry with two blobs; returns the manifest as `lookup` gives it."""
     artifacts = {"ptx": store.put_blob(PTX), "cubin": store.put_blob(CUBIN)}
     store.commit(key, {"target": "pkg.mod:k", "signature": "void()", "arch": "sm_80",
-                       "artifacts": artifacts, "entry": "k", "cooperative": False})
+                       "artifacts": artifacts, "entry": "k", "cooperative": False, "inputs": []})
     return store.lookup(key)
 
 
 def reopen(store: Store, **options) -> Store:
     store.close()
     return Store(store.root, **options)
-
-
-def drop_index(store: Store) -> Store:
-    """A new Store on the same directory with its index folder deleted."""
-    store.close()
-    shutil.rmtree(store.base / "index")
-    return Store(store.root)
 
 
 # -- blobs --------------------------------------------------------------------------------
@@ -146,14 +138,24 @@ ENTRY_DAMAGE = {
     "artifacts-not-hashes": lambda m: json.dumps({**m, "artifacts": {"ptx": "../../etc"}}),
     "no-artifacts": lambda m: json.dumps({**m, "artifacts": {}}),
     "no-entry-symbol": lambda m: json.dumps({k: v for k, v in m.items() if k != "entry"}),
+    "ptx-only": lambda m: json.dumps({**m, "artifacts": {"ptx": m["artifacts"]["ptx"]}}),
+    "no-cooperative-flag": lambda m: json.dumps({k: v for k, v in m.items()
+                                                 if k != "cooperative"}),
+    "nested-100000-deep": lambda m: "[" * 100_000 + "]" * 100_000,
+    "nested-in-a-field": lambda m: json.dumps({**m, "extra": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[
+        [[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}),
+    "larger-than-4-MiB": lambda m: json.dumps({**m, "pad": "x" * (5 << 20)}),
+    "sizes-not-numbers": lambda m: json.dumps({**m, "sizes": {"ptx": "big"}}),
+    "entry-of-another-kernel": lambda m: json.dumps({**m, "entry": "other"}),
+    "built-for-another-arch": lambda m: json.dumps({**m, "arch": "sm_90"}),
+    "inputs-malformed": lambda m: json.dumps({**m, "inputs": [["target", 1]]}),
+    "built-at-a-number": lambda m: json.dumps({**m, "built_at": 5}),
 }
 
 
 @pytest.mark.parametrize("damage", sorted(ENTRY_DAMAGE))
 def test_a_damaged_manifest_file_is_a_miss_with_a_warning_and_is_removed(store, damage):
     manifest = commit_entry(store)
-    # The index would answer first; without it the entry file is what lookup reads.
-    store = drop_index(store)
     path = store.entry_path(KEY)
     path.write_text(ENTRY_DAMAGE[damage](manifest))
 
@@ -176,9 +178,9 @@ def test_a_manifest_naming_a_missing_blob_is_a_miss_and_is_removed(store, artifa
     manifest = commit_entry(store)
     store.blob_path(manifest["artifacts"][artifact]).unlink()
     assert store.lookup(KEY) is None
-    assert any(KEY in w and "missing blob" in w for w in store.warnings)
+    assert any(KEY in w and "missing blob" in w for w in store.warnings), store.warnings
     assert not store.entry_path(KEY).exists()
-    assert reopen(store).lookup(KEY) is None  # gone from the index too
+    assert reopen(store).lookup(KEY) is None
 
 
 def test_entries_skips_and_removes_damaged_files(store):
@@ -188,58 +190,6 @@ def test_entries_skips_and_removes_damaged_files(store):
     assert list(store.entries()) == [(OTHER_KEY, good)]
     assert not store.entry_path(KEY).exists()
     assert store.referenced_blobs() == set(good["artifacts"].values())
-
-
-# -- the index ------------------------------------------------------------------------------
-
-def test_lookup_finds_entries_after_the_index_is_deleted(store):
-    manifest = commit_entry(store)
-    fresh = drop_index(store)
-    assert fresh.lookup(KEY) == manifest
-    fresh.close()
-
-
-def test_lookup_finds_entries_when_the_index_database_is_garbage(store):
-    manifest = commit_entry(store)
-    store.close()
-    (db,) = (store.base / "index").glob("cache.db")
-    db.write_bytes(b"this is not an sqlite database" * 100)
-    fresh = Store(store.root)
-    assert fresh.lookup(KEY) == manifest
-    assert any("index" in w and "damaged" in w for w in fresh.warnings), fresh.warnings
-    # The rebuilt index takes new entries again.
-    fresh.commit(OTHER_KEY, {"artifacts": manifest["artifacts"], "entry": "k"})
-    assert reopen(fresh).lookup(OTHER_KEY)["key"] == OTHER_KEY
-    fresh.close()
-
-
-class _Trap:
-    """Unpickling this creates the file at `path`."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
-@pytest.mark.parametrize("with_entry_file", [False, True])
-def test_the_index_never_unpickles(store, tmp_path, with_entry_file):
-    marker = tmp_path / "unpickled"
-    manifest = commit_entry(store) if with_entry_file else None
-    store.close()
-    plain = diskcache.Cache(str(store.base / "index"))
-    plain.set(KEY, _Trap(marker))  # the ordinary Disk pickles it into the database
-    plain.close()
-    with sqlite3.connect(store.base / "index" / "cache.db") as db:
-        (mode,) = db.execute("SELECT mode FROM Cache WHERE key = ?", (KEY,)).fetchone()
-    assert mode == diskcache.core.MODE_PICKLE
-
-    fresh = Store(store.root)
-    assert fresh.lookup(KEY) == manifest  # the entry file, or a miss; never the pickle
-    assert not marker.exists(), "the store unpickled a value from its index"
-    assert any("index" in w for w in fresh.warnings), fresh.warnings
-    fresh.close()
 
 
 # -- set-up and permissions ------------------------------------------------------------------
@@ -307,3 +257,93 @@ def test_a_store_path_that_is_a_file_gives_a_store_error_naming_it(tmp_path):
     assert str(root) in str(info.value)
     assert "not writable" in str(info.value)
     assert root.read_text() == "not a directory"
+
+
+# -- binding an entry to its target -----------------------------------------------------------
+
+EXPECT = {"target": "pkg.mod:k", "signature": "void()", "arch": "sm_80"}
+
+
+@pytest.mark.parametrize("field, value", [("target", "pkg.mod:other"),
+                                          ("signature", "void(int32)"), ("arch", "sm_90")])
+def test_an_entry_for_another_target_is_corrupt_and_warned_once(store, field, value):
+    commit_entry(store)
+    reader = reopen(store, read_only=True)
+    for _ in range(3):
+        assert reader.lookup(KEY, {**EXPECT, field: value}) is None
+    assert len(reader.warnings) == 1 and field in reader.warnings[0], reader.warnings
+    assert store.lookup(KEY, EXPECT) is not None
+
+
+@pytest.mark.parametrize("ptx, cubin, problem", [
+    (make_ptx("sm_90", "k"), CUBIN, "PTX targets sm_90"),
+    (PTX, make_cubin(90, ("k",)), "cubin is built for sm_90"),
+    (make_ptx("sm_80", "other"), CUBIN, "PTX does not define the kernel k"),
+    (PTX, make_cubin(80, ("other",)), "CUBIN does not define the kernel k"),
+    (PTX, b"not an ELF file", "not one"),
+    (b"no target line", CUBIN, "not one"),
+])
+def test_artifacts_that_disagree_with_their_manifest_are_corrupt(store, ptx, cubin, problem):
+    artifacts = {"ptx": store.put_blob(ptx), "cubin": store.put_blob(cubin)}
+    store.commit(KEY, {**EXPECT, "artifacts": artifacts, "entry": "k", "cooperative": False,
+                       "inputs": []})
+    assert store.lookup(KEY, EXPECT) is None
+    assert any(problem in w for w in store.warnings), store.warnings
+    assert not store.entry_path(KEY).exists()
+
+
+def test_a_kernel_symbol_must_be_the_expected_kernels_own(store):
+    from kbuild.backend.binaries import entry_prefix, names_kernel
+
+    prefix = entry_prefix("examples.closures", "make.<locals>.k")
+    assert prefix == "_ZN8examples8closures4make12_3clocals_3e1k"
+    assert names_kernel(prefix + "B16v1E5Array", prefix)
+    assert not names_kernel(prefix + "12_3clocals_3e5innerB1E", prefix)  # one nested in it
+    commit_entry(store)
+    assert store.lookup(KEY, {**EXPECT, "entry_prefix": "_ZN3pkg3mod1k"}) is None
+    assert any("another kernel's" in w for w in store.warnings)
+
+
+# -- a tree kbuild owns ------------------------------------------------------------------------
+
+def test_a_blob_larger_than_its_recorded_size_is_refused_unread(store):
+    manifest = commit_entry(store)
+    path = store.blob_path(manifest["artifacts"]["cubin"])
+    path.write_bytes(path.read_bytes() + b"\0" * 100)
+    assert reopen(store).lookup(KEY) is None
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("what", ["entry", "blob"])
+@pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero", "link-to-a-good-copy"])
+def test_links_and_fifos_in_the_store_are_refused_without_blocking(store, tmp_path, what, kind):
+    manifest = commit_entry(store)
+    path = store.entry_path(KEY) if what == "entry" else \
+        store.blob_path(manifest["artifacts"]["ptx"])
+    copy = tmp_path / "copy"
+    copy.write_bytes(path.read_bytes())
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "link-to-dev-zero" else copy)
+    fresh = reopen(store)
+    assert fresh.lookup(KEY) is None  # returns at once: the test would hang otherwise
+    assert fresh.warnings
+    assert not path.exists() and not path.is_symlink()  # the link itself went
+    assert copy.exists()
+
+
+def test_a_layout_folder_replaced_by_a_link_is_made_again_not_followed(store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    tmp = store.base / "tmp"
+    tmp.rmdir()
+    tmp.symlink_to(outside)
+    fresh = reopen(store)
+    fresh.ensure_writable()
+    commit_entry(fresh)
+    assert tmp.is_dir() and not tmp.is_symlink()
+    assert [p.name for p in outside.iterdir()] == ["keep"]
+    assert any("not a plain directory" in w for w in fresh.warnings)

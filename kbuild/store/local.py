@@ -1,47 +1,52 @@
-"""The content-addressed store: verified blobs, JSON manifests, a diskcache index.
+"""The content-addressed store: verified blobs and JSON entry files, nothing else.
 
 Layout (the version is in the path; an unknown layout is never read)::
 
     STORE/CACHEDIR.TAG
     STORE/v1/blobs/ab/cd/<xxh3-128 of the bytes>
     STORE/v1/entries/ab/<target key>.json
-    STORE/v1/index/                 diskcache: target key -> manifest JSON text
-    STORE/v1/tmp/
+    STORE/v1/locks/  STORE/v1/tmp/  STORE/v1/facts/
 
-Blobs are written first, the manifest file last (its rename is the commit),
-then the index. The entry file is the truth: the index mirrors it, and a
-lookup that finds them disagreeing trusts the file and heals the index. Every
-blob read is checked against its name. Nothing here is pickled: manifests are
-JSON with a schema version, the index holds only text, and its Disk refuses
-to unpickle anything a tampered index might hold.
+Blobs are written first, the entry file last (its rename is the commit). The
+entry files are the only truth: there is no index beside them that could
+disagree or name a file to delete. Everything below the root is read and
+written through `tree` (no link followed, no FIFO or device opened, reads
+capped), and nothing is pickled: manifests are JSON with a schema version.
+
+An entry is accepted only when it is bound to what asked for it (see
+`manifest`): it names its key and the target, signature and arch the caller
+expects, and its PTX and cubin say the same arch and define its entry symbol.
+What a blob says is read once per process (verified digest and facts cached
+by the file's identity), so a no-op build pays it once.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 
-import diskcache
-
-from ..keying.encode import digest
+from ..backend.binaries import BinaryError, artifact_facts
 from ..errors import StoreError
+from ..keying.encode import digest
+from . import tree
+from .locks import StoreLock
+from .manifest import (HEX32, MANIFEST_SCHEMA, OBJECT_KIND, RECORD_KIND, EntryProblem,
+                       artifact_problem, is_object, load_json, parse_manifest)
 
 LAYOUT = "v1"
-MANIFEST_SCHEMA = 1
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+MAX_BLOB = 256 << 20  # a blob whose entry records no size is read up to this
+_LAYOUT_DIRS = ("blobs", "entries", "tmp")
 _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
                  b"# This file is a cache directory tag created by kbuild.\n"
                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
+_FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
 
-
-OBJECT_KIND = "object"  # a separately compiled object's entry (see `objects`), not a target's
-
-
-def is_object(manifest: dict) -> bool:
-    return manifest.get("kind") == OBJECT_KIND
+__all__ = ["LAYOUT", "MANIFEST_SCHEMA", "OBJECT_KIND", "CorruptBlob", "Store", "atomic_write",
+           "blob_relpath", "entry_relpath", "is_object"]
 
 
 def blob_relpath(name: str) -> str:
@@ -57,29 +62,13 @@ def entry_relpath(key: str) -> str:
 class CorruptBlob(Exception):
     """A blob is missing or its bytes do not match its name."""
 
+    def __init__(self, name: str, state: str, detail: str = ""):
+        self.name, self.state, self.detail = name, state, detail
+        super().__init__(f"blob {name} is {state}" + (f" ({detail})" if detail else ""))
 
-class _TextOnlyDisk(diskcache.Disk):
-    """A diskcache Disk that stores and returns only str/bytes; never unpickles."""
-
-    def put(self, key):
-        if not isinstance(key, str):
-            raise TypeError("index keys are strings")
-        return super().put(key)
-
-    def get(self, key, raw):
-        if not raw:
-            raise ValueError("refusing a pickled index key")
-        return super().get(key, raw)
-
-    def store(self, value, read, key=diskcache.core.UNKNOWN):
-        if not isinstance(value, (str, bytes)):
-            raise TypeError("index values are JSON text")
-        return super().store(value, read, key)
-
-    def fetch(self, mode, filename, value, read):
-        if mode == diskcache.core.MODE_PICKLE:
-            raise ValueError("refusing a pickled index value")
-        return super().fetch(mode, filename, value, read)
+    def named_by_entry(self) -> str:
+        """How an entry naming this blob is described: 'names corrupt blob X (...)'."""
+        return f"names {self.state} blob {self.name}" + (f" ({self.detail})" if self.detail else "")
 
 
 class Store:
@@ -97,7 +86,9 @@ class Store:
         self.read_only = read_only
         self.warnings: list[str] = []
         self.damage: dict[str, str] = {}  # key -> what was wrong with its entry, as found
-        self._index = None
+        self.lock = StoreLock(self.root)
+        self._cannot_write: str | None = None
+        self._touched: set[str] = set()  # entries marked used by this process
 
     # -- set-up -------------------------------------------------------------
 
@@ -112,13 +103,21 @@ class Store:
                 return
 
     def ensure_writable(self) -> None:
-        """Create the layout, or fail clearly before any compile work starts."""
+        """Create the layout, or fail clearly before any compile work starts. A layout
+        folder that is a link (or a file) is removed and made again: the tree is kbuild's."""
         try:
-            for sub in ("blobs", "entries", "tmp"):
-                (self.base / sub).mkdir(parents=True, exist_ok=True)
-            tag = self.root / "CACHEDIR.TAG"
-            if not tag.exists():
-                atomic_write(tag, _CACHEDIR_TAG, self.base / "tmp")
+            self.root.mkdir(parents=True, exist_ok=True)
+            for sub in _LAYOUT_DIRS:
+                rel = f"{LAYOUT}/{sub}"
+                if not tree.plain_dir(self.root, rel):
+                    if tree.lstat(self.root, rel) is not None:
+                        self.warnings.append(f"store {self.root}: {rel} was not a plain "
+                                             "directory (a link?); replaced it")
+                        tree.remove(self.root, rel)
+                    with tree.opened_dir(self.root, rel.split("/"), create=True):
+                        pass
+            if tree.lstat(self.root, "CACHEDIR.TAG") is None:
+                self._write("CACHEDIR.TAG", _CACHEDIR_TAG)
             probe = tempfile.NamedTemporaryFile(dir=self.base / "tmp", delete=True)
             probe.close()
         except OSError as exc:
@@ -126,19 +125,21 @@ class Store:
                 f"store {self.root} is not writable ({exc.strerror or exc}); "
                 "pass --store DIR or set KBUILD_STORE to a writable directory") from None
 
-    def _index_cache(self):
-        if self._index is None:
-            path = self.base / "index"
-            if self.read_only and not path.is_dir():
-                self._index = _NoIndex()  # status and explain never create a store
-            else:
-                self._index = _open_index(path, self.warnings, self.read_only)
-        return self._index
-
     def close(self) -> None:
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        """Nothing stays open between calls; kept for callers that close what they open."""
+
+    def shared(self):
+        """Held by a build: gc and clean wait until it ends. A store that cannot be
+        written has no lock file and needs none (gc cannot delete from it either)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+        return self.lock.hold(fcntl.LOCK_SH, "the build", optional=True)
+
+    def exclusive(self, what: str = "gc"):
+        """Held by gc and clean: builds wait until it ends."""
+        return self.lock.hold(fcntl.LOCK_EX, what)
 
     # -- blobs --------------------------------------------------------------
 
@@ -148,38 +149,70 @@ class Store:
     def put_blob(self, data: bytes) -> str:
         """Store `data` under its digest (deduplicated) and return the digest."""
         name = digest(data)
-        path = self.blob_path(name)
         # A damaged copy under the right name is replaced, not trusted by its name.
-        if not _holds(path, name):
-            atomic_write(path, data, self.base / "tmp")
+        if not self._holds(name, len(data)):
+            self._write(f"{LAYOUT}/{blob_relpath(name)}", data)
         return name
 
     def has_blob(self, name: str) -> bool:
-        return bool(_HEX32.match(name)) and self.blob_path(name).is_file()
+        info = HEX32.match(name) and tree.lstat(self.root, f"{LAYOUT}/{blob_relpath(name)}")
+        return bool(info) and (info.st_mode & 0o170000) == 0o100000
 
-    def read_blob(self, name: str) -> bytes:
-        """The blob's bytes, verified; a corrupt blob is removed and `CorruptBlob` raised."""
-        if not _HEX32.match(name):
-            raise CorruptBlob(f"'{name}' is not a blob name (32 hex digits)")
-        path = self.blob_path(name)
+    def read_blob(self, name: str, size: int | None = None) -> bytes:
+        """The blob's bytes, verified; a corrupt blob is removed, reported and `CorruptBlob`
+        raised (a missing one only raised)."""
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise CorruptBlob(f"blob {name} is missing") from None
+            return self._read_verified(name, size)
+        except CorruptBlob as exc:
+            if exc.state in ("corrupt", "unreadable"):
+                self.warnings.append(str(exc) + ("" if self.read_only else "; removed"))
+            raise
+
+    def _read_verified(self, name: str, size: int | None) -> bytes:
+        if not isinstance(name, str) or not HEX32.match(name):
+            raise CorruptBlob(str(name)[:40], "not a blob name", "32 hex digits")
+        rel = f"{LAYOUT}/{blob_relpath(name)}"
+        try:
+            data, _ = tree.read_file(self.root, rel, MAX_BLOB if size is None else size)
+        except (FileNotFoundError, NotADirectoryError):
+            raise CorruptBlob(name, "missing") from None
+        except OSError as exc:
+            self._remove(rel)
+            raise CorruptBlob(name, "unreadable", str(exc.strerror or exc)) from None
         if digest(data) != name:
-            self.warnings.append(f"blob {name} is corrupt (its bytes do not match its hash)"
-                                 + ("" if self.read_only else "; removed"))
-            if not self.read_only:
-                path.unlink(missing_ok=True)
-            raise CorruptBlob(f"blob {name} is corrupt")
+            self._remove(rel)
+            raise CorruptBlob(name, "corrupt", "its bytes do not match its hash")
         return data
 
     def blob_names(self):
-        blobs = self.base / "blobs"
-        if blobs.is_dir():
-            for path in sorted(blobs.glob("??/??/*")):
-                if _HEX32.match(path.name):
-                    yield path.name
+        """Every well-named regular blob file, found without following a link."""
+        for a, _ in self._subdirs(f"{LAYOUT}/blobs"):
+            for b, _ in self._subdirs(f"{LAYOUT}/blobs/{a}"):
+                for name, info in tree.listing(self.root, f"{LAYOUT}/blobs/{a}/{b}"):
+                    if HEX32.match(name) and name.startswith(a + b) and _regular(info):
+                        yield name
+
+    def _blob_facts(self, name: str, kind: str, size: int | None):
+        """The facts of blob `name` read as `kind`: verified and parsed once per process
+        while the file stays the same one (one lstat: its inode, size and mtime)."""
+        try:
+            info = os.lstat(self.blob_path(name))
+            ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        except (OSError, ValueError):
+            ident = None
+        known = _FACTS.get((str(self.root), name, kind))
+        if ident is None or known is None or known[0] != ident:
+            known = _FACTS[(str(self.root), name, kind)] = (ident, artifact_facts(
+                kind, self._read_verified(name, size)))
+        return known[1]
+
+    def _holds(self, name: str, size: int) -> bool:
+        """Whether the blob file exists, is regular and matches its name."""
+        try:
+            data, _ = tree.read_file(self.root, f"{LAYOUT}/{blob_relpath(name)}", size)
+        except OSError:
+            return False
+        return digest(data) == name
 
     # -- entries ------------------------------------------------------------
 
@@ -187,93 +220,114 @@ class Store:
         return self.base / entry_relpath(key)
 
     def has_entry(self, key: str) -> bool:
-        return self.entry_path(key).is_file()
+        return _regular(tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}"))
 
-    def lookup(self, key: str) -> dict | None:
-        """The valid manifest for `key` whose blobs all verify, else None; a local miss is
-        asked of the remote tier, whose verified hit is committed here first."""
-        manifest = self._lookup_local(key)
+    def lookup(self, key: str, expect: dict | None = None) -> dict | None:
+        """The valid manifest for `key` whose blobs all verify and agree with it, else None;
+        `expect` holds fields it must have (target, signature, arch; kind for objects).
+        A local miss is asked of the remote tier, whose verified hit is committed here first."""
+        manifest = self._lookup_local(key, expect)
         if manifest is None and self.remote is not None and not self.read_only:
-            manifest = self.remote.fetch(self, key)
+            manifest = self.remote.fetch(self, key, expect)
         return manifest
 
-    def _lookup_local(self, key: str) -> dict | None:
-        """The valid manifest for `key` whose blobs all verify, else None (healing what it finds).
-
-        The entry file (the commit) is always read, so a damaged file is never hidden
-        by a healthy index row. Blobs are hashed here and not only when a launcher reads
-        them: a `cached` row is what CI trusts (`kbuild build --read-only` as a gate),
-        and hashing a kernel's PTX and cubin with xxh3 costs microseconds.
-        """
+    def _lookup_local(self, key: str, expect: dict | None) -> dict | None:
+        """The entry file is read and checked; its blobs are hashed and their facts read
+        (once per process each): a `cached` row is what CI trusts."""
         text = self._read_entry_file(key)
-        indexed = self._index_get(key)
         if text is None:
-            if indexed is not None:
-                self._index_delete(key)  # a row whose entry was never committed or is gone
             return None
-        manifest = self._validated(key, text)
+        manifest = self._validated(key, text, expect)
         if manifest is None:
             return None
-        problem = self._blob_problem(manifest)
+        problem = self.artifacts_problem(manifest)
         if problem:
-            self._damaged(key, f"entry {key} ({manifest.get('target')}) {problem}")
+            self._damaged(key, f"entry {key} ({str(manifest.get('target'))[:80]}) {problem}")
             self.remove_entry(key)
             return None
-        if indexed != text:
-            self._index_set(key, text)  # a deleted, damaged or stale index heals as it is read
         self._touch(key)
         return manifest
 
-    def _blob_problem(self, manifest: dict) -> str | None:
-        for name in sorted(set(manifest["artifacts"].values())):
-            path = self.blob_path(name)
+    def artifacts_problem(self, manifest: dict, blobs: dict | None = None) -> str | None:
+        """Why the artifacts of `manifest` are not its own (missing, corrupt, another
+        kernel's or arch's), else None. `blobs` (name -> bytes, verified) come from an
+        archive or a remote; others are read from this store."""
+        sizes = manifest.get("sizes", {})
+        for kind, name in sorted(manifest["artifacts"].items()):
+            if kind == RECORD_KIND:
+                problem = self._record_problem(name, blobs, sizes.get(kind))
+                if problem:
+                    return problem
+                continue
             try:
-                data = path.read_bytes()
-            except OSError:
-                return f"names missing blob {name}"
-            if digest(data) != name:
-                if not self.read_only:
-                    path.unlink(missing_ok=True)
-                return f"names corrupt blob {name} (its bytes do not match its hash)"
+                if blobs is not None and name in blobs:
+                    facts = artifact_facts(kind, blobs[name])
+                else:
+                    facts = self._blob_facts(name, kind, sizes.get(kind))
+            except CorruptBlob as exc:
+                return exc.named_by_entry()
+            except BinaryError as exc:
+                return f"names a {kind} blob that is not one ({exc})"
+            problem = artifact_problem(manifest, kind, facts)
+            if problem:
+                return f"is corrupt: not its own binary ({problem})"
         return None
+
+    def _record_problem(self, name: str, blobs: dict | None, size: int | None) -> str | None:
+        """Why the observation record blob `name` is unusable (missing, corrupt, not bounded
+        JSON), else None; what it says is checked by whoever reads it (build.fresh_entry)."""
+        try:
+            data = blobs[name] if blobs is not None and name in blobs \
+                else self._read_verified(name, size)
+            record = load_json(data.decode("utf-8"), "observation record")
+        except CorruptBlob as exc:
+            return exc.named_by_entry()
+        except (EntryProblem, UnicodeDecodeError, ValueError) as exc:
+            return f"names an observation record that is not one ({exc})"
+        return None if isinstance(record, dict) else "names an observation record that is not one"
 
     def _touch(self, key: str) -> None:
         # The entry file's mtime is its last use: `kbuild gc` evicts the oldest first.
-        if not self.read_only:
+        if key in self._touched:
+            return
+        self._touched.add(key)
+        if not self.read_only and self._cannot_write is None:
             try:
-                os.utime(self.entry_path(key))
-            except OSError:
-                pass
+                tree.touch(self.root, f"{LAYOUT}/{entry_relpath(key)}")
+            except OSError as exc:
+                self._cannot_write = exc.strerror or str(exc)
 
     def commit(self, key: str, manifest: dict, *, push: bool = True) -> None:
-        """Write the manifest (after its blobs) atomically, index it, push it to the remote."""
-        manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key)
-        for name in manifest["artifacts"].values():
-            if not self.has_blob(name):
+        """Write the manifest (after its blobs) atomically, then push it to the remote.
+        It records each blob's size, so a later read never reads more."""
+        manifest = {k: v for k, v in manifest.items() if k != "hmac"}
+        sizes = {}
+        for kind, name in manifest["artifacts"].items():
+            info = tree.lstat(self.root, f"{LAYOUT}/{blob_relpath(name)}") \
+                if HEX32.match(name) else None
+            if not _regular(info):
                 raise StoreError(f"internal error: committing {key} before blob {name}")
+            sizes[kind] = info.st_size
+        manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key, sizes=sizes)
         text = json.dumps(manifest, sort_keys=True, indent=1)
-        atomic_write(self.entry_path(key), text.encode(), self.base / "tmp")
-        self._index_set(key, text)
+        self._write(f"{LAYOUT}/{entry_relpath(key)}", text.encode())
         if push and self.remote is not None:
             self.remote.push(self, key, text)
 
     def remove_entry(self, key: str) -> None:
-        if self.read_only:
-            return
-        self.entry_path(key).unlink(missing_ok=True)
-        self._index_delete(key)
+        self._remove(f"{LAYOUT}/{entry_relpath(key)}")
 
     def entries(self):
         """(key, manifest) for every valid entry file, in key order."""
-        root = self.base / "entries"
-        if not root.is_dir():
-            return
-        for path in sorted(root.glob("??/*.json")):
-            key = path.stem
-            text = self._read_entry_file(key)
-            manifest = self._validated(key, text) if text is not None else None
-            if manifest is not None:
-                yield key, manifest
+        for folder, _ in self._subdirs(f"{LAYOUT}/entries"):
+            for name, info in tree.listing(self.root, f"{LAYOUT}/entries/{folder}"):
+                key = name[:-5]
+                if not (name.endswith(".json") and HEX32.match(key) and key.startswith(folder)):
+                    continue
+                text = self._read_entry_file(key)
+                manifest = self._validated(key, text, None) if text is not None else None
+                if manifest is not None:
+                    yield key, manifest
 
     def referenced_blobs(self) -> set[str]:
         return {b for _, m in self.entries() for b in m["artifacts"].values()}
@@ -284,148 +338,91 @@ class Store:
         count = size = 0
         for name in list(self.blob_names()):
             if name not in keep:
-                path = self.blob_path(name)
-                size += path.stat().st_size
-                path.unlink(missing_ok=True)
-                count += 1
+                size += self.blob_size(name)
+                if self._remove(f"{LAYOUT}/{blob_relpath(name)}"):
+                    count += 1
         return count, size
+
+    def blob_size(self, name: str) -> int:
+        info = tree.lstat(self.root, f"{LAYOUT}/{blob_relpath(name)}")
+        return info.st_size if _regular(info) else 0
+
+    def remove_blob(self, name: str) -> bool:
+        return self._remove(f"{LAYOUT}/{blob_relpath(name)}")
 
     def size(self) -> tuple[int, int]:
         """(number of blobs, their total bytes)."""
-        sizes = [self.blob_path(n).stat().st_size for n in self.blob_names()]
+        sizes = [self.blob_size(n) for n in self.blob_names()]
         return len(sizes), sum(sizes)
+
+    def last_used(self, key: str) -> float:
+        info = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
+        return info.st_mtime if info else 0.0
 
     # -- internals ----------------------------------------------------------
 
+    def _subdirs(self, rel: str):
+        return [(n, i) for n, i in tree.listing(self.root, rel)
+                if len(n) == 2 and (i.st_mode & 0o170000) == 0o040000]
+
     def _damaged(self, key: str, problem: str) -> None:
+        if key not in self.damage:  # warned once per process, however often it is asked
+            self.warnings.append(f"{problem}; rebuilding")
         self.damage[key] = problem
-        self.warnings.append(f"{problem}; rebuilding")
 
     def _read_entry_file(self, key: str) -> str | None:
+        if not HEX32.match(key):
+            return None
         try:
-            return self.entry_path(key).read_text(encoding="utf-8")
+            data, _ = tree.read_file(self.root, f"{LAYOUT}/{entry_relpath(key)}",
+                                     4 << 20)
+            return data.decode("utf-8")
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except tree.NotPlain as exc:
+            self._damaged(key, f"entry {key} is corrupt ({exc.strerror})")
+            self.remove_entry(key)
+            return None
         except (OSError, UnicodeDecodeError) as exc:
-            self._damaged(key, f"entry {key} is unreadable ({exc})")
+            reason = getattr(exc, "strerror", None) or exc
+            self._damaged(key, f"entry {key} is unreadable ({reason})")
+            self.remove_entry(key)
             return None
 
-    def _validated(self, key: str, text: str) -> dict | None:
-        problem = _manifest_problem(key, text)
-        if problem is None:
-            return json.loads(text)
-        self._damaged(key, f"entry {key} is corrupt ({problem})")
-        self.remove_entry(key)
-        return None
-
-    def _index_get(self, key: str) -> str | None:
+    def _validated(self, key: str, text: str, expect: dict | None) -> dict | None:
         try:
-            value = self._index_cache().get(key)
-        except Exception as exc:  # noqa: BLE001 - fall back to the entry files
-            self._drop_index(exc)
+            return parse_manifest(key, text, expect)
+        except EntryProblem as exc:
+            self._damaged(key, f"entry {key} is corrupt ({exc})")
+            self.remove_entry(key)
             return None
-        return value if isinstance(value, str) else None
 
-    def _index_set(self, key: str, text: str) -> None:
-        if self.read_only:
-            return
+    def _remove(self, rel: str) -> bool:
+        """Remove root/rel (never through a link); a store that cannot be written keeps it,
+        and says so once."""
+        if self.read_only or self._cannot_write is not None:
+            return False
         try:
-            self._index_cache().set(key, text)
-        except Exception as exc:  # noqa: BLE001
-            self._drop_index(exc)
+            return tree.remove(self.root, rel)
+        except OSError as exc:
+            self._cannot_write = exc.strerror or str(exc)
+            self.warnings.append(f"store {self.root} cannot be changed ({self._cannot_write}); "
+                                 "damaged files are left in place")
+            return False
 
-    def _index_delete(self, key: str) -> None:
-        if self.read_only:
-            return
+    def _write(self, rel: str, data: bytes) -> None:
         try:
-            self._index_cache().delete(key)
-        except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt later
-            self._drop_index(exc)
-
-    def _drop_index(self, exc) -> None:
-        self.warnings.append(f"store index is damaged ({exc}); reading entry files instead")
-        self.close()
-        self._index = _NoIndex()
-
-
-class _NoIndex:
-    """Stands in for a damaged index for the rest of the process."""
-
-    def get(self, key):
-        return None
-
-    def set(self, key, value):
-        pass
-
-    def delete(self, key):
-        pass
-
-    def close(self):
-        pass
+            tree.write_atomic(self.root, rel, data, f"{LAYOUT}/tmp", 0o666 & ~_umask())
+        except OSError as exc:
+            hint = ("free some space or run `kbuild gc --max-size SIZE`"
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT) else
+                    "pass --store DIR or set KBUILD_STORE to a writable directory")
+            raise StoreError(f"cannot write to store {self.root} ({exc.strerror or exc}); "
+                             f"{hint}") from None
 
 
-def _open_index(path: Path, warnings: list, read_only: bool = False):
-    try:
-        return diskcache.Cache(str(path), disk=_TextOnlyDisk, eviction_policy="none")
-    except Exception as exc:  # noqa: BLE001 - a damaged index is rebuilt from the entries
-        if read_only:  # a read-only command reads the entry files and changes nothing
-            warnings.append(f"store index at {path} is damaged ({exc}); reading entry files")
-            return _NoIndex()
-        warnings.append(f"store index at {path} is damaged ({exc}); rebuilding it")
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
-        try:
-            return diskcache.Cache(str(path), disk=_TextOnlyDisk, eviction_policy="none")
-        except Exception:  # noqa: BLE001
-            return _NoIndex()
-
-
-def _manifest_problem(key: str, text: str) -> str | None:
-    try:
-        manifest = json.loads(text)
-    except ValueError:
-        return "not valid JSON"
-    if not isinstance(manifest, dict):
-        return "not a JSON object"
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        return f"unknown schema {manifest.get('schema')!r}"
-    if manifest.get("key") != key:
-        return "key does not match its file name"
-    artifacts = manifest.get("artifacts")
-    if not isinstance(artifacts, dict) or not artifacts or not all(
-            isinstance(v, str) and _HEX32.match(v) for v in artifacts.values()):
-        return "artifacts are not blob hashes"
-    if is_object(manifest):
-        return _object_problem(manifest)
-    if not isinstance(manifest.get("entry"), str):
-        return "no entry symbol"
-    return None
-
-
-def _object_problem(manifest: dict) -> str | None:
-    """A separately compiled object (see `objects`): its LTO-IR and its interface."""
-    def rows(name, width):
-        value = manifest.get(name)
-        return isinstance(value, list) and all(
-            isinstance(r, list) and len(r) == width and all(isinstance(x, str) for x in r)
-            for r in value)
-
-    if "ltoir" not in manifest["artifacts"]:
-        return "object without LTO-IR"
-    if not rows("exports", 2) or not rows("imports", 4):
-        return "object interface is malformed"
-    if not manifest["exports"] and not isinstance(manifest.get("entry"), str):
-        return "no entry symbol"
-    return None
-
-
-def _holds(path: Path, name: str) -> bool:
-    """Whether the blob file at `path` exists, is readable and matches its name."""
-    try:
-        return digest(path.read_bytes()) == name
-    except OSError:
-        return False
+def _regular(info) -> bool:
+    return info is not None and (info.st_mode & 0o170000) == 0o100000
 
 
 def _umask() -> int:
@@ -438,6 +435,9 @@ def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = No
     """Write via a temp file in `tmp_dir` (same file system; named `prefix`..., default
     after `path`) and `os.replace`: readers never see half a file. A missing folder
     is made when the write finds it missing, not asked for before every file.
+
+    For files outside a store's tree (a file:// remote, keying facts); the store's own
+    files go through `tree.write_atomic`, which never follows a link.
 
     No fsync: a process killed mid-write leaves only a temp file, and what a power loss
     could tear is caught on read (blobs are verified against their names, manifests

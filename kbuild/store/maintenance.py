@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import time
 
 from ..errors import ConfigError
-from ..sources import prune_facts
-from .local import Store, is_object
+from ..sources import FACTS_MAX_AGE, _facts_version
+from . import tree
+from .local import LAYOUT, Store, is_object
+from .manifest import EntryProblem, load_json
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,
@@ -40,18 +43,24 @@ def parse_size(text, where: str = "--max-size") -> int:
 
 
 def gc(store: Store, max_size: int | None, keep=()) -> dict:
-    """Evict LRU entries down to `max_size` bytes of blobs; remove orphans and stale temp files."""
-    keep = set(keep)
+    """Evict LRU entries down to `max_size` bytes of blobs; remove orphans and stale temp
+    files. Holds the store lock exclusively: no build runs meanwhile, so nothing a build
+    has just committed (or is about to use) goes."""
+    with store.exclusive("gc"):
+        return _gc(store, max_size, set(keep))
+
+
+def _gc(store: Store, max_size: int | None, keep: set) -> dict:
     orphans, orphan_bytes = store.remove_orphan_blobs()
     objects = 0
     removed, freed = [], orphan_bytes
     if max_size is not None:
-        sizes = {name: store.blob_path(name).stat().st_size for name in store.blob_names()}
+        sizes = {name: store.blob_size(name) for name in store.blob_names()}
         total = sum(sizes.values())
-        entries = sorted(store.entries(), key=lambda kv: _last_used(store, kv[0]))
+        entries = sorted(store.entries(), key=lambda kv: store.last_used(kv[0]))
         # The objects a kept target links from stay too, so it can still be relinked.
         keep |= {k for key, m in entries if key in keep
-                 for k in (m.get("link") or {}).get("objects", ())}
+                 for k in _linked_objects(m)}
         users = _blob_users(entries)
         for key, manifest in entries:
             if total <= max_size:
@@ -65,24 +74,23 @@ def gc(store: Store, max_size: int | None, keep=()) -> dict:
                 removed.append(manifest.get("target", key))
             for name in set(manifest["artifacts"].values()):
                 users[name].discard(key)
-                if not users[name] and name in sizes:
-                    store.blob_path(name).unlink(missing_ok=True)
+                if not users[name] and name in sizes and store.remove_blob(name):
                     total -= sizes[name]
                     freed += sizes[name]
                     orphans += 1
     temp = _remove_stale_temp(store)
-    facts = prune_facts(store.base / "facts")
+    facts = _prune_facts(store)
+    _remove_old_index(store)
     blobs, size = store.size()
     return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
             "removed_blobs": orphans, "freed_bytes": freed, "removed_temp_files": temp,
             "removed_facts": facts, "blobs": blobs, "bytes": size}
 
 
-def _last_used(store: Store, key: str) -> float:
-    try:
-        return store.entry_path(key).stat().st_mtime
-    except OSError:
-        return 0.0
+def _linked_objects(manifest: dict) -> list:
+    link = manifest.get("link")
+    objects = link.get("objects") if isinstance(link, dict) else None
+    return [k for k in objects if isinstance(k, str)] if isinstance(objects, list) else []
 
 
 def _blob_users(entries) -> dict:
@@ -94,18 +102,53 @@ def _blob_users(entries) -> dict:
 
 
 def _remove_stale_temp(store: Store) -> int:
-    tmp = store.base / "tmp"
-    count = 0
-    if tmp.is_dir():
-        now = time.time()
-        for path in tmp.iterdir():
+    """Temp files crashed builds left in v1/tmp (a link there is removed, never followed)."""
+    now, count = time.time(), 0
+    for name, info in tree.listing(store.root, f"{LAYOUT}/tmp"):
+        if now - info.st_mtime > _STALE_TMP_SECONDS and not stat.S_ISDIR(info.st_mode):
+            count += store._remove(f"{LAYOUT}/tmp/{name}")
+    return count
+
+
+def _prune_facts(store: Store, max_age: float = FACTS_MAX_AGE) -> int:
+    """Remove the keying facts of other kbuild versions, and this version's facts unread
+    for `max_age` seconds, walking v1/facts without following a link (a link is removed
+    as the link it is). Facts only save parsing: one removed too soon costs a parse."""
+    current, removed = _facts_version(), 0
+    oldest = time.time() - max_age
+    for folder, info in tree.listing(store.root, f"{LAYOUT}/facts"):
+        rel = f"{LAYOUT}/facts/{folder}"
+        if not stat.S_ISDIR(info.st_mode):
+            removed += store._remove(rel)
+            continue
+        for name, finfo in tree.listing(store.root, rel):
+            if folder != current or finfo.st_mtime < oldest or stat.S_ISLNK(finfo.st_mode):
+                removed += store._remove(f"{rel}/{name}")
+        if folder != current and not store.read_only:
             try:
-                if now - path.stat().st_mtime > _STALE_TMP_SECONDS:
-                    path.unlink()
-                    count += 1
+                with tree.opened_dir(store.root, [LAYOUT, "facts"]) as fd:
+                    os.rmdir(folder, dir_fd=fd)
             except OSError:
                 pass
-    return count
+    return removed
+
+
+def _remove_old_index(store: Store) -> None:
+    """Older kbuilds kept a diskcache index in v1/index; nothing reads it now."""
+    info = tree.lstat(store.root, f"{LAYOUT}/index")
+    if info is None or store.read_only:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        store._remove(f"{LAYOUT}/index")
+        return
+    for name, finfo in tree.listing(store.root, f"{LAYOUT}/index"):
+        if not stat.S_ISDIR(finfo.st_mode):
+            store._remove(f"{LAYOUT}/index/{name}")
+    try:
+        with tree.opened_dir(store.root, [LAYOUT]) as fd:
+            os.rmdir("index", dir_fd=fd)
+    except OSError:
+        pass  # something unexpected inside it: left alone
 
 
 def record_build(store: Store, summary: dict) -> None:
@@ -116,9 +159,12 @@ def record_build(store: Store, summary: dict) -> None:
         summary = {**summary, **store.remote.take_counts()}  # remote_hits, remote_bytes_fetched...
     line = json.dumps({"time": round(time.time(), 3), **summary}, sort_keys=True) + "\n"
     try:
-        fd = os.open(store.base / "stats.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        with tree.opened_dir(store.root, [LAYOUT]) as dirfd:
+            fd = os.open("stats.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dirfd)
         try:
-            os.write(fd, line.encode())
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, line.encode())
         finally:
             os.close(fd)
     except OSError:
@@ -130,7 +176,7 @@ def stats(store: Store) -> dict:
     kinds = [is_object(m) for _, m in store.entries()]
     blobs, size = store.size()
     recent = _recent_builds(store)
-    totals = {k: sum(int(b.get(k, 0)) for b in recent) for k in ("cached", "built", "failed")
+    totals = {k: sum(_count(b.get(k)) for b in recent) for k in ("cached", "built", "failed")
               + _REMOTE_COUNTS}
     return {"store": str(store.root), "entries": kinds.count(False), "objects": kinds.count(True),
             "blobs": blobs, "bytes": size,
@@ -141,17 +187,21 @@ def stats(store: Store) -> dict:
             "last_build": recent[-1] if recent else None}
 
 
+def _count(value) -> int:
+    """A count from a stats line; anything else (a hand-edited or torn line) counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _recent_builds(store: Store) -> list[dict]:
-    path = store.base / "stats.jsonl"
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()[-_RECENT_BUILDS:]
+        data, _ = tree.read_file(store.root, f"{LAYOUT}/stats.jsonl", 64 << 20)
     except OSError:
         return []
     out = []
-    for line in lines:
+    for line in data.decode("utf-8", "replace").splitlines()[-_RECENT_BUILDS:]:
         try:
-            item = json.loads(line)
-        except ValueError:
+            item = load_json(line, "stats line", 1 << 16)
+        except EntryProblem:
             continue  # a torn line from a crash: skip it
         if isinstance(item, dict):
             out.append(item)

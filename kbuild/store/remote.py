@@ -23,15 +23,21 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from ..keying.encode import digest
 from ..errors import ConfigError
-from .local import LAYOUT, _manifest_problem, atomic_write, blob_relpath, entry_relpath
+from .local import LAYOUT, MAX_BLOB, atomic_write, blob_relpath, entry_relpath
+from .manifest import MAX_JSON_BYTES, EntryProblem, parse_manifest
+from .signing import sign, signature_problem, signing_key
 
 DEFAULT_TIMEOUT = 5.0
+DEFAULT_BUDGET = 30.0  # seconds one build may spend waiting on the remote, all calls together
+_SECRET_PARAMS = ("password", "passwd", "pass", "pwd", "token", "secret", "key", "auth",
+                  "credential", "signature", "sig")
 DEFAULT_PREFIX = "kbuild:"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 _FAILED = object()
@@ -45,6 +51,8 @@ class RemoteSettings:
     where: str  # what named it, for error messages
     read_only: bool = False
     timeout: float = DEFAULT_TIMEOUT
+    budget: float = DEFAULT_BUDGET
+    signing_key: bytes | None = field(default=None, repr=False)
 
 
 def remote_settings(config=None, *, url=None, no_remote=False, read_only=False, timeout=None,
@@ -59,9 +67,13 @@ def remote_settings(config=None, *, url=None, no_remote=False, read_only=False, 
                     (getattr(config, "remote", None), f"{_toml(config)} remote"))
     if no_remote or chosen is None:
         return None
+    budget = env.get("KBUILD_REMOTE_BUDGET")
     return RemoteSettings(url=chosen[0], where=chosen[1],
                           read_only=read_only or env.get("KBUILD_REMOTE_READ_ONLY") == "1",
-                          timeout=remote_timeout(config, timeout, env))
+                          timeout=remote_timeout(config, timeout, env),
+                          budget=parse_timeout(budget, "KBUILD_REMOTE_BUDGET") if budget
+                          else DEFAULT_BUDGET,
+                          signing_key=signing_key(config, env))
 
 
 def remote_timeout(config=None, timeout=None, env=None) -> float:
@@ -102,38 +114,77 @@ def open_remote(settings: RemoteSettings | None) -> RemoteTier | None:
         raise ConfigError(f"{settings.where}: remote {redact(settings.url)!r} is not a URL; write "
                           "redis://HOST:PORT/DB, s3://BUCKET/PREFIX, gs://... or file:///PATH")
     backend = (RedisRemote if scheme in REDIS_SCHEMES else FsspecRemote)(settings)
-    return RemoteTier(backend, timeout=settings.timeout, read_only=settings.read_only)
+    return RemoteTier(backend, timeout=settings.timeout, read_only=settings.read_only,
+                      budget=settings.budget, signing_key=settings.signing_key,
+                      secrets=url_secrets(settings.url))
 
 
 def redact(url: str) -> str:
-    """`url` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:" if parts.username else ":"
-    return urlunsplit(parts._replace(netloc=f"{user}***@{netloc}"))
+    """`url` without its password or secret query arguments (?password=, ?token=...)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<a malformed URL>"
+    if password is not None:
+        netloc = parts.netloc.rpartition("@")[2]
+        user = f"{parts.username}:" if parts.username else ":"
+        parts = parts._replace(netloc=f"{user}***@{netloc}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(_secret_param(k) for k, _ in query):
+        parts = parts._replace(query=urlencode(
+            [(k, "***" if _secret_param(k) else v) for k, v in query], safe="*:"))
+    return urlunsplit(parts)
+
+
+def _secret_param(name: str) -> bool:
+    name = name.lower()
+    return any(word in name for word in _SECRET_PARAMS) and name != "prefix"
+
+
+def url_secrets(url: str) -> tuple:
+    """The secret strings in `url` (password, secret query values), to scrub from messages."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password] if parts.password else []
+    except ValueError:
+        return ()
+    found += [v for k, v in parse_qsl(parts.query, keep_blank_values=True)
+              if _secret_param(k) and v]
+    return tuple(sorted({x for s in found for x in (s, quote(s, safe=""), unquote(s)) if x},
+                        key=len, reverse=True))
+
+
+def scrub(text: str, secrets) -> str:
+    """`text` with every secret replaced by ***: driver messages may echo a password."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 # -- the tier -----------------------------------------------------------------------------
 
 class RemoteTier:
-    """A backend, its timeout and this process's counts; what `Store.remote` holds."""
+    """A backend, its timeout, this build's time budget and counts; what `Store.remote` holds."""
 
-    def __init__(self, backend, *, timeout: float = DEFAULT_TIMEOUT, read_only: bool = False):
+    def __init__(self, backend, *, timeout: float = DEFAULT_TIMEOUT, read_only: bool = False,
+                 budget: float = DEFAULT_BUDGET, signing_key: bytes | None = None, secrets=()):
         self.backend, self.timeout, self.read_only = backend, timeout, read_only
+        self.budget, self.signing_key, self.secrets = budget, signing_key, tuple(secrets)
         self.name = backend.name
         self.down = False  # set by the first failure: the remote is not asked again
+        self.spent = 0.0  # seconds waited on the remote so far
         self._absent: set[str] = set()  # keys it lacked: a second lookup costs no round trip
         self._counts = dict.fromkeys(("hits", "misses", "rejected", "errors",
                                       "bytes_fetched", "bytes_pushed"), 0)
 
-    def fetch(self, store, key: str) -> dict | None:
-        """The remote's entry for `key`, verified and committed to `store`; else None."""
+    def fetch(self, store, key: str, expect: dict | None = None) -> dict | None:
+        """The remote's entry for `key`, verified (bound to `expect`, signed when a key is
+        set, its artifacts its own) and committed to `store`; else None."""
         if self.down or key in self._absent:
             return None
-        raw = self._call(store, "read", self.backend.get_entry, key)
-        manifest = None if raw is _FAILED or raw is None else self._manifest(store, key, raw)
+        raw = self._call(store, "read", self.backend.get_entry, key, MAX_JSON_BYTES)
+        manifest = None if raw is _FAILED or not raw else self._manifest(store, key, raw, expect)
         blobs = self._verified_blobs(store, key, manifest) if manifest is not None else None
         if blobs is None:
             if not self.down:
@@ -149,36 +200,47 @@ class RemoteTier:
         self._counts["bytes_fetched"] += len(raw) + sum(map(len, blobs.values()))
         return manifest
 
-    def _manifest(self, store, key: str, raw: bytes) -> dict | None:
+    def _manifest(self, store, key: str, raw: bytes, expect) -> dict | None:
         try:
-            text = raw.decode("utf-8")
+            manifest = parse_manifest(key, raw.decode("utf-8"), expect)
+            problem = signature_problem(manifest, self.signing_key)
         except UnicodeDecodeError:
-            text = None
-        problem = "not UTF-8 text" if text is None else _manifest_problem(key, text)
+            problem = "not UTF-8 text"
+        except EntryProblem as exc:
+            problem = str(exc)
         if problem:
             self._reject(store, f"entry {key} is invalid ({problem})")
             return None
-        return json.loads(text)
+        return manifest
 
     def _verified_blobs(self, store, key: str, manifest: dict) -> dict | None:
-        names = sorted(set(manifest["artifacts"].values()))
-        found = self._call(store, "read", self.backend.get_blobs, names)
-        if found is _FAILED or any(found.get(name) is None for name in names):
+        sizes = manifest.get("sizes", {})
+        wanted = {name: sizes.get(kind, MAX_BLOB) for kind, name in manifest["artifacts"].items()}
+        names = sorted(wanted)
+        found = self._call(store, "read", self.backend.get_blobs, names,
+                           [min(wanted[n], MAX_BLOB) for n in names])
+        if found is _FAILED or any(not found.get(name) for name in names):
             return None  # evicted behind its manifest: a plain miss
         for name in names:
             if digest(found[name]) != name:
-                self._reject(store, f"blob {name} of entry {key} ({manifest.get('target')}) "
-                                    "does not match its hash")
+                self._reject(store, f"blob {name} of entry {key} "
+                                    f"({str(manifest.get('target'))[:80]}) does not match its hash")
                 return None
+        problem = store.artifacts_problem(manifest, found)
+        if problem:
+            self._reject(store, f"entry {key} ({str(manifest.get('target'))[:80]}) {problem}")
+            return None
         return {name: found[name] for name in names}
 
     def push(self, store, key: str, text: str) -> None:
-        """Send a committed entry: its blobs (read back verified from `store`), then its manifest."""
+        """Send a committed entry (signed when a key is set): its blobs (read back verified
+        from `store`), then its manifest."""
         if self.down or self.read_only:
             return
-        names = sorted(set(json.loads(text)["artifacts"].values()))
+        manifest = json.loads(text)
+        names = sorted(set(manifest["artifacts"].values()))
         blobs = {name: store.read_blob(name) for name in names}
-        data = text.encode("utf-8")
+        data = json.dumps(sign(manifest, self.signing_key), sort_keys=True, indent=1).encode()
         if self._call(store, "write", self.backend.put_entry, key, data, blobs) is not _FAILED:
             self._absent.discard(key)
             self._counts["bytes_pushed"] += len(data) + sum(map(len, blobs.values()))
@@ -191,42 +253,62 @@ class RemoteTier:
 
     def _reject(self, store, problem: str) -> None:
         self._counts["rejected"] += 1
-        store.warnings.append(f"remote {self.name}: {problem}; ignored, building it here")
+        store.warnings.append(scrub(f"remote {self.name}: {problem}; ignored, building it here",
+                                    self.secrets))
 
     def _call(self, store, what: str, fn, *args):
-        """fn(*args) in a thread joined for at most `timeout`; _FAILED (and one warning) on failure.
+        """fn(*args) in a thread joined for at most `timeout` (and what is left of the
+        build's budget); _FAILED (and one warning) on failure.
 
         A thread and not only socket timeouts: fsspec backends have no common timeout
         setting, and a hung call must not hold the build. The thread is a daemon, so one
-        left behind never delays the exit.
+        left behind never delays the exit, and the backends read in chunks against the
+        same deadline, so one left behind stops reading when its time is up.
         """
         if self.down:
             return _FAILED
+        wait = min(self.timeout, self.budget - self.spent)
         box = {}
+        deadline = time.monotonic() + wait
 
         def run():
             try:
-                box["value"] = fn(*args)
+                box["value"] = fn(*args, deadline=deadline)
             except BaseException as exc:  # noqa: BLE001 - reported below, in the caller's thread
                 box["error"] = exc
 
+        started = time.monotonic()
         thread = threading.Thread(target=run, name="kbuild-remote", daemon=True)
         thread.start()
-        thread.join(self.timeout)
+        thread.join(max(wait, 0.0))
+        self.spent += time.monotonic() - started
         if "value" in box:
+            if self.spent >= self.budget:
+                self._give_up(store, what, f"used up this build's budget of {self.budget:g}s")
             return box["value"]
-        problem = (f"did not answer within {self.timeout:g}s" if thread.is_alive() else
-                   f"failed: {type(box['error']).__name__}: {_first_line(box['error'])}")
+        if thread.is_alive() and wait < self.timeout:
+            problem = f"used up this build's budget of {self.budget:g}s"
+        elif thread.is_alive():
+            problem = f"did not answer within {self.timeout:g}s"
+        else:
+            problem = f"failed: {type(box['error']).__name__}: {_first_line(box['error'])}"
+        self._give_up(store, what, problem)
+        return _FAILED
+
+    def _give_up(self, store, what: str, problem: str) -> None:
         self.down = True
         self._counts["errors"] += 1
-        store.warnings.append(f"remote {self.name} {problem} (on {what}); "
-                              "building with the local store only")
-        return _FAILED
+        store.warnings.append(scrub(f"remote {self.name} {problem} (on {what}); "
+                                    "building with the local store only", self.secrets))
+
+
+class _Deadline(Exception):
+    """A backend read ran past its deadline; raised in the worker thread to stop it."""
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else "no message"
+    return text.splitlines()[0][:300] if text else "no message"
 
 
 # -- backends -------------------------------------------------------------------------------
@@ -260,13 +342,17 @@ class RedisRemote:
     def _blob(self, name: str) -> str:
         return f"{self.prefix}{LAYOUT}:blob:{name}"
 
-    def get_entry(self, key: str) -> bytes | None:
-        return self.client.get(self._entry(key))
+    def get_entry(self, key: str, cap: int, deadline: float) -> bytes | None:
+        # GETRANGE, not GET: a huge value is cut at the cap (and then fails its checks).
+        return self.client.getrange(self._entry(key), 0, cap) or None
 
-    def get_blobs(self, names) -> dict:
-        return dict(zip(names, self.client.mget([self._blob(n) for n in names])))
+    def get_blobs(self, names, caps, deadline: float) -> dict:
+        with self.client.pipeline(transaction=False) as pipe:
+            for name, cap in zip(names, caps):
+                pipe.getrange(self._blob(name), 0, cap)
+            return {n: v or None for n, v in zip(names, pipe.execute())}
 
-    def put_entry(self, key: str, text: bytes, blobs: dict) -> None:
+    def put_entry(self, key: str, text: bytes, blobs: dict, deadline: float) -> None:
         # One MULTI/EXEC: no reader sees the manifest without the blobs it names.
         with self.client.pipeline(transaction=True) as pipe:
             for name, data in blobs.items():
@@ -282,6 +368,18 @@ def _split_prefix(url: str) -> tuple[str, str]:
     prefix = next((v for k, v in reversed(query) if k == "prefix"), DEFAULT_PREFIX)
     rest = urlencode([(k, v) for k, v in query if k != "prefix"])
     return urlunsplit(parts._replace(query=rest)), prefix
+
+
+_CHUNK = 1 << 20
+
+
+def _plain_file(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 class FsspecRemote:
@@ -313,22 +411,36 @@ class FsspecRemote:
     def _blob(self, name: str) -> str:
         return f"{self.root}/{LAYOUT}/{blob_relpath(name)}"
 
-    def get_entry(self, key: str) -> bytes | None:
-        return self._cat(self._entry(key))
+    def get_entry(self, key: str, cap: int, deadline: float) -> bytes | None:
+        return self._cat(self._entry(key), cap, deadline)
 
-    def get_blobs(self, names) -> dict:
-        return {name: self._cat(self._blob(name)) for name in names}
+    def get_blobs(self, names, caps, deadline: float) -> dict:
+        return {name: self._cat(self._blob(name), cap, deadline) for name, cap in zip(names, caps)}
 
-    def put_entry(self, key: str, text: bytes, blobs: dict) -> None:
+    def put_entry(self, key: str, text: bytes, blobs: dict, deadline: float) -> None:
         for name, data in blobs.items():
             self._write(self._blob(name), data)
         self._write(self._entry(key), text)  # last: the manifest is the commit
 
-    def _cat(self, path: str) -> bytes | None:
+    def _cat(self, path: str, cap: int, deadline: float) -> bytes | None:
+        """At most cap + 1 bytes of `path`, read in chunks that stop at `deadline`: a read
+        the tier gave up on stops too, instead of filling memory in the background."""
+        if self.local and not _plain_file(path):
+            return None  # a FIFO, a device or a link in a shared folder: never opened
+        chunks, total = [], 0
         try:
-            return self.fs.cat_file(path)
+            with self.fs.open(path, "rb") as fh:
+                while total <= cap:
+                    if time.monotonic() > deadline:
+                        raise _Deadline(f"reading {path} ran past its timeout")
+                    chunk = fh.read(min(_CHUNK, cap + 1 - total))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    total += len(chunk)
         except FileNotFoundError:
             return None
+        return b"".join(chunks)
 
     def _write(self, path: str, data: bytes) -> None:
         if not self.local:

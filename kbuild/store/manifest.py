@@ -1,0 +1,186 @@
+"""What an entry must say to be accepted: one check for the store, archives and remotes.
+
+An entry is bound to its target. Its manifest names its own key and (for a
+target's entry) the target, signature and arch it was built for; whoever
+looks a key up says which target it wants (`expect`), and a manifest naming
+another is corrupt. The artifacts must agree with the manifest too (see
+`artifact_problem`): a PTX whose `.target` or `.entry` differs, a cubin built
+for another arch or not defining the entry symbol, is another kernel's binary
+under this key, never launched.
+
+JSON is parsed only when it is small and shallow: a manifest is bounded in
+size and nesting, so a hostile file costs a warning, not a RecursionError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import accumulate
+
+from ..backend.binaries import BinaryError, Facts, arch_number, artifact_facts, names_kernel
+
+MANIFEST_SCHEMA = 1
+OBJECT_KIND = "object"  # a separately compiled object's entry (see `objects`), not a target's
+MAX_JSON_BYTES = 4 << 20
+MAX_JSON_DEPTH = 32
+HEX32 = re.compile(r"\A[0-9a-f]{32}\Z")
+TARGET_KINDS = ("ptx", "cubin")
+# What a compile observed (keying.observed's JSON record), beside any entry's binaries: its
+# blob is verified like every blob and must be bounded JSON; build.fresh_entry checks that it
+# names the entry's own static key.
+RECORD_KIND = "observed"
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class EntryProblem(ValueError):
+    """Why an entry is not accepted (its text names what is wrong)."""
+
+
+def is_object(manifest: dict) -> bool:
+    return manifest.get("kind") == OBJECT_KIND
+
+
+def load_json(text: str, what: str = "JSON", limit: int = MAX_JSON_BYTES):
+    """`text` parsed, when it is at most `limit` characters and MAX_JSON_DEPTH deep.
+
+    The depth is counted over brackets in one C-speed pass that ignores strings (their
+    brackets only ever make it err high, and then the exact count below decides); JSON
+    that slips past it (closing brackets in strings) is still refused when the parser
+    itself runs out of depth.
+    """
+    if len(text) > limit:
+        raise EntryProblem(f"{what} is larger than {limit} bytes")
+    if _depth(_NOT_BRACKET.sub("", text)) > MAX_JSON_DEPTH and \
+            _depth(_NOT_BRACKET.sub("", _STRING.sub("", text))) > MAX_JSON_DEPTH:
+        raise EntryProblem(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise EntryProblem(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise EntryProblem(f"{what} is not valid JSON") from None
+
+
+def _depth(brackets: str) -> int:
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
+
+
+def parse_manifest(key: str, text: str, expect: dict | None = None) -> dict:
+    """The manifest in `text` for `key`, checked (shape, binding to `expect`); EntryProblem."""
+    manifest = load_json(text, "manifest")
+    problem = _shape_problem(key, manifest) or _binding_problem(manifest, expect or {})
+    if problem:
+        raise EntryProblem(problem)
+    return manifest
+
+
+def _shape_problem(key: str, manifest) -> str | None:
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        return f"unknown schema {str(manifest.get('schema'))[:40]!r}"
+    if manifest.get("key") != key:
+        return "key does not match its file name"
+    artifacts = manifest.get("artifacts")
+    if not isinstance(artifacts, dict) or not artifacts or not all(
+            isinstance(v, str) and HEX32.match(v) for v in artifacts.values()):
+        return "artifacts are not blob hashes"
+    sizes = manifest.get("sizes", {})
+    if not isinstance(sizes, dict) or not all(
+            isinstance(sizes.get(k, 0), int) and not isinstance(sizes.get(k), bool)
+            for k in artifacts):
+        return "sizes are malformed"
+    if not isinstance(manifest.get("arch"), str):
+        return "no arch"
+    for field, kind in _OPTIONAL:
+        if field in manifest and not isinstance(manifest[field], kind):
+            return f"{field} is not a {kind.__name__}"
+    if is_object(manifest):
+        return _object_problem(manifest)
+    if sorted(set(artifacts) - {RECORD_KIND}) != sorted(TARGET_KINDS):
+        return f"artifacts are {sorted(artifacts)}, not a PTX and a cubin"
+    for field in ("target", "signature", "entry"):
+        if not isinstance(manifest.get(field), str):
+            return f"no {field}"
+    if not isinstance(manifest.get("cooperative"), bool):
+        return "no cooperative flag"
+    if not _inputs_ok(manifest.get("inputs")):
+        return "inputs are malformed"
+    return None
+
+
+# Fields older or other kbuilds may leave out, but never of another type.
+_OPTIONAL = (("built_at", str), ("project", str), ("link", dict), ("function", str))
+
+
+def _inputs_ok(inputs) -> bool:
+    """The key tree a target was built from, as `explain` reads it: [[path], text, digest]."""
+    return isinstance(inputs, list) and all(
+        isinstance(row, list) and len(row) == 3 and isinstance(row[0], list)
+        and all(isinstance(p, str) for p in row[0]) and isinstance(row[1], str)
+        and isinstance(row[2], str) for row in inputs)
+
+
+def _object_problem(manifest: dict) -> str | None:
+    """A separately compiled object (see `objects`): its LTO-IR and its interface."""
+    def rows(name, width):
+        value = manifest.get(name)
+        return isinstance(value, list) and all(
+            isinstance(r, list) and len(r) == width and all(isinstance(x, str) for x in r)
+            for r in value)
+
+    if [k for k in manifest["artifacts"] if k != RECORD_KIND] != ["ltoir"]:
+        return "object without exactly one LTO-IR artifact"
+    if not rows("exports", 2) or not rows("imports", 4):
+        return "object interface is malformed"
+    if "entry" in manifest or not manifest["exports"]:
+        if not isinstance(manifest.get("entry"), str):
+            return "no entry symbol"
+        if not isinstance(manifest.get("cooperative"), bool):
+            return "kernel object without a cooperative flag"
+    return None
+
+
+def _binding_problem(manifest: dict, expect: dict) -> str | None:
+    """`expect`: fields the manifest must hold, and `entry_prefix` (the kernel's mangled
+    module and name, see `binaries.entry_prefix`) its entry symbol must start with."""
+    prefix = expect.get("entry_prefix")
+    if prefix and not names_kernel(str(manifest.get("entry")), prefix):
+        return f"its entry symbol {str(manifest.get('entry'))[:60]} is another kernel's"
+    for field in sorted(set(expect) - {"entry_prefix"}):
+        if manifest.get(field) != expect[field]:
+            return (f"it names {field} {str(manifest.get(field))[:80]!r}, "
+                    f"not {str(expect[field])[:80]!r}")
+    return None
+
+
+def artifact_problem(manifest: dict, kind: str, facts: Facts) -> str | None:
+    """Why the artifact `kind` (with `facts`) is not this manifest's, else None."""
+    arch, entry = manifest["arch"], manifest.get("entry")
+    if kind == "ptx" and facts.arch != arch:
+        return f"its PTX targets {facts.arch}, not {arch}"
+    if kind == "cubin" and facts.arch != arch_number(arch):
+        return f"its cubin is built for {facts.arch}, not {arch}"
+    if kind in TARGET_KINDS and entry not in facts.kernels:
+        return f"its {kind.upper()} does not define the kernel {entry[:60]}"
+    return None
+
+
+def built_problem(arch: str, entry: str, artifacts: dict) -> str | None:
+    """Why freshly made artifacts (kind -> bytes) are not `entry`'s for `arch`, else None:
+    a relink from stored objects is checked before it is committed."""
+    manifest = {"arch": arch, "entry": entry}
+    for kind, data in sorted(artifacts.items()):
+        try:
+            problem = artifact_problem(manifest, kind, artifact_facts(kind, data))
+        except BinaryError as exc:
+            problem = str(exc)
+        if problem:
+            return problem
+    return None
+
+
+__all__ = ["BinaryError", "EntryProblem", "HEX32", "MANIFEST_SCHEMA", "OBJECT_KIND",
+           "artifact_problem", "built_problem", "RECORD_KIND", "is_object", "load_json", "parse_manifest"]
