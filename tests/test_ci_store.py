@@ -465,7 +465,8 @@ def test_gc_evicts_a_stale_entry_and_its_blobs_but_keeps_current_keys(
     assert gc.json["evicted_entries"] == 1 and gc.json["evicted"] == [SAXPY]
     # The old saxpy's own object goes too; the objects current targets link from stay.
     assert gc.json["evicted_objects"] == 1
-    assert gc.json["removed_blobs"] == 3 and gc.json["freed_bytes"] > sum(old_blobs.values())
+    # The old saxpy's PTX, cubin and LTO-IR object, and both entries' observation records.
+    assert gc.json["removed_blobs"] == 5 and gc.json["freed_bytes"] > sum(old_blobs.values())
     assert gc.json["bytes"] == sum(p.stat().st_size for p in blob_files(store).values())
     assert old["key"] not in entry_files(store)
     assert not set(old_blobs) & set(blob_files(store))
@@ -488,7 +489,9 @@ def test_gc_evicts_least_recently_used_entries_first(built, run_kbuild, tmp_path
         os.utime(entry_files(store)[key], (now - age, now - age))
     sizes = {name: p.stat().st_size for name, p in blob_files(store).items()}
     total = sum(sizes.values())
-    artifacts = {r["key"]: set(r["artifacts"].values()) for r in extra.json["targets"]}
+    # Every blob an entry names: its binaries and its observation record.
+    artifacts = {r["key"]: set(json.loads(entry_files(store)[r["key"]].read_text())
+                               ["artifacts"].values()) for r in extra.json["targets"]}
     oldest_bytes = sum(sizes[n] for n in artifacts[oldest])
 
     # A bound that one eviction meets: only the least recently used entry goes.
@@ -516,14 +519,15 @@ def test_store_max_size_in_kbuild_toml_applies_after_build(built, build, tmp_pat
     assert result.returncode == 0, result.stderr
     assert set(entry_files(store)) == set(statuses(result))  # the old saxpy entry is gone
     assert built.row(SAXPY)["key"] not in entry_files(store)
-    referenced = {n for r in result.json["targets"] for n in r["artifacts"].values()}
+    referenced = {n for r in result.json["targets"]
+                  for n in json.loads(entry_files(store)[r["key"]].read_text())["artifacts"].values()}
     # Besides the targets' artifacts, only the objects current targets link from.
     linked = {k for r in result.json["targets"]
               for k in json.loads(entry_files(store)[r["key"]].read_text())["link"].get("objects", ())}
     objects = entry_files(store, kind="object")
     assert set(objects) == linked
     assert set(blob_files(store)) == referenced | {
-        json.loads(p.read_text())["artifacts"]["ltoir"] for p in objects.values()}
+        n for p in objects.values() for n in json.loads(p.read_text())["artifacts"].values()}
 
 
 @pytest.mark.parametrize("command", ["gc", "build"])

@@ -206,8 +206,11 @@ def test_redis_holds_each_entry_and_blob_once_under_the_prefix(machine_a, redis_
     assert len(entries) + len(blobs) == len(keys)
     objects = _objects(machine_a.store)
     assert sorted(entries) == sorted([r["key"] for r in machine_a.rows] + list(objects))
-    assert set(blobs) == {h for r in machine_a.rows for h in r["artifacts"].values()} | {
-        m["artifacts"]["ltoir"] for m in objects.values()}
+    # Every blob an entry names (binaries, LTO-IR, observation records), and nothing else.
+    named = {h for text in entries.values() for h in json.loads(text)["artifacts"].values()}
+    assert set(blobs) == named
+    assert {h for r in machine_a.rows for h in r["artifacts"].values()} | {
+        m["artifacts"]["ltoir"] for m in objects.values()} <= named
     assert all(digest(data) == name for name, data in blobs.items())
     for key, text in entries.items():
         assert json.loads(text)["key"] == key
@@ -368,7 +371,8 @@ def test_a_memory_url_remote_fills_an_empty_store_with_verified_entries(machine_
     empty.remote = open_remote(RemoteSettings(url, "test"))
     for row in machine_a.rows:
         manifest = empty.lookup(row["key"])
-        assert manifest is not None and manifest["artifacts"] == row["artifacts"]
+        assert manifest is not None and manifest["artifacts"] == dict(
+            row["artifacts"], observed=manifest["artifacts"]["observed"])
     assert empty.remote.take_counts()["remote_hits"] == len(machine_a.rows)
     assert_blobs_verify(tmp_path / "b")
     assert sorted(entry_files(tmp_path / "b")) == sorted(r["key"] for r in machine_a.rows)
