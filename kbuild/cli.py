@@ -130,11 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     _remote_options(p)
     p.add_argument("--executor", metavar="local|dask://HOST:PORT", default=None,
                    help="where to compile: local processes (default) or a Dask cluster")
-    loud = p.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true",
-                      help="print only failed targets (first line of the error) and the summary")
-    loud.add_argument("-v", "--verbose", action="store_true",
-                      help="also print each target's key, and every error in full")
+    _loudness(p, "print only failed targets (first line of the error) and the summary")
     p.set_defaults(run=cmd_build)
 
     p = sub.add_parser("watch", parents=[common],
@@ -144,11 +140,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="compile N targets at once (default: the number of cores)")
     p.add_argument("--whole-program", action="store_true",
                    help="compile each kernel with its device functions as one program")
-    loud = p.add_mutually_exclusive_group()
-    loud.add_argument("-q", "--quiet", action="store_true",
-                      help="print only failed targets and the summary of each build")
-    loud.add_argument("-v", "--verbose", action="store_true",
-                      help="also print each target's key, and every error in full")
+    _loudness(p, "print only failed targets and the summary of each build")
     p.add_argument("--rounds", type=int, default=None, metavar="N", help=argparse.SUPPRESS)
     p.set_defaults(run=cmd_watch, json=False, keep_going=True, watching=True)
 
@@ -257,6 +249,13 @@ def _print_versions() -> int:
     for name, version in versions().items():
         print(f"  {name:13} {version}")
     return EXIT_OK
+
+
+def _loudness(p, quiet_help: str) -> None:
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true", help=quiet_help)
+    loud.add_argument("-v", "--verbose", action="store_true",
+                      help="also print each target's key, and every error in full")
 
 
 def _remote_options(p):
