@@ -84,9 +84,21 @@ def _prune(store: Store) -> None:
 
 
 def module_digests(target_names) -> dict:
-    """module name -> digest of its file's bytes, for the modules declaring `target_names`."""
-    modules = sorted({name.partition(":")[0] for name in target_names})
-    return {m: digest(module_file(m).read_bytes()) for m in modules}
+    """module name -> digest of its file's bytes, for every module of the top-level packages
+    that declare `target_names`: a device function or a constant in a sibling module is as
+    much a part of the kernels as their own module (numba #1833 is exactly that miss)."""
+    digests = {}
+    for top in sorted({name.partition(":")[0].partition(".")[0] for name in target_names}):
+        origin = module_file(top)
+        if origin.name != "__init__.py":  # a top-level module, not a package
+            digests[top] = digest(origin.read_bytes())
+            continue
+        for path in sorted(origin.parent.rglob("*.py")):
+            parts = [top, *path.relative_to(origin.parent).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            digests[".".join(parts)] = digest(path.read_bytes())
+    return digests
 
 
 def module_file(module_name: str) -> Path:

@@ -106,7 +106,8 @@ class PackagedProject(Project):
         if not self.bundled:
             return super().fresh_entry(the_plan, target)
         key = the_plan.keys[target].digest
-        return self.store.lookup(key) if key else None
+        bound = _build.expected(target, the_plan.kernels[target.name].kernel)
+        return self.store.lookup(key, bound) if key else None
 
     def plan(self, names=None, archs=None):
         if not self.bundled:

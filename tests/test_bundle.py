@@ -116,7 +116,7 @@ def test_the_wheel_carries_the_bundle(wheel_env):
     manifest = json.loads(zipfile.ZipFile(wheel).read("kbdemo/_kbuild/bundle.json"))
     assert manifest["archs"] == ["sm_80", "sm_90"]
     assert len(manifest["targets"]) == 4  # 2 kernels x 1 signature x 2 archs
-    assert set(manifest["modules"]) == {"kbdemo.kernels"}
+    assert set(manifest["modules"]) == {"kbdemo", "kbdemo.kernels"}  # the whole package
     entries = [n for n in names if "/_kbuild/store/v1/entries/" in n]
     assert len(entries) == 4  # the kernels only: no device-function objects, no index
     assert not [n for n in names if "/index/" in n or n.endswith("CACHEDIR.TAG")]
@@ -197,6 +197,19 @@ def test_an_edited_installed_module_is_named_or_jitted(wheel_env):
         assert result == {"out": [1.0] * 4, "describe": ["jit", "jit"]}
     finally:
         module.write_text(original)
+
+
+def test_an_edited_sibling_module_of_the_package_is_named(wheel_env):
+    """Not only the kernels' own module: any module of the package may hold what they call."""
+    sibling = wheel_env[3] / "kbdemo" / "__init__.py"
+    original = sibling.read_text()
+    try:
+        sibling.write_text(original + "SCALE = 2.0\n")
+        done = _in_venv(wheel_env, SIMULATED)
+        assert done.returncode != 0
+        assert "installed module(s) kbdemo differ from the ones bundled" in done.stderr
+    finally:
+        sibling.write_text(original)
 
 
 def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_path):
