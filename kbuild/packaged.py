@@ -3,8 +3,9 @@
 No kbuild.toml, no writable store, no compiler: the package's `_kbuild/bundle.json`
 says what was built and the bundle's read-only store holds it. Before trusting the
 bundled keys, the installed kernel modules' bytes are digested and compared with the
-manifest (`verify="sources"`, the default: one file read per module, no re-keying);
-`verify="keys"` recomputes every key as `kbuild build` would. A module that differs
+manifest (`verify="sources"`: one file read per module, no re-keying). Full re-keying
+(`verify="keys"`) is refused for now: keying treats site-packages as outside the project,
+so every installed target would read as stale. A module that differs
 follows `on_miss`: "error" raises naming it, "jit" lets numba compile its kernels,
 "build" builds them into the user's cache store (a compiler is needed then).
 
@@ -27,7 +28,7 @@ from .project import Project
 from .store.local import Store
 
 BUNDLE_DIR = "_kbuild"
-VERIFY = ("sources", "keys")
+VERIFY = ("sources",)
 
 
 class _BundledKey:
@@ -56,6 +57,9 @@ def bundle_dir(package: str) -> Path:
 
 def load_package(package: str, *, on_miss: str = "error", verify: str = "sources"):
     """The `PackagedProject` of an installed package's bundle."""
+    if verify == "keys":
+        raise ValueError("verify='keys' is not supported for an installed package yet (its "
+                         "modules are outside any kbuild.toml's paths); use verify='sources'")
     if verify not in VERIFY:
         raise ValueError(f"verify must be one of {VERIFY}, not {verify!r}")
     where = bundle_dir(package)

@@ -27,7 +27,7 @@ class Project:
         a URL, False for none, or None for the one $KBUILD_REMOTE or the file's
         `[store] remote` names, as `kbuild build` finds it.
         `package`: an installed package's bundle instead of a kbuild.toml (see packaged.py;
-        `verify` is "sources" or "keys" there).
+        `verify="sources"` there: the installed modules' bytes against the bundle's).
         """
         from .launch import ON_MISS
         from .store.remote import open_remote, remote_settings
