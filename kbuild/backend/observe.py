@@ -59,7 +59,7 @@ class Observer:
 
     def __init__(self, static_functions=(), root: Path | None = None):
         # Functions the static key already holds by content: their bodies need no observation.
-        self._static = {id(f): f for f in static_functions}
+        self._static = set(static_functions)  # functions hash by identity
         self.root = root
         self.names: dict = {}
         # Globals read only by statically keyed functions: the static key holds them
@@ -67,12 +67,18 @@ class Observer:
         self.static_only: set = set()
         self._dynamic: set = set()
 
+    def _is_static(self, func) -> bool:
+        try:
+            return func in self._static
+        except TypeError:  # an unhashable callable is no function the static key holds
+            return False
+
     def add(self, kind: Kind, name: str) -> None:
         self.names.setdefault((kind, name), None)
 
     def function(self, func, kind: Kind = Kind.FUNCTION) -> None:
         module = getattr(func, "__module__", None)
-        if is_library(module) or (kind is Kind.FUNCTION and self._static.get(id(func)) is func):
+        if is_library(module) or (kind is Kind.FUNCTION and self._is_static(func)):
             return
         # Typing-time functions are found again through numba's registries, closures and
         # all; a function numba interprets by its name.
@@ -89,7 +95,7 @@ class Observer:
             if getattr(sys.modules.get(module), "__dict__", None) is scope:
                 key = (Kind.GLOBAL, f"{module}:{name}")
                 self.add(*key)
-                if self._static.get(id(func)) is func and key not in self._dynamic:
+                if self._is_static(func) and key not in self._dynamic:
                     self.static_only.add(key)
                 else:
                     self._dynamic.add(key)
@@ -336,9 +342,9 @@ def link_files(observer: Observer, library) -> None:
     seen, todo = set(), [library]
     while todo:
         lib = todo.pop()
-        if id(lib) in seen:
+        if lib in seen:  # code libraries hash by identity (numba keeps them in sets too)
             continue
-        seen.add(id(lib))
+        seen.add(lib)
         todo += list(getattr(lib, "_linking_libraries", ()))
         for path in getattr(lib, "_linking_files", ()):
             if isinstance(path, (str, os.PathLike)):
@@ -571,8 +577,8 @@ def _registered() -> dict:
             options = (_option_form(getattr(template, "_jit_options", None)),
                        _option_form(getattr(inline, "_inline", inline)))
             by_func = found.setdefault(name, {})
-            by_func.setdefault(id(func), (func, set()))[1].add(options)
-    return {name: [(func, tuple(sorted(opts, key=digest_of))) for func, opts in funcs.values()]
+            by_func.setdefault(func, set()).add(options)  # functions hash by identity
+    return {name: [(func, tuple(sorted(opts, key=digest_of))) for func, opts in funcs.items()]
             for name, funcs in found.items()}
 
 

@@ -650,11 +650,12 @@ def _load_chains_of(py_func, sources) -> set[tuple[str, ...]]:
     bases = set()
     nodes = [n for stmt in fdef.body for n in ast.walk(stmt)]
     # `a.b` inside `a.b.c` is one read of `a.b.c`, not a read of `a.b` besides.
-    inner = {id(n.value) for n in nodes
+    # (AST nodes hash by identity: this is a set of the nodes themselves.)
+    inner = {n.value for n in nodes
              if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
     for node in nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) \
-                and id(node) not in inner:
+                and node not in inner:
             chain = _attribute_chain(node)
             if chain and _chain_base(node) in free:
                 chains.add(chain)
