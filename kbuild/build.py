@@ -98,12 +98,6 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
                 failed=failed, unkeyable=unkeyable)
 
 
-def unkeyable_rows(the_plan: Plan) -> list[Row]:
-    """A failed row for every target whose key could not be computed."""
-    return [Row(t.name, t.signature, t.arch, "", "failed", error=str(exc))
-            for t, exc in the_plan.unkeyable.items()]
-
-
 def _resolve_all(config: ProjectConfig, specs):
     """(name -> ResolvedKernel, name -> ImportFailure): a module that raises at import
     fails its own targets only, and is imported once, not once per kernel."""
@@ -224,7 +218,8 @@ def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
         todo = []
     if todo:
         store.ensure_writable()
-    for target, error in the_plan.failed.items():
+    # Targets that could not be imported or keyed: a failed row each, reported like any other.
+    for target, error in [*the_plan.failed.items(), *the_plan.unkeyable.items()]:
         rows[target] = Row(target.name, target.signature, target.arch, None, "failed",
                            error=str(error))
         _progress(progress, rows[target], len(rows), the_plan.total)
@@ -244,8 +239,7 @@ def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
                                the_plan.keys[target].digest, "skipped",
                                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), the_plan.total)
-    ordered = [rows[t] for t in the_plan.targets] + [rows[t] for t in the_plan.failed] + \
-        unkeyable_rows(the_plan)
+    ordered = [rows[t] for t in [*the_plan.targets, *the_plan.failed, *the_plan.unkeyable]]
     from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)

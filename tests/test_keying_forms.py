@@ -313,7 +313,7 @@ def test_an_unkeyable_target_fails_alone(tmp_path):
     result = run_kbuild(project, store, "build", expect_rc=1)
     rows = {r["target"]: r for r in result["targets"]}
     assert rows["app.m:k_good"]["status"] == "built"
-    assert rows["app.m:k_bad"]["status"] == "failed"
+    assert rows["app.m:k_bad"]["status"] == "failed" and rows["app.m:k_bad"]["key"] is None
     assert "global 'THING' holds a app.m.Opaque" in rows["app.m:k_bad"]["error"]
     keys = run_kbuild(project, store, "keys", expect_rc=1)
     assert keys["digest"] is None
