@@ -86,7 +86,12 @@ class Project:
     def fresh_entry(self, the_plan, target):
         """The entry a launch of `target` uses, or None (see `build.fresh_entry`; a
         packaged project answers from its bundle)."""
-        return _build.fresh_entry(the_plan, self.store, target)
+        # One digest memo per plan: a launcher asks once per declared arch and signature,
+        # and the plan's keys, like these digests, are taken once per process.
+        current = getattr(the_plan, "_launch_current", None)
+        if current is None:
+            current = the_plan._launch_current = _build.current_digests(the_plan)
+        return _build.fresh_entry(the_plan, self.store, target, current)
 
     def plan(self, names=None, archs=None) -> _build.Plan:
         """Resolve and key the requested targets (cached per selection)."""
