@@ -3,14 +3,16 @@
 Sources are read, never imported: a project that does not import yet (the usual state of
 one being set up) still gets its file, and nothing of it runs. Eager signatures
 (`@cuda.jit("void(float32[::1])")`) are declared as written; a lazy kernel is written
-commented out, for its signatures to be filled in.
+commented out, for its signatures to be filled in. Kernels made at import time are found
+too: `k = cuda.jit(sig)(f)`, and `k = make_kernel(...)` where `make_kernel` is a module
+function that returns a kernel it defines (a factory).
 """
 
 from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import CONFIG_NAME
@@ -28,6 +30,7 @@ class FoundKernel:
     name: str  # module:function
     signatures: tuple[str, ...]
     where: str  # file:line, relative to the root
+    params: int | None = None  # how many arguments the kernel takes, when known
 
 
 def find_kernels(root: Path, folders=()) -> list[FoundKernel]:
@@ -61,17 +64,112 @@ def _kernels_in(root: Path, path: Path) -> list[FoundKernel]:
     module = _module_name(root, path)
     if module is None:
         return []
-    jit_names = _jit_names(tree)
+    statements = list(_module_statements(tree.body))
+    spelling = _Spelling(_jit_names(tree), {n.name: n for n in statements if _is_def(n)})
+    spelling.factories.update(_factories(statements, spelling))
     kernels = []
-    for node in tree.body:  # module level only: kbuild targets are module attributes
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for decorator in node.decorator_list:
-            signatures = _kernel_signatures(decorator, jit_names)
-            if signatures is not None:
-                where = f"{path.relative_to(root)}:{node.lineno}"
-                kernels.append(FoundKernel(f"{module}:{node.name}", signatures, where))
+    for node in statements:  # module level only: kbuild targets are module attributes
+        for name, made in _declared_kernels(node, spelling):
+            where = f"{path.relative_to(root)}:{node.lineno}"
+            kernels.append(FoundKernel(f"{module}:{name}", made.signatures, where, made.params))
     return kernels
+
+
+@dataclass(frozen=True)
+class _Made:
+    """What one kernel-making statement declares."""
+
+    signatures: tuple  # () when lazy
+    params: int | None  # the kernel function's argument count, when its def is seen
+
+
+@dataclass
+class _Spelling:
+    """How one module makes kernels: its names for `cuda.jit`, its module-level functions,
+    and those of them that return a kernel they define (factory -> `_Made`)."""
+
+    jit_names: set
+    functions: dict  # name -> def node
+    factories: dict = field(default_factory=dict)
+
+
+def _is_def(node) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+
+def _module_statements(body):
+    """A module's top-level statements, looking into `if`/`try`/`with` blocks (a kernel
+    defined under `if cuda.is_available():` is still a module attribute)."""
+    for node in body:
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for block in ("body", "orelse", "finalbody"):
+                yield from _module_statements(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                yield from _module_statements(handler.body)
+        else:
+            yield node
+
+
+def _declared_kernels(node, spelling: _Spelling):
+    """(attribute name, `_Made`) of the kernels a statement makes: `@cuda.jit def k`,
+    `k = cuda.jit(sig)(f)` / `k = cuda.jit(f)`, or `k = factory(...)`."""
+    if _is_def(node):
+        for decorator in node.decorator_list:
+            signatures = _kernel_signatures(decorator, spelling.jit_names)
+            if signatures is not None:
+                return [(node.name, _Made(signatures, _arity(node)))]
+        return []
+    if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+        return []
+    names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+    made = _made_kernel(node.value, spelling)
+    if made is not None:
+        return [(name, made) for name in names]
+    # `ns = SimpleNamespace(func=make_kernel(3.0))`: the kernel is reached as `ns.func`.
+    return [(f"{name}.{keyword.arg}", made) for keyword in node.value.keywords
+            if keyword.arg and isinstance(keyword.value, ast.Call)
+            and (made := _made_kernel(keyword.value, spelling)) is not None
+            for name in names]
+
+
+def _made_kernel(call: ast.Call, spelling: _Spelling):
+    """The `_Made` of the kernel a call makes, or None when it makes none."""
+    called = _dotted(call.func)
+    if called in spelling.factories:
+        return spelling.factories[called]
+    function = spelling.functions.get(call.args[0].id) \
+        if call.args and isinstance(call.args[0], ast.Name) else None
+    if isinstance(call.func, ast.Call) and _dotted(call.func.func) in spelling.jit_names:
+        decorator = call.func  # cuda.jit("sig", ...)(f)
+    elif called in spelling.jit_names and function is not None:
+        decorator = ast.Call(call.func, [], call.keywords)  # cuda.jit(f): lazy
+    else:
+        return None
+    signatures = _kernel_signatures(decorator, spelling.jit_names)
+    return None if signatures is None else _Made(signatures, function and _arity(function))
+
+
+def _arity(function) -> int | None:
+    args = function.args
+    if args.vararg or args.kwarg:
+        return None
+    return len(args.posonlyargs) + len(args.args)
+
+
+def _factories(statements, spelling: _Spelling) -> dict:
+    """Module-level functions that return a kernel they define: name -> its `_Made`."""
+    found = {}
+    for node in filter(_is_def, statements):
+        made = {}
+        for inner in ast.walk(node):
+            if inner is not node:
+                made.update(_declared_kernels(inner, _Spelling(spelling.jit_names, {})))
+        returned = [r.value.id for r in ast.walk(node)
+                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)]
+        kernels = [made[name] for name in returned if name in made]
+        if kernels:
+            found[node.name] = kernels[0]
+    return found
 
 
 def _module_name(root: Path, path: Path) -> str | None:
@@ -133,9 +231,10 @@ def render(name: str, archs, kernels) -> str:
                         + "]")
             lines += body
         else:
+            example = ", ".join(["float32[::1]"] * (kernel.params or 1))
             lines += [f"# {kernel.where}: a lazy kernel; declare the signatures it is "
                       "launched with", "# " + body[0],
-                      '# signatures = ["void(float32[::1])"]']
+                      f'# signatures = ["void({example})"]']
         lines.append("")
     return "\n".join(lines)
 

@@ -530,6 +530,81 @@ def test_init_writes_a_kbuild_toml_from_the_kernels_it_finds(tmp_path, store, ru
     assert f"init: {project / 'kbuild.toml'} exists; edit it, or pass --force" in again.stderr
 
 
+FACTORIES = '''from types import SimpleNamespace
+
+from numba import cuda
+
+
+def make_scaler(factor):
+    @cuda.jit("void(float32[::1], float32[::1])")
+    def scale(x, out):
+        out[0] = x[0] * factor
+
+    return scale
+
+
+def make_lazy(factor):
+    @cuda.jit
+    def lazy(x, y, out):
+        out[0] = x[0] * factor + y[0]
+
+    return lazy
+
+
+def body(x):
+    x[0] = 1
+
+
+def device_maker():
+    @cuda.jit(device=True)
+    def dev(v):
+        return v
+
+    return dev
+
+
+double = make_scaler(2.0)
+triple = make_lazy(3.0)
+wrapped = cuda.jit("void(float64[::1])")(body)
+plain = cuda.jit(body)
+ns = SimpleNamespace(func=make_scaler(4.0), factor=4.0)
+not_a_kernel = device_maker()
+
+try:
+    @cuda.jit("void(int32[::1])")
+    def guarded(x):
+        x[0] = 2
+except ImportError:
+    pass
+'''
+
+
+def test_init_finds_kernels_made_at_import_time(tmp_path, store, run_kbuild):
+    """Factories, `cuda.jit(sig)(f)`, keyword attributes of a namespace and kernels
+    inside a `try`: each declared with the attribute path kbuild resolves."""
+    project = make_project(tmp_path / "proj", "", {"made": FACTORIES})
+    (project / "kbuild.toml").unlink()
+
+    made = run_kbuild("init", "--arch", "sm_80", "--json", cwd=project)
+    assert made.returncode == 0, made.stderr
+    assert made.json["kernels"] == ["pkg.made:double", "pkg.made:wrapped", "pkg.made:ns.func",
+                                    "pkg.made:guarded"]
+    assert made.json["lazy"] == ["pkg.made:triple", "pkg.made:plain"]
+    text = (project / "kbuild.toml").read_text()
+    # A lazy kernel's placeholder signature has as many arguments as the kernel.
+    assert '# signatures = ["void(float32[::1], float32[::1], float32[::1])"]' in text
+    assert "not_a_kernel" not in text and "device_maker" not in text
+
+    status = run_kbuild("status", "--json", cwd=project, store=store)
+    assert status.returncode == 0, status.stderr
+    assert {r["target"]: r["signature"] for r in status.json["targets"]} == {
+        "pkg.made:double": "void(float32[::1], float32[::1])",
+        "pkg.made:wrapped": "void(float64[::1])",
+        "pkg.made:ns.func": "void(float32[::1], float32[::1])",
+        "pkg.made:guarded": "void(int32[::1])"}
+    assert {r["status"] for r in status.json["targets"]} == {"missing"}
+
+
 # -- kbuild graph --------------------------------------------------------------------------------
 
 SHARED = '''from numba import cuda
