@@ -86,7 +86,7 @@ def _string(data: bytes, offset: int) -> str:
 
 def disassemble(cubin: bytes) -> str:
     """The SASS of a cubin through nvdisasm; RuntimeError when nvdisasm is not installed."""
-    tool = shutil.which("nvdisasm") or _wheel_tool("nvdisasm")
+    tool = cuda_tool("nvdisasm")
     if tool is None:
         raise RuntimeError("nvdisasm is not installed (it comes with the CUDA toolkit, or "
                            "`pip install nvidia-cuda-nvdisasm`); --ptx and --resources "
@@ -100,6 +100,11 @@ def disassemble(cubin: bytes) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"nvdisasm failed: {done.stderr.strip()}")
     return done.stdout
+
+
+def cuda_tool(name: str) -> str | None:
+    """The path of a CUDA command-line tool: on PATH, else from NVIDIA's pip wheels."""
+    return shutil.which(name) or _wheel_tool(name)
 
 
 def _wheel_tool(name: str) -> str | None:
