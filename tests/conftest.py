@@ -122,6 +122,29 @@ def copy_examples(repo: Path, dest: Path) -> Path:
     return dest
 
 
+class BuiltExamples:
+    """One cold `kbuild build --json` of a copy of the examples: the project, its store
+    and the rows, for a module of tests that each start from that store."""
+
+    def __init__(self, project: Path, store: Path, result: dict):
+        self.project, self.store = project, store
+        self.rows, self.summary = result["targets"], result["summary"]
+        self.keys = [r["key"] for r in self.rows]
+
+    def row(self, target: str, index: int = 0) -> dict:
+        """The `index`-th row of `target` (its signatures in declaration order)."""
+        return [r for r in self.rows if r["target"] == target][index]
+
+
+def build_examples(base: Path, repo_root: Path, run_kbuild, arch: str) -> BuiltExamples:
+    """Copy the examples under `base` and build them for `arch` into `base`/store."""
+    project = copy_examples(repo_root, base / "project")
+    result = run_kbuild("build", "--json", "--arch", arch, cwd=project, store=base / "store")
+    assert result.returncode == 0, result.stderr
+    assert {r["status"] for r in result.json["targets"]} == {"built"}
+    return BuiltExamples(project, base / "store", result.json)
+
+
 @pytest.fixture
 def examples_project(tmp_path, repo_root) -> Path:
     """A private copy of the examples project that a test may edit freely."""

@@ -25,7 +25,8 @@ import pytest
 
 from kbuild.keying.encode import digest
 
-from conftest import blob_files, copy_examples, entry_files, store_files
+from conftest import (BuiltExamples, blob_files, build_examples, copy_examples, entry_files,
+                      store_files)
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
@@ -33,27 +34,10 @@ SAXPY_LINE = "out[i] = a * x[i] + y[i]"
 SAXPY_EDITED = "out[i] = a * x[i] - y[i]"
 
 
-class Built:
-    """The module's one cold build: a project copy, its store, and `build --json`."""
-
-    def __init__(self, project: Path, store: Path, result):
-        self.project, self.store, self.result = project, store, result
-        self.rows = result.json["targets"]
-        self.keys = [r["key"] for r in self.rows]
-
-    def row(self, target: str) -> dict:
-        (found,) = [r for r in self.rows if r["target"] == target]
-        return found
-
-
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, repo_root, run_kbuild) -> Built:
-    base = tmp_path_factory.mktemp("ci")
-    project = copy_examples(repo_root, base / "project")
-    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
-    assert result.returncode == 0, result.stderr
-    assert {r["status"] for r in result.json["targets"]} == {"built"}
-    return Built(project, base / "store", result)
+def built(tmp_path_factory, repo_root, run_kbuild) -> BuiltExamples:
+    """The module's one cold build."""
+    return build_examples(tmp_path_factory.mktemp("ci"), repo_root, run_kbuild, ARCH)
 
 
 @pytest.fixture
@@ -66,7 +50,7 @@ def build(run_kbuild):
     return run
 
 
-def clone(built: Built, dest: Path) -> tuple[Path, Path]:
+def clone(built: BuiltExamples, dest: Path) -> tuple[Path, Path]:
     """A private copy of the built project and store under `dest`."""
     shutil.copytree(built.project, dest / "project")
     shutil.copytree(built.store, dest / "store")
@@ -590,7 +574,7 @@ def test_a_store_path_that_is_a_file_fails_before_any_compile(built, run_kbuild,
     assert f"store {store} is not writable" in done.stderr
     assert warning_lines(done) == []  # one clear error, not a warning per target
     assert store.read_text() == "not a directory"
-    assert seconds < built.result.json["summary"]["seconds"] + 5
+    assert seconds < built.summary["seconds"] + 5
 
 
 def test_a_read_only_build_of_an_empty_store_fails_every_row_and_writes_nothing(

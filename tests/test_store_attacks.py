@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import blob_files, copy_examples, entry_files
+from conftest import BuiltExamples, blob_files, build_examples, copy_examples, entry_files
 from store_support import make_cubin, make_ptx
 
 from kbuild.backend.binaries import BinaryError, cubin_facts, ptx_facts
@@ -35,21 +35,9 @@ SAXPY = "examples.saxpy:saxpy"
 SQUARE = "examples.elementwise:square_shift"
 
 
-class Built:
-    def __init__(self, project: Path, store: Path, rows):
-        self.project, self.store, self.rows = project, store, rows
-
-    def row(self, target: str, index: int = 0) -> dict:
-        return [r for r in self.rows if r["target"] == target][index]
-
-
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, repo_root, run_kbuild) -> Built:
-    base = tmp_path_factory.mktemp("attacks")
-    project = copy_examples(repo_root, base / "project")
-    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
-    assert result.returncode == 0, result.stderr
-    return Built(project, base / "store", result.json["targets"])
+def built(tmp_path_factory, repo_root, run_kbuild) -> BuiltExamples:
+    return build_examples(tmp_path_factory.mktemp("attacks"), repo_root, run_kbuild, ARCH)
 
 
 @pytest.fixture
