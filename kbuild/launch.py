@@ -15,6 +15,7 @@ simulator executes the kernel.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 from .config import arch_cc
@@ -27,12 +28,14 @@ _BOUND_LIMIT = 1024  # (device, argument kinds) launches remembered per kernel
 
 
 class Found(NamedTuple):
-    """A stored artifact chosen for a device: which arch, cubin or ptx, and its bytes."""
+    """A stored artifact chosen for a device: which arch, cubin or ptx, its bytes, and
+    the files a PTX must be linked with before it loads (see `_ptx_links`)."""
 
     arch: str
     kind: str
     manifest: dict
     binary: bytes
+    links: tuple = ()
 
 
 class KernelLauncher:
@@ -117,8 +120,10 @@ class KernelLauncher:
         target = Target(self.name, signature, wanted) if wanted else None
         if arch is not None:
             try:
-                return Found(arch, kind, stored[arch],
-                             self.project.store.read_blob(stored[arch]["artifacts"][kind]))
+                binary = self.project.store.read_blob(stored[arch]["artifacts"][kind])
+                links = self._ptx_links(stored[arch], binary, signature, device_arch) \
+                    if kind == "ptx" else ()
+                return Found(arch, kind, stored[arch], binary, links)
             except CorruptBlob as exc:
                 why = str(exc)
         elif target is None:
@@ -139,6 +144,35 @@ class KernelLauncher:
             if manifest is not None:
                 stored[arch] = manifest
         return stored
+
+    def _ptx_links(self, manifest: dict, ptx: bytes, signature: str, device_arch: str):
+        """What a stored PTX must be linked with for `device_arch`: the files (and code
+        objects) its compile linked into the cubin (`link=`, declare_device), when the PTX
+        calls into them. The entry is fresh, so they hold the bytes it was built with."""
+        from .backend.binaries import ptx_unresolved
+        from .build import observed_record
+        from .keying.observed import Kind
+
+        needed = ptx_unresolved(ptx)
+        if manifest.get("cooperative"):  # cudadevrt's, linked by the loader
+            needed = {name for name in needed if not name.startswith("cuda")}
+        if not needed:
+            return ()
+        record = observed_record(self.project.store, manifest)
+        names = [o.name for o in (record.sets[0].observations if record and record.sets else ())
+                 if o.kind is Kind.LINK]
+        files = tuple(os.path.join(self.project.config.root, n) for n in names)
+        # Code given as objects (cuda.CUSource) is keyed by content, so the live
+        # kernel's are the ones it was built with; the compile records only paths.
+        code = tuple(item for item in self._options().get("link") or ()
+                     if not isinstance(item, (str, os.PathLike)))
+        if not files + code or not all(os.path.isfile(f) for f in files):
+            raise LaunchError(
+                f"kernel '{self.name}' {signature}: its {manifest['arch']} PTX calls "
+                f"{', '.join(sorted(needed))}, code its cubin was linked with, and kbuild "
+                f"cannot link it for device {device_arch} here; add {device_arch} to the "
+                "kernel's archs and build")
+        return files + code
 
     def _fresh_manifest(self, target):
         # The launcher's own plan (every declared arch, keyed once per process).
@@ -192,7 +226,8 @@ class KernelLauncher:
             return backend.NumbaKernel(self._numba_kernel(found, signature, device_arch))
         cooperative = bool(found.manifest.get("cooperative"))
         kernel = backend.load(found.manifest["artifacts"][found.kind], found.binary, found.kind,
-                              found.manifest["entry"], cooperative, arch_cc(device_arch))
+                              found.manifest["entry"], cooperative, arch_cc(device_arch),
+                              found.links)
         return backend.StoredKernel(kernel, self.resolved.argtypes[signature], cooperative)
 
     def numba_kernel(self, signature: str):
@@ -209,7 +244,8 @@ class KernelLauncher:
 
         return rebuild_kernel(found.manifest, self.resolved.argtypes[signature], found.binary,
                               found.kind, arch_cc(device_arch), self._options(),
-                              py_func=getattr(self.resolved.kernel, "py_func", None))
+                              py_func=getattr(self.resolved.kernel, "py_func", None),
+                              links=found.links)
 
     def _options(self) -> dict:
         return dict(getattr(self.resolved.kernel, "targetoptions", {}))

@@ -315,3 +315,30 @@ def test_a_kernel_that_fails_to_type_fails_alone_and_does_not_poison_the_store(
     assert not marker.exists()
     assert after.json["warnings"] == []
 
+
+
+LINKS_A_MISSING_FILE = '''import os
+
+from numba import cuda
+
+mul = cuda.declare_device("mul", "float32(float32, float32)")
+
+
+@cuda.jit(link=[os.path.join(os.path.dirname(__file__), "gone.cu")])
+def k(x):
+    x[0] = mul(x[0], 2.0)
+'''
+
+
+def test_a_link_file_that_is_gone_fails_its_target_alone(tmp_path, store, run_kbuild):
+    root = write_project(tmp_path / "project", '[project]\nname = "p"\narch = ["sm_80"]\n\n'
+                         f'[kernels."pkg.links:k"]\n{SIG}\n\n' + GOOD_TABLE)
+    (root / "pkg" / "links.py").write_text(LINKS_A_MISSING_FILE)
+    done = run_kbuild("build", "--json", "-k", cwd=root, store=store)
+    assert done.returncode == 1, done.stderr
+    rows = _by_target(done)
+    assert rows["pkg.mod:k"]["status"] == "built"
+    assert rows["pkg.links:k"]["status"] == "failed" and rows["pkg.links:k"]["key"] is None
+    assert rows["pkg.links:k"]["error"] == (
+        f"pkg.links:k: link file {root / 'pkg' / 'gone.cu'} cannot be read (No such file or "
+        "directory); restore it or fix the link= path")

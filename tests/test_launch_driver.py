@@ -336,3 +336,88 @@ def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch
     assert [k.kind for k in fake.loads] == (["cubin", "cubin"] if cc == (8, 0)
                                             else ["ptx", "cubin"])
     assert compiles == []
+
+
+# -- a kernel linked with a CUDA C file, on a device its cubin is not for ---------------
+
+LINKED = '''import os
+
+from numba import cuda
+
+MUL = 'extern "C" __device__ int {name}(float* out, float a, float b) {{ *out = a * b; return 0; }}'
+
+mul = cuda.declare_device("mul", "float32(float32, float32)")
+mul_code = cuda.declare_device("mul_code", "float32(float32, float32)")
+mul_hidden = cuda.declare_device("mul_hidden", "float32(float32, float32)",
+                                 link=[cuda.CUSource(MUL.format(name="mul_hidden"))])
+
+
+@cuda.jit(link=[os.path.join(os.path.dirname(__file__), "mul.cu")])
+def from_file(x):
+    x[0] = mul(x[0], 2.0)
+
+
+@cuda.jit(link=[cuda.CUSource(MUL.format(name="mul_code"))])
+def from_code(x):
+    x[0] = mul_code(x[0], 2.0)
+
+
+@cuda.jit
+def from_declaration(x):
+    x[0] = mul_hidden(x[0], 2.0)
+'''
+
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory):
+    """A project whose kernels call CUDA C linked in three ways, built for sm_80 only."""
+    root = tmp_path_factory.mktemp("linkproj")
+    (root / "lkfile").mkdir()
+    (root / "lkfile" / "__init__.py").write_text("")
+    (root / "lkfile" / "ops.py").write_text(LINKED)
+    (root / "lkfile" / "mul.cu").write_text(
+        'extern "C" __device__ int mul(float* out, float a, float b)\n'
+        "{ *out = a * b; return 0; }\n")
+    (root / "kbuild.toml").write_text(
+        '[project]\nname = "linkproj"\narch = ["sm_80", "sm_90"]\n' + "".join(
+            f'\n[kernels."lkfile.ops:{k}"]\nsignatures = ["void(float32[::1])"]\n'
+            for k in ("from_file", "from_code", "from_declaration")))
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", "sm_80",
+                           "--store", str(root / "store")], cwd=root, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+@pytest.mark.parametrize("kernel", ["from_file", "from_code"])
+def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked, kernel):
+    """sm_80's PTX declares `mul` but the CUDA C code is only in the cubin: on an sm_90
+    device the PTX is linked with it again (NVRTC + nvJitLink), not handed to the
+    driver, whose JIT fails on an unresolved extern function."""
+    from kbuild.backend import fakedriver
+
+    proj = _load(linked)
+    launcher = proj.kernel(f"lkfile.ops:{kernel}")
+    with fakedriver.installed((9, 0), proj.store) as fake:
+        launcher[1, 1](fakedriver.device_array(_host()))
+        assert launcher.numba_kernel("void(float32[::1])") is not None  # install()'s path
+    assert [k.kind for k in fake.loads] == ["cubin"]
+    assert len(fake.launches) == 1
+
+
+def test_ptx_calling_code_kbuild_cannot_link_is_refused_by_name(linked):
+    """A declare_device whose code is an in-memory object: the compile records no file
+    and the kernel names no link item, so there is nothing to link the PTX with."""
+    from kbuild.backend import fakedriver
+    from kbuild.errors import LaunchError
+
+    proj = _load(linked)
+    with fakedriver.installed((9, 0), proj.store) as fake, pytest.raises(LaunchError) as info:
+        proj.kernel("lkfile.ops:from_declaration")[1, 1](fakedriver.device_array(_host()))
+    assert fake.loads == []
+    assert str(info.value) == (
+        "kernel 'lkfile.ops:from_declaration' void(float32[::1]): its sm_80 PTX calls "
+        "mul_hidden, code its cubin was linked with, and kbuild cannot link it for device "
+        "sm_90 here; add sm_90 to the kernel's archs and build")

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 _PTX_TARGET = re.compile(rb"^[ \t]*\.target[ \t]+(sm_\d+[a-z]?)", re.MULTILINE)
 _PTX_ENTRY = re.compile(rb"^[ \t]*(?:\.(?:visible|weak)[ \t]+)?\.entry[ \t]+([A-Za-z_$][\w$]*)",
                         re.MULTILINE)
+# `.extern .func (.param .b32 r) name(` declares; `.func name(` without `.extern` defines.
+_PTX_FUNC = re.compile(rb"^[ \t]*((?:\.(?:extern|visible|weak)[ \t]+)*)\.func[ \t]+"
+                       rb"(?:\([^)]*\)[ \t]*)?([A-Za-z_$][\w$]*)", re.MULTILINE)
+# Functions the driver's PTX JIT provides itself (printf, device malloc, assert).
+_DRIVER_FUNCTIONS = frozenset({"vprintf", "malloc", "free", "__assertfail"})
 _ELF_MAGIC = b"\x7fELF"
 _EM_CUDA = 190
 _SHT_SYMTAB = 2
@@ -51,6 +56,16 @@ def ptx_facts(data: bytes) -> Facts:
     if len(targets) != 1:
         raise BinaryError("PTX without exactly one .target line")
     return Facts(targets[0].decode(), frozenset(m.decode() for m in _PTX_ENTRY.findall(data)))
+
+
+def ptx_unresolved(data: bytes) -> frozenset:
+    """Functions a PTX module declares `.extern` and does not define, beyond those the
+    driver provides: code that was linked into its cubin (`link=` files, `declare_device`,
+    cudadevrt), without which the driver cannot load the PTX alone."""
+    declared, defined = set(), set()
+    for qualifiers, name in _PTX_FUNC.findall(data):
+        (declared if b".extern" in qualifiers else defined).add(name.decode())
+    return frozenset(declared - defined - _DRIVER_FUNCTIONS)
 
 
 def cubin_facts(data: bytes) -> Facts:

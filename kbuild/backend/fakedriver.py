@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import driver
+from .binaries import ptx_unresolved
 
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
 _TYPE = re.compile(r"\.[bsuf](\d+)$")  # .u64, .f32, .b8 ... (not .align / .ptr)
@@ -120,6 +121,10 @@ class FakeDriver:
             assert kind == "ptx", kind
             text = data.decode()
             assert entry in ptx_entries(text), f"the PTX has no .entry {entry}"
+            # The driver's PTX JIT links nothing: a call into code that is not there
+            # fails to load ("Unresolved extern function").
+            missing = ptx_unresolved(data)
+            assert not missing, f"ptxas: unresolved extern function {sorted(missing)[0]}"
             target = re.search(r"\.target\s+(\w+)", text).group(1)
         assert entry in self.abi or not self.record, f"no stored PTX declares .entry {entry}"
         kernel = FakeKernel(entry, self.abi.get(entry), kind, target,

@@ -114,17 +114,18 @@ def split_config(config: tuple):
 _loaded: dict = {}  # (blob id, binary kind, entry, device cc) -> cuda.core Kernel
 
 
-def load(blob_id: str, binary: bytes, kind: str, entry: str, cooperative: bool, cc: tuple):
-    """The kernel in a stored binary, loaded once per process. A cooperative kernel's
-    PTX is linked with cudadevrt for the device first (its grid sync lives there),
-    as numba links it; plain PTX is JIT-compiled by the driver."""
-    key = (blob_id, kind, entry, tuple(cc))
+def load(blob_id: str, binary: bytes, kind: str, entry: str, cooperative: bool, cc: tuple,
+         links=()):
+    """The kernel in a stored binary, loaded once per process. PTX that calls code its
+    cubin was linked with (cudadevrt for a grid sync, `links` files) is linked with it for
+    the device first, as numba links it; plain PTX is JIT-compiled by the driver."""
+    key = (blob_id, kind, entry, tuple(cc), tuple(links))
     kernel = _loaded.get(key)
     if kernel is None:
-        if kind == "ptx" and cooperative:
-            from .loader import link_cudadevrt
+        if kind == "ptx" and (cooperative or links):
+            from .loader import link_ptx
 
-            binary, kind = link_cudadevrt(binary, cc), "cubin"
+            binary, kind = link_ptx(binary, cc, links, cooperative), "cubin"
         kernel = _loaded[key] = driver.load_kernel(binary, kind, entry)
     return kernel
 

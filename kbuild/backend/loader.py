@@ -9,9 +9,9 @@ current context once per device and launches it (cooperatively when the
 manifest says so). `Project.install()` hands these to the user's dispatchers;
 kbuild's own launcher (`launcher`) uses them only for debug kernels.
 
-A cooperative kernel's grid sync calls into cudadevrt, which numba links into
-the cubin; its stored PTX lacks it, so PTX is linked with cudadevrt for the
-device (nvJitLink) before it is loaded.
+A cooperative kernel's grid sync calls into cudadevrt, and a kernel with `link=`
+files calls into them; numba links both into the cubin, and its stored PTX lacks
+them, so such PTX is linked for the device (nvJitLink) before it is loaded.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ def library_cc(cc: tuple) -> tuple:
 
 
 def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, device_cc: tuple,
-                   options: dict, py_func=None):
+                   options: dict, py_func=None, links=()):
     """A numba-cuda `_Kernel` for one stored target, backed by `binary` (cubin or ptx).
 
     `options` are the live dispatcher's: launch-time behaviour (argument
     extensions, shared-memory carveout) comes from the user's decorator, which
     cannot be stored as JSON and is keyed anyway. `py_func` (the kernel's Python
-    function) is needed for `debug=True` kernels only: see `_ExceptionTable`.
+    function) is needed for `debug=True` kernels only: see `_ExceptionTable`. `links`:
+    the files a PTX must be linked with (see `link_ptx`).
     """
     from cuda.core import ObjectCode
     from numba.core import types
@@ -40,8 +41,8 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
 
     entry = manifest["entry"]
     cooperative = bool(manifest.get("cooperative"))
-    if binary_kind == "ptx" and cooperative:
-        binary, binary_kind = link_cudadevrt(binary, device_cc), "cubin"
+    if binary_kind == "ptx" and (cooperative or links):
+        binary, binary_kind = link_ptx(binary, device_cc, links, cooperative), "cubin"
     code = ObjectCode.from_cubin(binary) if binary_kind == "cubin" \
         else ObjectCode.from_ptx(binary.decode() if isinstance(binary, bytes) else binary)
     library = CUDACodeLibrary._rebuild(
@@ -64,15 +65,22 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
     return kernel
 
 
-def link_cudadevrt(ptx: bytes, device_cc: tuple) -> bytes:
-    """A cubin for `device_cc` of a cooperative kernel's PTX and cudadevrt, linked as
-    numba links it (nvJitLink, else the driver's linker)."""
+def link_ptx(ptx: bytes, device_cc: tuple, files=(), cudadevrt: bool = False) -> bytes:
+    """A cubin for `device_cc` of a stored PTX and what its cubin was linked with: the
+    kernel's link files (`link=`, declare_device) and, for a grid sync, cudadevrt. numba's
+    PTX lacks both; they are linked as numba links them (nvJitLink, else the driver's
+    linker), .cu files compiled for the device by NVRTC."""
     from numba.cuda.cudadrv.driver import _Linker
     from numba.cuda.cudadrv.libs import get_cudalib
 
-    linker = _Linker(max_registers=None, cc=tuple(device_cc[:2]))
+    # With link-time optimisation NVRTC makes LTO-IR of a .cu file, which needs no
+    # driver; its PTX output asks the driver for its version first.
+    linker = _Linker(max_registers=None, cc=tuple(device_cc[:2]), lto=bool(files))
     linker.add_ptx(ptx if isinstance(ptx, bytes) else ptx.encode())
-    linker.add_file_guess_ext(get_cudalib("cudadevrt", static=True))
+    for path in files:
+        linker.add_file_guess_ext(path)
+    if cudadevrt:
+        linker.add_file_guess_ext(get_cudalib("cudadevrt", static=True))
     cubin = linker.complete()
     return bytes(getattr(cubin, "code", cubin))
 

@@ -266,7 +266,12 @@ class Keyer:
     def _link_item(self, item, where):
         path = item if isinstance(item, str) else getattr(item, "path", None)
         if isinstance(path, str):
-            return ("file", path.rsplit("/", 1)[-1], self._sources.file_digest(path))
+            try:
+                return ("file", path.rsplit("/", 1)[-1], self._sources.file_digest(path))
+            except OSError as exc:
+                raise KeyingError(f"{where}: link file {path} cannot be read "
+                                  f"({exc.strerror}); restore it or fix the link= path") \
+                    from None
         data = getattr(item, "data", None)
         if isinstance(data, (bytes, str)):
             return ("code", type(item).__name__, digest_of(data))
