@@ -30,6 +30,11 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("launchproj")
     shutil.copytree(REPO / "tests" / "launchproj", root, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    return _built_for_sm80(root)
+
+
+def _built_for_sm80(root):
+    """`root`'s project built for sm_80 only into `root`/store, in a kbuild process."""
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", "sm_80",
@@ -382,13 +387,7 @@ def linked(tmp_path_factory):
         '[project]\nname = "linkproj"\narch = ["sm_80", "sm_90"]\n' + "".join(
             f'\n[kernels."lkfile.ops:{k}"]\nsignatures = ["void(float32[::1])"]\n'
             for k in ("from_file", "from_code", "from_declaration")))
-    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", "sm_80",
-                           "--store", str(root / "store")], cwd=root, env=env,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root
+    return _built_for_sm80(root)
 
 
 @pytest.mark.parametrize("kernel", ["from_file", "from_code"])
