@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-
 SLOW = '''import os
 import time
 
@@ -204,8 +202,6 @@ def _stderr_on_a_terminal(args, cwd, store, env):
     full_env = dict(os.environ, KBUILD_STORE=str(store), TERM="xterm", HOME=str(cwd),
                     XDG_CACHE_HOME=str(Path(cwd) / ".cache"),
                     **{k: str(v) for k, v in env.items()})
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                          full_env.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full_env,
                             stdout=subprocess.PIPE, stderr=follower)
     os.close(follower)
