@@ -152,7 +152,7 @@ class _Pool:
         """Reap a worker that died mid-job (the OOM killer, a crash in a C library)."""
         self.workers.remove(worker)
         worker.conn.close()
-        _, status = os.waitpid(worker.pid, 0)
+        status = _reap(worker.pid)
         if self.todo:
             self._hand_out(self._fork())
         if os.WIFSIGNALED(status):
@@ -196,7 +196,7 @@ class _Pool:
                 self._kill(worker)
             else:
                 worker.conn.close()
-                os.waitpid(worker.pid, 0)
+                _reap(worker.pid)
         self.workers = []
 
     @staticmethod
@@ -206,7 +206,15 @@ class _Pool:
         except ProcessLookupError:
             pass
         worker.conn.close()
-        os.waitpid(worker.pid, 0)
+        _reap(worker.pid)
+
+
+def _reap(pid: int) -> int:
+    """Wait for a worker to be gone; its wait status (0 if someone else reaped it)."""
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:  # a program that ignores SIGCHLD: the kernel reaped it
+        return 0
 
 
 def _serve(conn: Connection, parent: int, fn, items, noting: bool) -> int:
