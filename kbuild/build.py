@@ -720,8 +720,10 @@ def compile_target(the_plan: Plan, target: Target):
                                    arch_cc(target.arch), the_plan.keyer.device_functions,
                                    the_plan.keyer.stable_ids, apart, observer)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
-        return CompileFailed(_compile_message(exc), _observed_rows(the_plan, observer)), \
-            time.perf_counter() - start
+        # Out of memory or a file it could not read may not happen again: not recorded.
+        observed = None if isinstance(exc, (MemoryError, OSError)) else \
+            _observed_rows(the_plan, observer)
+        return CompileFailed(_compile_message(exc), observed), time.perf_counter() - start
     try:
         artifacts = _with_observations(the_plan, artifacts, observer)
     except CompileError as exc:
