@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -33,12 +34,13 @@ class Row:
     error: str | None = None
     link: str | None = None  # built rows: lto | relink | whole
     note: str | None = None  # why a built target was linked as one program
+    recorded: bool = False  # failed rows: the failure was recorded by an earlier build
 
     def as_json(self) -> dict:
         return {"target": self.target, "signature": self.signature, "arch": self.arch,
                 "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
                 "artifacts": self.artifacts, "error": self.error, "link": self.link,
-                "note": self.note}
+                "note": self.note, "recorded": self.recorded}
 
 
 @dataclass
@@ -174,16 +176,35 @@ def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNod
 
 
 def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int = 1,
-          progress=None, executor=None) -> list[Row]:
+          progress=None, executor=None, target_timeout: float | None = None,
+          retry_failed: bool = False) -> list[Row]:
     """Build what is out of date; return one row per target, in plan order.
 
     `executor` (e.g. a `distributed.DaskExecutor`) compiles instead of local processes.
+    `progress(row, done, total)` is called as each row is known; a `progress.started(target)`
+    method, where the callback has one, as each compile or link starts. `target_timeout`
+    (seconds; default the config's, 0 for none) stops a compile that runs longer: it fails
+    alone. A failure recorded for an unchanged key fails at once unless `retry_failed`.
     """
+    limit = the_plan.config.target_timeout if target_timeout is None else target_timeout
+    workers = Workers(jobs, limit or None, getattr(progress, "started", None), retry_failed)
     if not store.read_only:
         store.check_root()  # a file at the store path fails here, not with a warning per target
         with store.shared():  # gc and clean wait for the build; it never loses what it made
-            return _build(the_plan, store, keep_going, jobs, progress, executor)
-    return _build(the_plan, store, keep_going, jobs, progress, executor)
+            return _build(the_plan, store, keep_going, workers, progress, executor)
+    return _build(the_plan, store, keep_going, workers, progress, executor)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How targets compile: `jobs` at once, each stopped after `timeout` seconds (None:
+    never; with a limit even one job runs in a worker process, which can be killed),
+    `started(target)` told as each begins; `retry` compiles recorded failures again."""
+
+    jobs: int = 1
+    timeout: float | None = None
+    started: object = None
+    retry: bool = False
 
 
 def expected(target: Target, kernel=None) -> dict:
@@ -196,19 +217,24 @@ def expected(target: Target, kernel=None) -> dict:
     return dict(found, entry_prefix=prefix) if prefix else found
 
 
-def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
+def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row]:
     rows: dict[Target, Row] = {}
     todo = []
     current = current_digests(the_plan)
     for target in the_plan.targets:
         key = the_plan.keys[target].digest
         manifest = fresh_entry(the_plan, store, target, current)
+        failed = None if manifest is not None or workers.retry or store.read_only else \
+            recorded_failure(the_plan, store, target, current, workers.timeout)
         if manifest is not None:
             rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
                                artifacts=launchable(manifest))
-            _progress(progress, rows[target], len(rows), the_plan.total)
+        elif failed is not None:
+            rows[target] = failed
         else:
             todo.append(target)
+            continue
+        _progress(progress, rows[target], len(rows), the_plan.total)
     if todo and store.read_only:
         for target in todo:
             rows[target] = Row(target.name, target.signature, target.arch,
@@ -223,16 +249,18 @@ def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
         rows[target] = Row(target.name, target.signature, target.arch, None, "failed",
                            error=str(error))
         _progress(progress, rows[target], len(rows), the_plan.total)
-    stopped = bool(the_plan.failed) and not keep_going  # the rest are skipped
+    # The rest are skipped after an import failure or a recorded one, as after any failure.
+    stopped = (bool(the_plan.failed) or any(r.recorded for r in rows.values())) \
+        and not keep_going
     with _KeyLocks(store, the_plan, [] if stopped else todo, current) as locks:
-        stop = _compile_batch(the_plan, store, locks.take_mine(rows), jobs, keep_going, rows,
+        stop = _compile_batch(the_plan, store, locks.take_mine(rows), workers, keep_going, rows,
                               progress, executor, current)
         # Ours are committed: let go of them before waiting, or two builds that split the keys
         # between them would each wait for the other's locks forever.
         locks.release_mine()
         if not stop and not stopped:
-            _compile_batch(the_plan, store, locks.wait_for_others(rows), jobs, keep_going, rows,
-                           progress, executor, current)
+            _compile_batch(the_plan, store, locks.wait_for_others(rows), workers, keep_going,
+                           rows, progress, executor, current)
     for target in todo:
         if target not in rows:
             rows[target] = Row(target.name, target.signature, target.arch,
@@ -247,18 +275,20 @@ def _build(the_plan, store, keep_going, jobs, progress, executor) -> list[Row]:
     return ordered
 
 
-def _compile_batch(the_plan, store, batch, jobs, keep_going, rows, progress,
+def _compile_batch(the_plan, store, batch, workers, keep_going, rows, progress,
                    executor=None, current=None) -> bool:
     """Compile and commit `batch`; True when a failure stops the build."""
-    outcomes = _compile_all(the_plan, store, batch, jobs, executor, current)
+    outcomes = _compile_all(the_plan, store, batch, workers, executor, current)
     stop = False
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
         if isinstance(outcome, Exception):
             row = Row(target.name, target.signature, target.arch, key, "failed",
                       seconds, error=str(outcome))
+            remember_failure(the_plan, store, target, outcome, seconds, current)
         else:
             artifacts = commit(store, the_plan, target, outcome, seconds, current)
+            forget_failure(store, key)
             row = Row(target.name, target.signature, target.arch, key, "built", seconds,
                       artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
         rows[target] = row
@@ -370,6 +400,113 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     return launchable(manifest)
 
 
+# -- failed compiles, recorded by key -------------------------------------------------
+
+class CompileFailed(CompileError):
+    """A compile error, with the observation rows of what the compile had read (None when
+    they cannot be keyed by content: then the failure is not recorded)."""
+
+    def __init__(self, message: str, observed=None):
+        super().__init__(message)
+        self.observed = observed
+
+
+class CompileTimeout(CompileError):
+    """A compile stopped at the time limit; `notes` are the (kind, name) pairs it had read."""
+
+    def __init__(self, limit: float, notes=()):
+        super().__init__(f"compile took longer than {limit:g}s (--target-timeout / [build] "
+                         "target_timeout); stopped it: raise the limit to let it finish")
+        self.limit, self.notes = limit, notes
+
+
+_EARLIER = "(failed earlier with this key; --retry-failed to compile again)"
+
+
+def remember_failure(the_plan: Plan, store: Store, target: Target, error, seconds,
+                     current) -> None:
+    """Record a failed compile under its key, with what it had read, so the unchanged
+    target fails at once next time. Only compile errors and timeouts: a worker that died
+    (out of memory?) may live next time. Nothing is recorded when something the compile
+    read cannot be keyed by content (it could change unseen)."""
+    from .store import failures
+
+    if isinstance(error, CompileTimeout):
+        observed, limit = _digests(error.notes, current), error.limit
+    elif isinstance(error, CompileFailed):
+        observed, limit = error.observed, None
+    else:
+        return
+    if observed is None or store.read_only or any(d.startswith(obs.UNKEYABLE)
+                                                  for _, _, d in observed):
+        return
+    failures.remember(store, the_plan.keys[target].digest, failures.Failure(
+        target.name, target.signature, target.arch, str(error), tuple(observed), limit,
+        seconds, the_plan.config.name))
+
+
+def forget_failure(store: Store, key: str) -> None:
+    from .store import failures
+
+    failures.forget(store, key)
+
+
+def recorded_failure(the_plan: Plan, store: Store, target: Target, current,
+                     limit: float | None) -> Row | None:
+    """The failed row of a target whose failure was recorded for its key and still holds:
+    everything its compile had read has the digest it had, and, for a compile stopped at
+    a time limit, the limit now is no longer than that one. None: compile it."""
+    from .store import failures
+
+    key = the_plan.keys[target].digest
+    failure = failures.recorded(store, key, expected(target))
+    if failure is None:
+        return None
+    if failure.limit is not None and (limit is None or limit > failure.limit):
+        return None  # a longer limit may see it through
+    for kind, name, digest in failure.observed:
+        try:
+            now = current(obs.Kind(kind), name)
+        except ValueError:  # a kind this kbuild does not know: not a record to trust
+            return None
+        if now != digest or digest.startswith(obs.UNKEYABLE):
+            return None
+    return Row(target.name, target.signature, target.arch, key, "failed",
+               error=f"{failure.error} {_EARLIER}", recorded=True)
+
+
+def _observed_rows(the_plan: Plan, observer):
+    """The (kind, name, digest) rows of what `observer` saw, or None when that cannot be
+    said (a failed compile is then not recorded)."""
+    try:
+        return tuple(tuple(o.as_row()) for o in current_digests(the_plan).observations(observer))
+    except Exception:  # noqa: BLE001 - a failure not recorded only costs its next compile
+        return None
+
+
+def _digests(notes, current):
+    """Observation rows of the (kind, name) pairs a killed compile sent, digested now."""
+    try:
+        return tuple((kind, name, current(obs.Kind(kind), name)) for kind, name in notes)
+    except Exception:  # noqa: BLE001 - as above
+        return None
+
+
+@functools.cache
+def _noting(observer_class):
+    """`observer_class`, also sending each new name it records to the parent process
+    (`parallel.note`): a compile killed for its time still says what it had read."""
+    from .execute.parallel import note
+
+    class Noting(observer_class):
+        def add(self, kind, name):
+            if (kind, name) not in self.names:
+                note((kind.value, name))
+            super().add(kind, name)
+
+    return Noting
+
+
 def _object_holds(store: Store, key: str, current) -> bool:
     """Whether a stored object's record of what its compile observed still holds."""
     if not store.has_entry(key):
@@ -437,7 +574,7 @@ def observation_changes(the_plan: Plan, store: Store, target: Target, current=No
     return obs.changes(record.sets[0], current or current_digests(the_plan))
 
 
-def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None, current=None):
+def _compile_all(the_plan: Plan, store: Store, todo, workers, executor=None, current=None):
     """Yield (target, Artifacts or exception, seconds): relink what stored objects allow,
     compile the rest (on `executor`'s cluster when it has one that answers).
 
@@ -450,13 +587,13 @@ def _compile_all(the_plan: Plan, store: Store, todo, jobs: int, executor=None, c
     if executor is not None and not (todo and executor.start(the_plan)):
         executor = None  # nothing to do, or no cluster: compile here
     try:
-        yield from _waves(the_plan, store, todo, jobs, executor, current)
+        yield from _waves(the_plan, store, todo, workers, executor, current)
     finally:
         if executor is not None:
             executor.close()  # one connection serves both waves
 
 
-def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None):
+def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
     """Compile the targets that make missing objects, then relink (or compile) the rest."""
     recipes, first, waiting = {}, [], []
     makers = set()
@@ -475,7 +612,7 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None
             waiting.append(target)
         else:
             first.append(target)
-    yield from _run(the_plan, [(t, None) for t in first], jobs, store, executor)
+    yield from _run(the_plan, [(t, None) for t in first], workers, store, executor)
     later = []
     for target in waiting:
         found = _recipe(the_plan, store, lookups[target.arch], target, nodes, current)
@@ -484,7 +621,7 @@ def _waves(the_plan: Plan, store: Store, todo, jobs: int, executor, current=None
         else:
             later.append(target)
     yield from _run(the_plan, [(t, recipes[t]) for t in todo if t in recipes]
-                    + [(t, None) for t in later], jobs, store, executor)
+                    + [(t, None) for t in later], workers, store, executor)
 
 
 def _memo_hits(lookup, arch: str):
@@ -533,22 +670,31 @@ def _recipe(the_plan: Plan, store: Store, lookup, target: Target, nodes: dict, c
     return _Relink(found, tuple((k, n, d) for (k, n), d in sorted(rows.items())))
 
 
-def _run(the_plan: Plan, items, jobs: int, store: Store, executor=None):
+def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None):
     """Run (target, recipe or None) jobs: a link where there is a recipe, else a compile.
-    Links read objects from this store, so they always run here."""
+    Links read objects from this store, so they always run on this machine."""
     if executor is not None:
         compiles = [t for t, recipe in items if recipe is None]
         if compiles:
             yield from executor.compile(the_plan, compiles)
         items = [item for item in items if item[1] is not None]
-    if jobs > 1 and len(items) > 1:
-        from .execute.parallel import run_in_workers
+    started = workers.started or (lambda target: None)
+    if workers.timeout is not None or (workers.jobs > 1 and len(items) > 1):
+        from .backend.compiler import prepare
+        from .execute.parallel import TimedOut, run_in_workers
+
+        if any(recipe is None for _, recipe in items):
+            prepare()  # once here, not once in every worker
 
         for (target, _), outcome, seconds in run_in_workers(
-                lambda item: _job(the_plan, store, item), items, jobs):
+                lambda item: _job(the_plan, store, item), items, workers.jobs,
+                timeout=workers.timeout, started=lambda item: started(item[0])):
+            if isinstance(outcome, TimedOut):
+                outcome = CompileTimeout(outcome.limit, outcome.notes)
             yield target, outcome, seconds
         return
     for item in items:
+        started(item[0])
         yield (item[0],) + _job(the_plan, store, item)
 
 
@@ -568,13 +714,16 @@ def compile_target(the_plan: Plan, target: Target):
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
-    observer = Observer(the_plan.keyer.nodes, the_plan.config.root)
+    observer = _noting(Observer)(the_plan.keyer.nodes, the_plan.config.root)
     try:
         artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
                                    arch_cc(target.arch), the_plan.keyer.device_functions,
                                    the_plan.keyer.stable_ids, apart, observer)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
-        return CompileError(_compile_message(exc)), time.perf_counter() - start
+        # Out of memory or a file it could not read may not happen again: not recorded.
+        observed = None if isinstance(exc, (MemoryError, OSError)) else \
+            _observed_rows(the_plan, observer)
+        return CompileFailed(_compile_message(exc), observed), time.perf_counter() - start
     try:
         artifacts = _with_observations(the_plan, artifacts, observer)
     except CompileError as exc:

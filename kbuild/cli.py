@@ -11,6 +11,7 @@ import atexit
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -130,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     _remote_options(p)
     p.add_argument("--executor", metavar="local|dask://HOST:PORT", default=None,
                    help="where to compile: local processes (default) or a Dask cluster")
+    _failure_options(p)
     _loudness(p, "print only failed targets (first line of the error) and the summary")
     p.set_defaults(run=cmd_build)
 
@@ -140,6 +142,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="compile N targets at once (default: the number of cores)")
     p.add_argument("--whole-program", action="store_true",
                    help="compile each kernel with its device functions as one program")
+    _failure_options(p)
     _loudness(p, "print only failed targets and the summary of each build")
     p.add_argument("--rounds", type=int, default=None, metavar="N", help=argparse.SUPPRESS)
     p.set_defaults(run=cmd_watch, json=False, keep_going=True, watching=True)
@@ -258,6 +261,26 @@ def _loudness(p, quiet_help: str) -> None:
                       help="also print each target's key, and every error in full")
 
 
+def _failure_options(p):
+    p.add_argument("--target-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="stop a target's compile after SECONDS: it fails alone, the rest "
+                        "build (default: [build] target_timeout, else none; 0: none)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="compile targets whose failure was recorded for their current key "
+                        "(otherwise they fail at once)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r} (like 600; 0 for "
+                                         "no limit)")
+    return value
+
+
 def _remote_options(p):
     p.add_argument("--remote", metavar="URL",
                    help="shared cache behind the store: redis://HOST:PORT/DB, s3://BUCKET/PREFIX, "
@@ -295,7 +318,7 @@ def cmd_build(args) -> int:
     try:
         rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
                              progress=report, separate=not args.whole_program,
-                             executor=executor)
+                             executor=executor, **_failure_settings(args))
     except KeyboardInterrupt:
         # Finished rows are committed; what was compiling is dropped, its locks released.
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
@@ -322,7 +345,7 @@ class BuildReport:
         terminal = not args.json and sys.stdout.isatty()
         self.stream = terminal
         self.colour = terminal and _colour_wanted()
-        self.bar = _ProgressBar() if not args.json and not args.quiet and \
+        self.bar = _ProgressBar(the_plan.total) if not args.json and not args.quiet and \
             sys.stderr.isatty() else None
         self.first_errors: dict = {}  # (kernel, error head) -> label of the row that showed it
         order = [*the_plan.targets, *the_plan.failed, *the_plan.unkeyable]
@@ -336,6 +359,11 @@ class BuildReport:
             self._print_row(row)
         if self.bar:
             self.bar(row, done, total)
+
+    def started(self, target) -> None:
+        """The build began compiling (or linking) `target`: the bar names what is in flight."""
+        if self.bar:
+            self.bar.started(target)
 
     def finish(self, rows, seconds: float, interrupted: bool = False) -> int:
         if self.bar:
@@ -500,7 +528,7 @@ def _watch_round(args, archs, jobs):
         the_plan = project.plan(args.targets, archs)
         report = BuildReport(args, the_plan, project.store)
         rows = project.build(args.targets, archs, keep_going=True, jobs=jobs, progress=report,
-                             separate=not args.whole_program)
+                             separate=not args.whole_program, **_failure_settings(args))
         report.finish(rows, time.perf_counter() - start)
         roots, extra = project.config.paths, [project.config.path]
     except KbuildError as exc:
@@ -539,6 +567,11 @@ def cmd_init(args) -> int:
         print(f"  lazy: {name}")
     print("next: kbuild status, then kbuild build")
     return EXIT_OK
+
+
+def _failure_settings(args) -> dict:
+    """`Project.build`'s `target_timeout` and `retry_failed` from build/watch options."""
+    return {"target_timeout": args.target_timeout, "retry_failed": args.retry_failed}
 
 
 def _remote_and_executor(args, project):
@@ -865,17 +898,34 @@ def cmd_cat(args) -> int:
 # -- output helpers -------------------------------------------------------------
 
 class _ProgressBar:
-    """One self-rewriting line on stderr, shown only on a terminal."""
+    """One self-rewriting line on stderr, shown only on a terminal: how many targets are
+    done and what is compiling now (`[#####.....] 12/40  compiling saxpy sm_80, poly sm_90`)."""
+
+    def __init__(self, total: int = 0):
+        self.done, self.total = 0, total
+        self.running: dict = {}  # (target, signature, arch) -> label, in the order started
+        self.width = max(20, min(160, shutil.get_terminal_size((100, 24)).columns - 1))
 
     def __call__(self, row, done, total):
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                         f"{row.status} {row.target[-40:]} {row.arch}"[:100].ljust(100))
+        self.done, self.total = done, total
+        self.running.pop((row.target, row.signature, row.arch), None)
+        self._draw(f"{row.status} {row.target[-40:]} {row.arch}")
+
+    def started(self, target) -> None:
+        label = f"{target.name.rpartition(':')[2]} {target.arch}"
+        self.running[(target.name, target.signature, target.arch)] = label
+        self._draw()
+
+    def _draw(self, last: str = "") -> None:
+        filled = 30 * self.done // max(self.total, 1)
+        doing = list(dict.fromkeys(self.running.values()))  # one per kernel and arch
+        what = f" compiling {', '.join(doing)}" if doing else last
+        line = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {what}"
+        sys.stderr.write("\r" + line[:self.width].ljust(self.width))
         sys.stderr.flush()
 
     def clear(self):
-        sys.stderr.write("\r" + " " * 100 + "\r")
+        sys.stderr.write("\r" + " " * self.width + "\r")
         sys.stderr.flush()
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -17,9 +18,10 @@ PYPROJECT = "pyproject.toml"  # its [tool.kbuild] table, when no kbuild.toml is 
 
 # Every table and key a project file may hold; anything else is a typo to report.
 SCHEMA = {
-    "": ("project", "store", "kernels"),
+    "": ("project", "store", "build", "kernels"),
     "project": ("name", "paths", "arch", "store"),
     "store": ("max_size", "remote", "remote_timeout", "signing_key_env"),
+    "build": ("target_timeout",),
     "kernel": ("signatures", "arch"),
 }
 
@@ -54,6 +56,7 @@ class ProjectConfig:
     remote: str | None = None  # [store] remote: a shared cache URL (see remote.py)
     remote_timeout: float | None = None  # [store] remote_timeout, seconds per remote call
     signing_key_env: str | None = None  # [store] signing_key_env: the variable holding the key
+    target_timeout: float | None = None  # [build] target_timeout: seconds a compile may take
 
     @property
     def root(self) -> Path:
@@ -134,6 +137,9 @@ def _parse(path: Path, data: dict, prefix: str = "",
                                        f"{path}: [{prefix}store] remote_timeout")
     signing_key_env = _typed(store_table, "signing_key_env", str, path, f"{prefix}store",
                              default=None)
+    build_table = _table(data, "build", path, required=False, prefix=prefix)
+    _check_keys(path, build_table, SCHEMA["build"], f"{prefix}build")
+    target_timeout = _seconds(build_table, "target_timeout", path, f"{prefix}build")
     kernels_table = _table(data, "kernels", path, required=True, prefix=prefix)
     if not kernels_table:
         raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
@@ -150,6 +156,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
         remote=remote or None,
         remote_timeout=remote_timeout,
         signing_key_env=signing_key_env or None,
+        target_timeout=target_timeout,
     )
 
 
@@ -164,6 +171,18 @@ def _check_keys(path: Path, table: dict, known, where: str | None, tables: bool 
             f"known: {', '.join(shown(k) for k in known)}"
         what = f"table {shown(key)}" if tables else f"key {key!r} in [{where}]"
         raise ConfigError(f"{path}: unknown {what}; {hint}")
+
+
+def _seconds(table: dict, key: str, path: Path, where: str) -> float | None:
+    """A positive number of seconds, or None when the key is absent."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{path}: [{where}] {key} must be a positive number of seconds "
+                          f"(like 600), not {value!r}")
+    return float(value)
 
 
 def _max_size(path: Path, table: dict) -> int | None:

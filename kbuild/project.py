@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
 from .keying.explain import diff
+from .store import failures
 from .store.local import Store, is_object
 
 
@@ -110,14 +111,14 @@ class Project:
         return self._plans[cache_key]
 
     def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None,
-              separate=True, executor=None):
+              separate=True, executor=None, **options):
         """Build what is out of date; one `Row` per target. `separate=False` compiles each
-        kernel with its device functions as one program, as numba does; `executor`: see
-        `build.build`."""
+        kernel with its device functions as one program, as numba does; `executor`,
+        `progress` and `options` (`target_timeout`, `retry_failed`): see `build.build`."""
         the_plan = self.plan(names, archs)
         the_plan.separate = separate
         rows = _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
-                            progress=progress, executor=executor)
+                            progress=progress, executor=executor, **options)
         self._save_facts()
         return rows
 
@@ -199,7 +200,9 @@ class Project:
                 else:
                     removed += 1
         blobs, freed = self.store.remove_orphan_blobs()
-        return {"entries": removed, "objects": objects, "blobs": blobs, "bytes": freed}
+        failed = failures.remove_records(self.store, None if everything else self.config.name)
+        return {"entries": removed, "objects": objects, "blobs": blobs, "bytes": freed,
+                "failures": failed}
 
     def __repr__(self):
         return f"Project({self.config.name!r}, store={str(self.store.root)!r})"

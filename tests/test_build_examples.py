@@ -320,7 +320,8 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
     assert everything.json == {"entries": 2, "objects": len(kept_objects),
                                "blobs": 4 + len(kept_objects) + len(kept_observed),
                                "bytes": sum(sizes[name] for name
-                                            in kept_blobs | kept_objects | kept_observed)}
+                                            in kept_blobs | kept_objects | kept_observed),
+                               "failures": 0}
     assert entry_files(store_copy, kind=None) == {} and blob_files(store_copy) == {}
     gone = run_kbuild("cat", alias["artifacts"]["ptx"], cwd=other, store=store_copy)
     assert gone.returncode == 1
@@ -333,7 +334,7 @@ def test_clean_json_bytes_match_the_files_removed(built, store_copy, run_kbuild)
     result = run_kbuild("clean", "--json", cwd=built.project, store=store_copy)
     assert result.returncode == 0, result.stderr
     assert result.json == {"entries": 22, "objects": objects, "blobs": len(blobs),
-                           "bytes": sum(sizes.values())}
+                           "bytes": sum(sizes.values()), "failures": 0}
     assert entry_files(store_copy, kind=None) == {} and blob_files(store_copy) == {}
 
 

@@ -108,6 +108,20 @@ def simulating() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def prepare() -> None:
+    """Do numba's one-time set-up of a process's first compile now (loading its typing and
+    lowering registries and the modules that fill them: most of a second). A process about
+    to fork compile workers calls it first, so each worker starts with it done instead of
+    paying it again, and a compile's time limit measures the compile."""
+    try:
+        from numba.cuda.descriptor import cuda_target
+
+        cuda_target.typing_context.refresh()
+        cuda_target.target_context.refresh()
+    except Exception:  # noqa: BLE001 - only a head start: the first compile does it anyway
+        pass
+
+
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None,
                    apart=None, observer=None) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.

@@ -5,7 +5,7 @@ Layout (the version is in the path; an unknown layout is never read)::
     STORE/CACHEDIR.TAG
     STORE/v1/blobs/ab/cd/<xxh3-128 of the bytes>
     STORE/v1/entries/ab/<target key>.json
-    STORE/v1/locks/  STORE/v1/tmp/  STORE/v1/facts/
+    STORE/v1/locks/  STORE/v1/tmp/  STORE/v1/facts/  STORE/v1/failures/ (see `failures`)
 
 Blobs are written first, the entry file last (its rename is the commit). The
 entry files are the only truth: there is no index beside them that could

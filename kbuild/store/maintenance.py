@@ -4,8 +4,9 @@ gc evicts least-recently-used entries (an entry file's mtime is its last
 use; lookups touch it) until the blobs fit the size limit, never the entries
 it is told to keep (the current project's current keys), then removes blobs
 no entry names, temp files that crashed builds left behind, and keying facts
-that other kbuild versions wrote or that went unread for a month. Build
-outcomes are appended to ``v1/stats.jsonl``, one JSON line per build.
+that other kbuild versions wrote or that went unread for a month, and failure
+records a month old (see `failures`). Build outcomes are appended to
+``v1/stats.jsonl``, one JSON line per build.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 from ..errors import ConfigError
 from ..sources import FACTS_MAX_AGE, _facts_version
-from . import tree
+from . import failures, tree
 from .local import LAYOUT, Store, is_object
 from .manifest import EntryProblem, load_json
 
@@ -27,6 +28,9 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, 
           "g": 1e9, "gb": 1e9, "gib": 1024**3, "t": 1e12, "tb": 1e12, "tib": 1024**4}
 _STALE_TMP_SECONDS = 3600
 _RECENT_BUILDS = 100
+# A recorded compile failure older than this goes: its target compiles again once a month,
+# and records of keys nothing builds any more do not pile up.
+FAILURE_MAX_AGE = 30 * 24 * 3600
 # Logged by builds with a remote tier (remote.RemoteTier.take_counts); 0 in older lines.
 _REMOTE_COUNTS = ("remote_hits", "remote_misses", "remote_rejected", "remote_errors",
                   "remote_bytes_fetched", "remote_bytes_pushed")
@@ -80,11 +84,12 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
                     orphans += 1
     temp = _remove_stale_temp(store)
     facts = _prune_facts(store)
+    failed = failures.prune(store, FAILURE_MAX_AGE)
     _remove_old_index(store)
     blobs, size = store.size()
     return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
             "removed_blobs": orphans, "freed_bytes": freed, "removed_temp_files": temp,
-            "removed_facts": facts, "blobs": blobs, "bytes": size}
+            "removed_facts": facts, "removed_failures": failed, "blobs": blobs, "bytes": size}
 
 
 def _linked_objects(manifest: dict) -> list:
