@@ -221,3 +221,24 @@ def _damage(path: Path, how) -> None:
     else:
         path.unlink()
         path.mkdir()
+
+
+def test_a_resident_process_rereads_only_entries_that_changed(history, monkeypatch):
+    """`kbuild watch` scans the store's entries at every relinking round: files read
+    before are not read again unless replaced or touched."""
+    from kbuild.store.local import Store
+
+    store = Store(history.store, read_only=True)
+    memo: dict = {}
+    first = dict(store.entries(memo))
+    reads = []
+    original = Store._read_entry_file
+    monkeypatch.setattr(Store, "_read_entry_file",
+                        lambda self, key: reads.append(key) or original(self, key))
+    assert dict(store.entries(memo)) == first and reads == []
+    key, path = next(iter(entry_files(history.store).items()))
+    entry = json.loads(path.read_text())
+    path.with_suffix(".tmp").write_text(json.dumps(dict(entry, built_at="2000-01-01T00:00:00Z")))
+    path.with_suffix(".tmp").replace(path)  # as a commit replaces it
+    again = dict(store.entries(memo))
+    assert reads == [key] and again[key]["built_at"] == "2000-01-01T00:00:00Z"

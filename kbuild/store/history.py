@@ -14,6 +14,9 @@ from ..keying.explain import Reason, diff
 from .local import Store, is_object
 
 
+_SCANNED: dict[str, dict] = {}  # store root -> `Store.entries` memo
+
+
 @dataclass(frozen=True)
 class Nearest:
     """A stored build and how the current key tree differs from its inputs."""
@@ -35,20 +38,25 @@ class History:
 
     def __init__(self, store: Store):
         by_ident: dict[tuple, list] = {}
-        for _, manifest in store.entries():
+        # A resident process (`kbuild watch`) reads only the entries new since its last scan.
+        memo, seen = _SCANNED.get(str(store.root), {}), set()
+        for key, manifest in store.entries(memo):
+            seen.add(key)
             if not is_object(manifest):
                 ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
                 by_ident.setdefault(ident, []).append(manifest)
+        _SCANNED[str(store.root)] = {k: v for k, v in memo.items() if k in seen}
         self._by_ident = {ident: _newest_first(ms) for ident, ms in by_ident.items()}
 
     def builds(self, target) -> list[dict]:
         """The entries of `target` (a `Target`), newest first."""
         return self._by_ident.get((target.name, target.signature, target.arch), [])
 
-    def nearest(self, target, inputs, exclude: str | None = None) -> Nearest | None:
+    def nearest(self, target, inputs, other_than: str | None = None) -> Nearest | None:
         """The build of `target` whose inputs differ least from `inputs` (a flattened key
-        tree): fewest differing inputs, the newest of equals; `exclude` a key."""
-        return _nearest(self.builds(target), inputs, exclude)
+        tree): fewest differing inputs, the newest of equals. `other_than` (the key of
+        `inputs`): only builds of other inputs, not that key's own or its variants."""
+        return _nearest(self.builds(target), inputs, other_than)
 
     def nearest_replaced(self, target, declared, inputs) -> Nearest | None:
         """The nearest build of `target`'s kernel and arch under a signature no longer
@@ -60,12 +68,12 @@ class History:
     def newer_than(self, target, manifest: dict) -> Nearest | None:
         """The newest build of `target`, when it is strictly newer than `manifest` and of
         other inputs (what a cached target was last rebuilt for), else None."""
-        for newest in self.builds(target):
-            if newest.get("built_at", "") <= manifest.get("built_at", ""):
-                return None
-            if newest.get("inputs") != manifest.get("inputs"):
-                return Nearest(newest, diff(newest.get("inputs", []), manifest.get("inputs", [])))
-        return None
+        builds = self.builds(target)
+        newest = builds[0] if builds else manifest
+        if newest.get("built_at", "") <= manifest.get("built_at", "") \
+                or newest.get("inputs") == manifest.get("inputs"):
+            return None
+        return Nearest(newest, diff(newest.get("inputs", []), manifest.get("inputs", [])))
 
 
 class RelinkReasons:
@@ -91,7 +99,7 @@ class RelinkReasons:
         inputs = [[list(path), text, d] for path, text, d in node.flatten()]
         # Its own entry is committed by now: the nearest other build is the earlier one.
         nearest = self._history.nearest(_Ident(row.target, row.signature, row.arch), inputs,
-                                        exclude=node.digest)
+                                        other_than=node.digest)
         return changed_device_functions(nearest.reasons) if nearest else None
 
 
@@ -108,15 +116,17 @@ def _newest_first(manifests: list) -> list:
     return sorted(by_key, key=lambda m: m.get("built_at", ""), reverse=True)
 
 
-def _nearest(builds, inputs, exclude) -> Nearest | None:
-    best = None
+def _nearest(builds, inputs, other_than) -> Nearest | None:
+    best, least = None, 1 if other_than else 0  # no build of other inputs differs in fewer
     for manifest in builds:  # newest first: a later one must differ in fewer inputs
-        if manifest.get("key") == exclude or not isinstance(manifest.get("inputs"), list):
+        if manifest.get("key") == other_than or not isinstance(manifest.get("inputs"), list):
             continue
         reasons = diff(manifest["inputs"], inputs)
+        if other_than and not reasons:
+            continue  # the same inputs, built for other observations (a variant)
         if best is None or len(reasons) < len(best.reasons):
             best = Nearest(manifest, reasons)
-            if not reasons:
+            if len(reasons) <= least:
                 break
     return best
 
