@@ -97,9 +97,10 @@ class ProjectSources:
         self._save_body_texts()
 
     def keep_body_text(self, body_digest: str, render) -> None:
-        """Keep `render()`, a body's readable source, beside the facts when they are saved:
-        `kbuild explain` diffs an earlier build's body (named in its entry's inputs by
-        digest) against today's. Display only; never read back into a key."""
+        """Keep `render()`, a body's readable source, beside the facts when they are saved
+        (rendered only if not kept yet): `kbuild explain` diffs an earlier build's body
+        (named in its entry's inputs by digest) against today's. Display only; never read
+        back into a key."""
         if self._facts_dir is not None:
             self._body_texts[body_digest] = render
 
@@ -126,9 +127,12 @@ class ProjectSources:
     def _save_body_texts(self) -> None:
         from .store.local import atomic_write
 
+        now = time.time()
         for body, render in sorted(self._body_texts.items()):
             path = self._body_path(body)
-            text = None if path.exists() else render()
+            if _kept_in_use(path, now):
+                continue
+            text = render()
             if text is None or len(text) > BODY_TEXT_MAX_BYTES // 2:
                 continue
             record = {"body": body, "text": text, "digest": _text_digest(body, text)}
@@ -276,6 +280,18 @@ def _read_regular_file(path: Path, limit: int) -> bytes | None:
 
 BODY_TEXT_MAX_BYTES = 1 << 20  # a function's source; anything longer is not shown
 HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def _kept_in_use(path: Path, now: float) -> bool:
+    """Whether a body's text is kept; if so, marked as in use (for `prune_facts`) once a
+    day, so a function unchanged for months still has its text when it is first edited.
+    A stat per function body and build; a write only once a day."""
+    try:
+        if now - path.stat().st_mtime > 24 * 3600:
+            os.utime(path)
+        return True
+    except OSError:
+        return False
 
 
 def _text_digest(body: str, text: str) -> str:

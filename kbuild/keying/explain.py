@@ -6,7 +6,6 @@ needs no live objects: the old tree comes from the store, the new from keying.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 
 
@@ -114,6 +113,8 @@ def _walk(path, old, new, children, reasons):
 def source_diff(old_text: str, new_text: str, name: str, when: str) -> str:
     """A unified diff of a function's source as built (`when`) and as it is now; "" when
     the two read the same."""
+    import difflib  # only explain shows diffs; a build never imports it
+
     lines = difflib.unified_diff(old_text.splitlines(), new_text.splitlines(),
                                  f"{name} (built {when})", f"{name} (now)", lineterm="")
     return "\n".join(lines)

@@ -247,21 +247,16 @@ class Keyer:
     def _body(self, py_func, keep_positions: bool, where: str, kernel: bool) -> KeyNode:
         # A kernel is launched with positional arguments only: their names are not code.
         kind = f"ast{int(keep_positions)}{'k' if kernel else ''}"
-        parsed = []  # not remembered: this body's source is new to the facts
-
-        def compute():
-            parsed.append(True)
-            return _normalized_digest(self._sources, py_func, keep_positions, kernel)
-
-        tree = _remembered(self._sources, py_func, kind, compute)
+        tree = _remembered(self._sources, py_func, kind,
+                           lambda: _normalized_digest(self._sources, py_func, keep_positions,
+                                                      kernel))
         if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
             # back from a file edited after import (or `python -O`) can't pass for it.
             node = leaf("body", (tree, _code_fingerprint(py_func.__code__, where)),
                         "source with line numbers" if keep_positions else "source")
             self._bodies[node.digest] = py_func
-            if parsed:
-                _offer_body_text(self._sources, node.digest, lambda: self.body_text(node.digest))
+            _offer_body_text(self._sources, node.digest, lambda: self.body_text(node.digest))
             return node
         # No parsable source (a lambda, exec'd code): key the bytecode instead.
         code = py_func.__code__
@@ -435,9 +430,8 @@ def _remembered(sources, py_func, kind: str, compute):
 
 
 def _offer_body_text(sources, body_digest: str, render) -> None:
-    """Hand a body's readable source (`render()`, lazily) to sources that keep it for
-    `kbuild explain` (`ProjectSources.keep_body_text`); only bodies new to the facts are
-    offered, so a no-op build renders and writes nothing."""
+    """Hand a body's readable source (`render()`, called only if it is not kept yet) to
+    sources that keep it for `kbuild explain` (`ProjectSources.keep_body_text`)."""
     keep = getattr(sources, "keep_body_text", None)
     if keep is not None:
         keep(body_digest, render)
