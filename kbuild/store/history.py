@@ -77,8 +77,8 @@ class History:
 
 
 class RelinkReasons:
-    """`reasons(row)`: the device functions a build's relinked row was relinked for (only
-    they changed since the target's nearest earlier build), or None when unknown.
+    """Called with a relinked row of one build: the device functions it was relinked for
+    (all that changed since the target's nearest earlier build), or None when unknown.
 
     The store is scanned once per build, at its first relinked row, and only relinked
     rows are compared: `kbuild watch` rebuilds on this path after every save.
