@@ -35,12 +35,15 @@ class Row:
     link: str | None = None  # built rows: lto | relink | whole
     note: str | None = None  # why a built target was linked as one program
     recorded: bool = False  # failed rows: the failure was recorded by an earlier build
+    # Relinked rows: the device functions that alone changed since the target's nearest
+    # earlier build (set by `Project.build`); None when unknown or not relinked.
+    changed: list | None = None
 
     def as_json(self) -> dict:
         return {"target": self.target, "signature": self.signature, "arch": self.arch,
                 "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
                 "artifacts": self.artifacts, "error": self.error, "link": self.link,
-                "note": self.note, "recorded": self.recorded}
+                "note": self.note, "recorded": self.recorded, "changed": self.changed}
 
 
 @dataclass

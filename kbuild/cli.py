@@ -416,7 +416,7 @@ class BuildReport:
             return  # a watch prints what each save changed, not the whole project again
         line = f"{self._paint(row.status)} {row.target} {row.signature} {row.arch}"
         if row.status == "built":
-            line += f"  {row.seconds:.2f}s" + ("  relinked" if row.link == "relink" else "")
+            line += f"  {row.seconds:.2f}s" + _relinked(row)
         print(line, flush=self.stream)
         indent = " " * 9
         if self.verbose and row.key:
@@ -672,6 +672,16 @@ def cmd_stats(args) -> int:
     return EXIT_OK
 
 
+def _relinked(row) -> str:
+    """'  relinked: only device function m:f changed' (the edit compilation was skipped for)."""
+    if row.link != "relink":
+        return ""
+    if not row.changed:
+        return "  relinked"
+    plural = "s" if len(row.changed) > 1 else ""
+    return f"  relinked: only device function{plural} {', '.join(row.changed)} changed"
+
+
 def cmd_status(args) -> int:
     from .build import parse_archs
     from .project import open_project
@@ -704,18 +714,51 @@ def cmd_explain(args) -> int:
 
     project = _remember(args, open_project(args.config, args.store, read_only=True))
     archs = parse_archs(args.arch)
-    rows = project.status([args.target], archs) + _failed_rows(project.plan([args.target], archs))
+    rows = project.status([args.target], archs, diffs=True) + \
+        _failed_rows(project.plan([args.target], archs))
     code = EXIT_FAILED if any(r["status"] == "failed" for r in rows) else EXIT_OK
     if args.json:
         _print_json({"targets": rows})
         return code
     for r in rows:
         print(f"{r['target']} {r['signature']} {r['arch']}: {r['status']}")
-        if r["status"] == "up-to-date":
-            print("  nothing changed since it was built")
-        for reason in r["reasons"]:
-            print(f"  {reason}")
+        for line in _explanation(r):
+            print(f"  {line}")
     return code
+
+
+def _explanation(row) -> list[str]:
+    """What `kbuild explain` says of one status row, below its heading."""
+    if row["status"] == "up-to-date":
+        return _cached_explanation(row)
+    lines = []
+    if row["status"] == "stale" and row.get("previous_is_newest") is False:
+        lines.append(f"(compared with its build of {row['previous_built_at']}, the one "
+                     "closest to these inputs; newer builds differ more)")
+    changes = row.get("changes") or [{"message": r} for r in row["reasons"]]
+    for change in changes:
+        lines.append(change["message"])
+        if change.get("diff"):
+            lines += [f"  {line}" for line in change["diff"].splitlines()]
+        elif "diff" in change:
+            lines.append(f"  ({change.get('diff_note') or _same_text(change)})")
+    return lines
+
+
+def _cached_explanation(row) -> list[str]:
+    when = row.get("built_at") or "at an unknown time"
+    newest = row.get("newest")
+    if not newest:
+        return [f"nothing changed since it was built ({when})"]
+    return [f"cached (built earlier, {when})",
+            f"the newest build ({newest['built_at']}) was for other inputs:",
+            *(f"  {reason}" for reason in newest["reasons"])]
+
+
+def _same_text(change) -> str:
+    if "line numbers" in f"{change.get('old')} {change.get('new')}":
+        return "the same source; its line numbers moved"
+    return "the same source text; its bytecode differs"
 
 
 def cmd_clean(args) -> int:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
-from .keying.explain import diff
+from .keying.explain import source_diff
 from .store import failures
+from .store.history import History, RelinkReasons
 from .store.local import Store, is_object
 
 
@@ -117,8 +118,20 @@ class Project:
         `progress` and `options` (`target_timeout`, `retry_failed`): see `build.build`."""
         the_plan = self.plan(names, archs)
         the_plan.separate = separate
+        relinked_for = RelinkReasons(self.store, the_plan.keys)
+
+        def with_reasons(row, done, total):
+            # A relinked row names the device functions it was relinked for, before anyone
+            # sees it (a terminal prints rows as they finish).
+            if row.link == "relink" and row.status == "built":
+                row.changed = relinked_for(row)
+            if progress is not None:
+                progress(row, done, total)
+
+        # The build tells `progress.started(target)`, where it has one, as compiles start.
+        with_reasons.started = getattr(progress, "started", None)
         rows = _build.build(the_plan, self.store, keep_going=keep_going, jobs=jobs,
-                            progress=progress, executor=executor, **options)
+                            progress=with_reasons, executor=executor, **options)
         self._save_facts()
         return rows
 
@@ -127,62 +140,79 @@ class Project:
         if not self.store.read_only and self.store.base.is_dir():
             self._keyer.sources.save_facts()
 
-    def status(self, names=None, archs=None) -> list[dict]:
-        """A dry run: up-to-date, stale or missing for every target, and why."""
+    def status(self, names=None, archs=None, *, diffs: bool = False) -> list[dict]:
+        """A dry run: up-to-date, stale or missing for every target, and why.
+
+        A stale target is compared with the stored build of it whose inputs differ least
+        (not the newest: after a revert that is the build of what was reverted). With
+        `diffs`, each changed body comes with a diff of its source (see `explain`).
+        """
         the_plan = self.plan(names, archs)
-        previous = self._previous_entries()
+        history = History(self.store)
         current = _build.current_digests(the_plan)
-        rows = []
-        for target in the_plan.targets:
-            node = the_plan.keys[target]
-            row = {"target": target.name, "signature": target.signature, "arch": target.arch,
-                   "key": node.digest}
-            if _build.fresh_entry(the_plan, self.store, target, current) is not None:
-                row.update(status="up-to-date", reasons=[])
-            elif self.store.lookup(node.digest) is not None:
-                # The static key holds; something the compiler read has changed.
-                reasons = _build.observation_changes(the_plan, self.store, target, current)
-                row.update(status="stale", previous_key=node.digest, reasons=reasons,
-                           changes=[{"path": [], "change": "observed", "old": None,
-                                     "new": None, "message": r} for r in reasons])
-            elif node.digest in self.store.damage:
-                # Nothing changed, but what the store holds for this key is unusable.
-                row.update(status="stale", previous_key=node.digest, changes=[], reasons=[
-                    f"the store's {self.store.damage[node.digest]}; a build rebuilds it"])
-            else:
-                old = previous.get((target.name, target.signature, target.arch)) or \
-                    self._replaced_signature(previous, the_plan, target)
-                if old is None:
-                    row.update(status="missing", reasons=["never built into this store"])
-                else:
-                    reasons = diff(old["inputs"], list(node.flatten()))
-                    row.update(status="stale", previous_key=old["key"],
-                               reasons=[r.message for r in reasons],
-                               changes=[r.as_json() for r in reasons])
-            rows.append(row)
+        rows = [self._status_row(the_plan, history, current, target, diffs)
+                for target in the_plan.targets]
         for target, exc in the_plan.unkeyable.items():
             rows.append({"target": target.name, "signature": target.signature,
                          "arch": target.arch, "key": None, "status": "unkeyable",
                          "reasons": [str(exc)]})
         return rows
 
-    def _replaced_signature(self, previous: dict, the_plan, target):
-        """The newest entry of this target and arch under a signature no longer declared."""
-        declared = set(the_plan.kernels[target.name].argtypes)
-        candidates = [m for (name, sig, arch), m in previous.items()
-                      if name == target.name and arch == target.arch and sig not in declared]
-        return max(candidates, key=lambda m: m.get("built_at", ""), default=None)
+    def _status_row(self, the_plan, history, current, target, diffs: bool) -> dict:
+        node = the_plan.keys[target]
+        row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+               "key": node.digest}
+        fresh = _build.fresh_entry(the_plan, self.store, target, current)
+        if fresh is not None:
+            # Cached; when a later build was of other inputs (a revert), say which.
+            newer = history.newer_than(target, fresh)
+            row.update(status="up-to-date", reasons=[], built_at=fresh.get("built_at"),
+                       newest=newer and {"key": newer.key, "built_at": newer.built_at,
+                                         **_explained(newer.reasons)})
+        elif self.store.lookup(node.digest) is not None:
+            # The static key holds; something the compiler read has changed.
+            reasons = _build.observation_changes(the_plan, self.store, target, current)
+            row.update(status="stale", previous_key=node.digest, reasons=reasons,
+                       changes=[{"path": [], "change": "observed", "old": None,
+                                 "new": None, "message": r} for r in reasons])
+        elif node.digest in self.store.damage:
+            # Nothing changed, but what the store holds for this key is unusable.
+            row.update(status="stale", previous_key=node.digest, changes=[], reasons=[
+                f"the store's {self.store.damage[node.digest]}; a build rebuilds it"])
+        else:
+            row.update(self._compared(the_plan, history, target, diffs))
+        return row
 
-    def _previous_entries(self) -> dict:
-        """The newest entry per (target, signature, arch) in the store."""
-        newest: dict = {}
-        for key, manifest in self.store.entries():
-            if is_object(manifest):
-                continue
-            ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
-            if ident not in newest or manifest.get("built_at", "") >= newest[ident].get("built_at", ""):
-                newest[ident] = manifest
-        return newest
+    def _compared(self, the_plan, history, target, diffs: bool) -> dict:
+        """A target with no entry for its key, against its nearest stored build."""
+        inputs = [[list(path), text, d] for path, text, d in the_plan.keys[target].flatten()]
+        nearest = history.nearest(target, inputs) or history.nearest_replaced(
+            target, set(the_plan.kernels[target.name].argtypes), inputs)
+        if nearest is None:
+            return {"status": "missing", "reasons": ["never built into this store"]}
+        builds = history.builds(target)
+        explained = _explained(nearest.reasons)
+        if diffs:
+            for change, reason in zip(explained["changes"], nearest.reasons):
+                if reason.is_body:
+                    change.update(self._body_diff(reason, nearest.built_at))
+        return {"status": "stale", "previous_key": nearest.key,
+                "previous_built_at": nearest.built_at,
+                "previous_is_newest": not builds or builds[0] is nearest.manifest,
+                **explained}
+
+    def _body_diff(self, reason, built_at: str) -> dict:
+        """{"diff": unified diff of a changed body's source} or {"diff": None, "diff_note":
+        why not}: the earlier source is the one kept when it was keyed (display only)."""
+        keyer = self._keyer
+        kept = getattr(keyer.sources, "body_text", lambda _: None)
+        old = kept(reason.old_digest) or keyer.body_text(reason.old_digest)
+        new = keyer.body_text(reason.new_digest) or kept(reason.new_digest)
+        if old is None or new is None:
+            note = "the earlier source was not kept" if old is None else \
+                "the current source could not be read"
+            return {"diff": None, "diff_note": note}
+        return {"diff": source_diff(old, new, reason.function, built_at)}
 
     def clean(self, everything: bool = False) -> dict:
         """Remove this project's entries (or all) and blobs no remaining entry uses."""
@@ -206,6 +236,10 @@ class Project:
 
     def __repr__(self):
         return f"Project({self.config.name!r}, store={str(self.store.root)!r})"
+
+
+def _explained(reasons) -> dict:
+    return {"reasons": [r.message for r in reasons], "changes": [r.as_json() for r in reasons]}
 
 
 def open_project(config_path, store, read_only: bool = False) -> Project:

@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -53,6 +54,7 @@ class ProjectSources:
         self._facts_dir = Path(facts_dir) / _facts_version() if facts_dir else None
         self._facts: dict[str, dict] = {}
         self._changed: set[str] = set()
+        self._body_texts: dict[str, object] = {}  # body digest -> render(), to save
 
     def remembered(self, func, kind: str, compute):
         """`compute()` (JSON data) for `func`, kept in the facts directory under the digest
@@ -92,6 +94,54 @@ class ProjectSources:
             except OSError:
                 return
         self._changed.clear()
+        self._save_body_texts()
+
+    def keep_body_text(self, body_digest: str, render) -> None:
+        """Keep `render()`, a body's readable source, beside the facts when they are saved
+        (rendered only if not kept yet): `kbuild explain` diffs an earlier build's body
+        (named in its entry's inputs by digest) against today's. Display only; never read
+        back into a key."""
+        if self._facts_dir is not None:
+            self._body_texts[body_digest] = render
+
+    def body_text(self, body_digest: str) -> str | None:
+        """The readable source kept for the body keyed as `body_digest`, or None (never
+        kept, pruned, unreadable or damaged)."""
+        if self._facts_dir is None or not HEX32.fullmatch(body_digest):
+            return None
+        try:
+            data = _read_regular_file(self._body_path(body_digest), BODY_TEXT_MAX_BYTES)
+            record = json.loads(data) if data is not None else None
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(record, dict) or record.get("body") != body_digest:
+            return None
+        text = record.get("text")
+        if not isinstance(text, str) or record.get("digest") != _text_digest(body_digest, text):
+            return None
+        return text
+
+    def _body_path(self, body_digest: str) -> Path:
+        return self._facts_dir / f"body-{body_digest}.json"
+
+    def _save_body_texts(self) -> None:
+        from .store.local import atomic_write
+
+        now = time.time()
+        for body, render in sorted(self._body_texts.items()):
+            path = self._body_path(body)
+            if _kept_in_use(path, now):
+                continue
+            text = render()
+            if text is None or len(text) > BODY_TEXT_MAX_BYTES // 2:
+                continue
+            record = {"body": body, "text": text, "digest": _text_digest(body, text)}
+            try:
+                atomic_write(path, json.dumps(record).encode(), self._facts_dir,
+                             prefix=".facts.")
+            except OSError:
+                break  # not writable: explain says the earlier source was not kept
+        self._body_texts.clear()
 
     def source_of(self, func):
         try:
@@ -226,6 +276,27 @@ def _read_regular_file(path: Path, limit: int) -> bytes | None:
     finally:
         os.close(fd)
     return data if len(data) <= limit else None
+
+
+BODY_TEXT_MAX_BYTES = 1 << 20  # a function's source; anything longer is not shown
+HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def _kept_in_use(path: Path, now: float) -> bool:
+    """Whether a body's text is kept; if so, marked as in use (for `prune_facts`) once a
+    day, so a function unchanged for months still has its text when it is first edited.
+    A stat per function body and build; a write only once a day."""
+    try:
+        if now - path.stat().st_mtime > 24 * 3600:
+            os.utime(path)
+        return True
+    except OSError:
+        return False
+
+
+def _text_digest(body: str, text: str) -> str:
+    # Catches a damaged or truncated file, as `_facts_digest` does for facts.
+    return digest(json.dumps([body, text]).encode("utf-8"))
 
 
 FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it

@@ -6,7 +6,7 @@ needs no live objects: the old tree comes from the store, the new from keying.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,22 @@ class Reason:
     change: str  # changed | added | removed
     old: str | None
     new: str | None
+    # The input's digests before and after (a body's name its source for `source_diff`).
+    old_digest: str | None = field(default=None, compare=False)
+    new_digest: str | None = field(default=None, compare=False)
+
+    @property
+    def is_body(self) -> bool:
+        """Whether a function's body changed (and a diff of its source can be shown)."""
+        return self.change == "changed" and self.path[-1] == "body"
+
+    @property
+    def function(self) -> str:
+        """The function whose input this is: the kernel or the innermost callee."""
+        for label in reversed(self.path):
+            if label.startswith(("callee ", "kernel ", "overload ")):
+                return label.partition(" ")[2].split(" (as ", 1)[0]
+        return self.path[0]
 
     @property
     def message(self) -> str:
@@ -83,7 +99,8 @@ def _walk(path, old, new, children, reasons):
         return
     kids = children.get(path, [])
     if not kids or not any(k in old for k in kids) or not any(k in new for k in kids):
-        reasons.append(Reason(path, "changed", old[path][0], new[path][0]))
+        reasons.append(Reason(path, "changed", old[path][0], new[path][0],
+                              old[path][1], new[path][1]))
         return
     before = len(reasons)
     for kid in kids:
@@ -91,3 +108,13 @@ def _walk(path, old, new, children, reasons):
     if len(reasons) == before:
         # Same inputs, different digest: only the node's own label or schema moved.
         reasons.append(Reason(path, "changed", old[path][0], new[path][0]))
+
+
+def source_diff(old_text: str, new_text: str, name: str, when: str) -> str:
+    """A unified diff of a function's source as built (`when`) and as it is now; "" when
+    the two read the same."""
+    import difflib  # only explain shows diffs; a build never imports it
+
+    lines = difflib.unified_diff(old_text.splitlines(), new_text.splitlines(),
+                                 f"{name} (built {when})", f"{name} (now)", lineterm="")
+    return "\n".join(lines)

@@ -160,6 +160,17 @@ class Keyer:
         self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
         self._ids_taken: set = set()
         self._contained_callees: list = []  # see `_contents`
+        self._bodies: dict = {}  # body digest -> py_func, for `body_text`
+
+    def body_text(self, body_digest: str) -> str | None:
+        """The source of a body this keyer keyed as `body_digest`, normalized for reading
+        (`normalize.readable_source`), or None. For display only: it keys nothing."""
+        py_func = self._bodies.get(body_digest)
+        try:
+            found = py_func and function_def(self._sources, py_func)
+        except KeyingError:  # the file changed since it was imported
+            return None
+        return normalize.readable_source(found[0]) if found else None
 
     def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
                     arch: str, toolchain: dict, config: dict) -> KeyNode:
@@ -242,8 +253,11 @@ class Keyer:
         if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
             # back from a file edited after import (or `python -O`) can't pass for it.
-            return leaf("body", (tree, _code_fingerprint(py_func.__code__, where)),
+            node = leaf("body", (tree, _code_fingerprint(py_func.__code__, where)),
                         "source with line numbers" if keep_positions else "source")
+            self._bodies[node.digest] = py_func
+            _offer_body_text(self._sources, node.digest, lambda: self.body_text(node.digest))
+            return node
         # No parsable source (a lambda, exec'd code): key the bytecode instead.
         code = py_func.__code__
         if keep_positions:  # the line table ends up in the binary
@@ -418,6 +432,14 @@ def _remembered(sources, py_func, kind: str, compute):
     (`ProjectSources.remembered`: by the digest of the source numba compiles)."""
     remembered = getattr(sources, "remembered", None)
     return compute() if remembered is None else remembered(py_func, kind, compute)
+
+
+def _offer_body_text(sources, body_digest: str, render) -> None:
+    """Hand a body's readable source (`render()`, called only if it is not kept yet) to
+    sources that keep it for `kbuild explain` (`ProjectSources.keep_body_text`)."""
+    keep = getattr(sources, "keep_body_text", None)
+    if keep is not None:
+        keep(body_digest, render)
 
 
 def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool) -> str | None:

@@ -179,6 +179,19 @@ def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int
     return bytes(write.out)
 
 
+def readable_source(fn: ast.FunctionDef) -> str:
+    """`fn` as `normalized_ast` sees it, as source a person reads (for `kbuild explain`'s
+    diffs): no decorators, docstrings, annotations or dead branches, default values as
+    `...` (they are keyed by value). Names are kept as written: the renaming that makes
+    the key blind to a local's name would only make the text harder to read."""
+    fn = compiled_view(fn)
+    fn.decorator_list = []
+    fn.body = _strip_docstrings(fn.body)
+    fn.args.defaults = [ast.Constant(value=...) for _ in fn.args.defaults]
+    fn.args.kw_defaults = [d and ast.Constant(value=...) for d in fn.args.kw_defaults]
+    return ast.unparse(ast.fix_missing_locations(fn))
+
+
 def compiled_view(fn: ast.FunctionDef) -> ast.FunctionDef:
     """`fn` as far as its bytecode goes: without annotations (numba ignores them; a
     local's annotation is not even evaluated) and without the branches of an `if` on a

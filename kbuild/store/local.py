@@ -317,16 +317,26 @@ class Store:
     def remove_entry(self, key: str) -> None:
         self._remove(f"{LAYOUT}/{entry_relpath(key)}")
 
-    def entries(self):
-        """(key, manifest) for every valid entry file, in key order."""
+    def entries(self, memo: dict | None = None):
+        """(key, manifest) for every valid entry file, in key order.
+
+        `memo`, a dict the caller keeps between calls, spares reading again the files
+        read before: by the file's identity, as blob facts are (a commit replaces the
+        file, and a touch changes its time, so either is read again)."""
         for folder, _ in self._subdirs(f"{LAYOUT}/entries"):
             for name, info in tree.listing(self.root, f"{LAYOUT}/entries/{folder}"):
                 key = name[:-5]
                 if not (name.endswith(".json") and HEX32.match(key) and key.startswith(folder)):
                     continue
+                ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+                if memo is not None and memo.get(key, (None,))[0] == ident:
+                    yield key, memo[key][1]
+                    continue
                 text = self._read_entry_file(key)
                 manifest = self._validated(key, text, None) if text is not None else None
                 if manifest is not None:
+                    if memo is not None:
+                        memo[key] = (ident, manifest)
                     yield key, manifest
 
     def referenced_blobs(self) -> set[str]:
