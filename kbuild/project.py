@@ -179,9 +179,17 @@ class Project:
             # Nothing changed, but what the store holds for this key is unusable.
             row.update(status="stale", previous_key=node.digest, changes=[], reasons=[
                 f"the store's {self.store.damage[node.digest]}; a build rebuilds it"])
+        elif (failed := self._recorded_failure(the_plan, target, current)) is not None:
+            # A build would report this failure at once (until --retry-failed).
+            row.update(status="failed", recorded=True, reasons=[failed.error],
+                       error=failed.error)
         else:
             row.update(self._compared(the_plan, history, target, diffs))
         return row
+
+    def _recorded_failure(self, the_plan, target, current):
+        limit = the_plan.config.target_timeout or None
+        return _build.recorded_failure(the_plan, self.store, target, current, limit)
 
     def _compared(self, the_plan, history, target, diffs: bool) -> dict:
         """A target with no entry for its key, against its nearest stored build."""

@@ -245,6 +245,14 @@ def test_a_failure_is_reported_at_once_until_its_key_or_what_it_read_changes(tmp
         assert rows[target]["error"] == compiled[target]["error"] + \
             " (failed earlier with this key; --retry-failed to compile again)"
 
+    # status says what a build would: failed, from the record, without compiling.
+    status = run_kbuild("status", "--json", cwd=root, store=store, env={"TMO_PICK": "bad"})
+    assert status.returncode == 1
+    by_target = {r["target"]: r for r in status.json["targets"]}
+    assert (by_target[bad]["status"], by_target[bad]["recorded"]) == ("failed", True)
+    assert by_target[bad]["error"] == rows[bad]["error"]
+    assert status.json["summary"]["failed"] == 2
+
     retried, rows = build("--retry-failed")
     assert [(rows[t]["status"], rows[t]["recorded"]) for t in (bad, picky)] == \
         [("failed", False)] * 2
