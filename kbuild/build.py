@@ -56,23 +56,25 @@ class Plan:
     keys: dict  # Target -> KeyNode
     keyer: Keyer
     separate: bool = True  # compile device functions into objects of their own (see lto)
-    # Targets whose module failed to import: not keyed, never in `targets`; Target -> error.
+    # Targets that could not be imported (`ImportFailure`) or keyed (`KeyingError`: a value
+    # kbuild cannot hash), never in `targets` or `keys`: Target -> the error. Each fails
+    # alone; a failed import also stops the build without -k, as a failed compile does.
     failed: dict = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         """Every requested target, keyed or not."""
-        return len(self.targets) + len(self.failed) + len(self.unkeyable)
+        return len(self.targets) + len(self.failed)
+
+    @property
+    def import_failed(self) -> bool:
+        return any(isinstance(error, ImportFailure) for error in self.failed.values())
 
     def resolved(self, name: str) -> ResolvedKernel:
         """The resolved kernel of target `name`, or its import failure raised."""
-        for target, error in self.failed.items():
-            if target.name == name:
-                raise error
+        if name not in self.kernels:
+            raise next(e for t, e in self.failed.items() if t.name == name)
         return self.kernels[name]
-    # Targets whose key cannot be computed (a value kbuild cannot hash), with the error:
-    # they fail alone; `targets` and `keys` hold the others.
-    unkeyable: dict = field(default_factory=dict)
 
     def nodes_by_ident(self) -> dict:
         """Every separately compiled device function's current tree, by identity."""
@@ -100,7 +102,7 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
             unkeyable[t] = exc
     failed = {t: broken[t.name] for t in every if t.name in broken}
     return Plan(config, kernels, [t for t in targets if t in keys], keys, keyer,
-                failed=failed, unkeyable=unkeyable)
+                failed={**failed, **unkeyable})
 
 
 def _resolve_all(config: ProjectConfig, specs):
@@ -248,12 +250,12 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
     if todo:
         store.ensure_writable()
     # Targets that could not be imported or keyed: a failed row each, reported like any other.
-    for target, error in [*the_plan.failed.items(), *the_plan.unkeyable.items()]:
+    for target, error in the_plan.failed.items():
         rows[target] = Row(target.name, target.signature, target.arch, None, "failed",
                            error=str(error))
         _progress(progress, rows[target], len(rows), the_plan.total)
     # The rest are skipped after an import failure or a recorded one, as after any failure.
-    stopped = (bool(the_plan.failed) or any(r.recorded for r in rows.values())) \
+    stopped = (the_plan.import_failed or any(r.recorded for r in rows.values())) \
         and not keep_going
     with _KeyLocks(store, the_plan, [] if stopped else todo, current) as locks:
         stop = _compile_batch(the_plan, store, locks.take_mine(rows), workers, keep_going, rows,
@@ -270,7 +272,7 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
                                the_plan.keys[target].digest, "skipped",
                                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), the_plan.total)
-    ordered = [rows[t] for t in [*the_plan.targets, *the_plan.failed, *the_plan.unkeyable]]
+    ordered = [rows[t] for t in [*the_plan.targets, *the_plan.failed]]
     from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)

@@ -348,7 +348,7 @@ class BuildReport:
         self.bar = _ProgressBar(the_plan.total) if not args.json and not args.quiet and \
             sys.stderr.isatty() else None
         self.first_errors: dict = {}  # (kernel, error head) -> label of the row that showed it
-        order = [*the_plan.targets, *the_plan.failed, *the_plan.unkeyable]
+        order = [*the_plan.targets, *the_plan.failed]
         self.order = {(t.name, t.signature, t.arch): i for i, t in enumerate(order)}
 
     def __call__(self, row, done, total):
@@ -688,7 +688,7 @@ def cmd_status(args) -> int:
 
     project = _remember(args, open_project(args.config, args.store, read_only=True))
     archs = parse_archs(args.arch)
-    rows = project.status(args.targets, archs) + _failed_rows(project.plan(args.targets, archs))
+    rows = project.status(args.targets, archs)
     if args.json:
         counts = {s: sum(r["status"] == s for r in rows)
                   for s in ("up-to-date", "stale", "missing", "failed", "unkeyable")}
@@ -701,21 +701,13 @@ def cmd_status(args) -> int:
     return EXIT_OK if all(r["status"] in wanted for r in rows) else EXIT_FAILED
 
 
-def _failed_rows(the_plan) -> list[dict]:
-    """status rows for the targets whose module failed to import: they have no key."""
-    return [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
-             "status": "failed", "reasons": [str(error)], "error": str(error)}
-            for t, error in the_plan.failed.items()]
-
-
 def cmd_explain(args) -> int:
     from .build import parse_archs
     from .project import open_project
 
     project = _remember(args, open_project(args.config, args.store, read_only=True))
     archs = parse_archs(args.arch)
-    rows = project.status([args.target], archs, diffs=True) + \
-        _failed_rows(project.plan([args.target], archs))
+    rows = project.status([args.target], archs, diffs=True)
     code = EXIT_FAILED if any(r["status"] == "failed" for r in rows) else EXIT_OK
     if args.json:
         _print_json({"targets": rows})
@@ -782,7 +774,7 @@ def cmd_keys(args) -> int:
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
     failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
                "error": str(error)}
-              for t, error in [*the_plan.failed.items(), *the_plan.unkeyable.items()]]
+              for t, error in the_plan.failed.items()]
     # A digest missing some targets' keys would name a cache that is not the project's.
     combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
     if args.json:
@@ -804,7 +796,7 @@ def cmd_export(args) -> int:
         raise UsageError(f"export: cannot write {args.file!r}: kbuild writes tar archives; "
                          f"name it {', '.join(ARCHIVE_SUFFIXES)}")
     project, the_plan = _planned(args)
-    for error in [*the_plan.failed.values(), *the_plan.unkeyable.values()]:
+    for error in the_plan.failed.values():
         raise error  # an archive missing targets would look complete to whoever imports it
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
                             args.file, key=signing_key(project.config))
@@ -870,7 +862,7 @@ def cmd_show(args) -> int:
     from .backend.cubin import disassemble, resources
 
     project, the_plan = _planned(args)
-    for error in [*the_plan.failed.values(), *the_plan.unkeyable.values()]:
+    for error in the_plan.failed.values():
         raise error
     rows, missing = [], []
     for target in (t for t in the_plan.targets if _is_named(the_plan, t, args.target)):

@@ -177,8 +177,8 @@ class KernelLauncher:
     def _fresh_manifest(self, target):
         # The launcher's own plan (every declared arch, keyed once per process).
         the_plan = self.project.plan([self.name])
-        if target in the_plan.unkeyable:
-            raise the_plan.unkeyable[target]
+        if target in the_plan.failed:
+            raise the_plan.failed[target]
         # Two levels (static key, then what the compile observed): see build.fresh_entry.
         return self.project.fresh_entry(the_plan, target)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
+from .errors import KeyingError
 from .keying.explain import source_diff
 from .store import failures
 from .store.history import History, RelinkReasons
@@ -152,11 +153,7 @@ class Project:
         current = _build.current_digests(the_plan)
         rows = [self._status_row(the_plan, history, current, target, diffs)
                 for target in the_plan.targets]
-        for target, exc in the_plan.unkeyable.items():
-            rows.append({"target": target.name, "signature": target.signature,
-                         "arch": target.arch, "key": None, "status": "unkeyable",
-                         "reasons": [str(exc)]})
-        return rows
+        return rows + [_failed_row(target, error) for target, error in the_plan.failed.items()]
 
     def _status_row(self, the_plan, history, current, target, diffs: bool) -> dict:
         node = the_plan.keys[target]
@@ -244,6 +241,16 @@ class Project:
 
     def __repr__(self):
         return f"Project({self.config.name!r}, store={str(self.store.root)!r})"
+
+
+def _failed_row(target, error) -> dict:
+    """The status row of a target that could not be imported ("failed") or keyed
+    ("unkeyable"): it has no key."""
+    row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+           "key": None, "reasons": [str(error)]}
+    if isinstance(error, KeyingError):
+        return dict(row, status="unkeyable")
+    return dict(row, status="failed", error=str(error))
 
 
 def _explained(reasons) -> dict:

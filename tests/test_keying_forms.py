@@ -345,7 +345,9 @@ def k_lambda(x):
 
 
 def _facts_files(store):
-    return sorted((store / "v1" / "facts").glob("*/*.json"))
+    """The facts tables of source files (not the kept body texts `explain` shows)."""
+    return sorted(p for p in (store / "v1" / "facts").glob("*/*.json")
+                  if not p.name.startswith("body-"))
 
 
 def _empty_chains(record: dict, resign: bool) -> dict:
