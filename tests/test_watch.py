@@ -85,3 +85,4 @@ def test_prepare_does_numbas_first_compile_set_up_ahead_of_the_first_compile():
     typing_before, target_before, typing_after, target_after = map(int, done.stdout.split())
     assert (typing_before, target_before) == (0, 0)
     assert typing_after > 0 and target_after > 0
+
