@@ -1,7 +1,7 @@
 """kbuild's benchmark suite: kbuild against plain numba-cuda on synthetic projects.
 
     python benchmarks/run.py [--sizes 16,64,256] [--repeats 3] [--cold-repeats N]
-                             [--no-heavy] [--out FILE] [--kbuild-rev REV]
+                             [--only NAMES] [--no-heavy] [--out FILE] [--kbuild-rev REV]
 
 For each size N a project from gen_project.py (N kernels, one arch, sm_90) is
 written to a temp dir, and every measurement runs in fresh subprocesses timed
@@ -371,40 +371,46 @@ def warm_up(box: Sandbox) -> None:
                          f"not the snapshot in {box.kbuild_root}")
 
 
-def bench_size(box: Sandbox, repeats: int, cold_repeats: int, log) -> list[dict]:
-    """Every measurement for one project size; one result row per measurement."""
+def bench_size(box: Sandbox, repeats: int, cold_repeats: int, log, only=None) -> list[dict]:
+    """Every measurement for one project size (or those in `only`; the cold builds always
+    run: they make the warm store and are the baseline of the rebuilds); one result row
+    per measurement."""
     n = box.n
     gen_project.generate(box.project, n, gen_project.default_modules(n), N_DEVICE_FNS)
     warm_up(box)
     rows = []
 
-    def step(text):
+    def step(measurement, text):
+        if only is not None and measurement not in only:
+            return None
         log(f"N={n}: {text}")
         return os.getloadavg()[0]
 
-    load = step(f"cold builds ({cold_repeats}x kbuild -j{JOBS}, {cold_repeats}x sequential)")
+    load = step("cold", f"cold builds ({cold_repeats}x kbuild -j{JOBS}, "
+                        f"{cold_repeats}x sequential)") or os.getloadavg()[0]
     cold, seq = measure_cold(box, cold_repeats)
     rows.append(row("cold", n, load, cold, seq))
-    load = step("no-op builds")
-    rows.append(row("noop", n, load, *measure_noop(box, repeats)))
-    load = step("rebuild after editing common")
-    common = measure_edit(box, gen_project.edit_common, cold_repeats, n, "edit_common")
-    rows.append(row("edit_common", n, load, common, cold))
-    load = step("rebuild after editing one kernel")
-    one = measure_edit(box, lambda root: gen_project.edit_kernel(root, 0), repeats, 1,
-                       "edit_kernel")
-    rows.append(row("edit_kernel", n, load, one, cold))
-    load = step("warm starts")
-    per_kernel, one_plan = measure_warm_start(box, repeats)
-    rows.append(row("warm_start", n, load, per_kernel, seq))
-    rows.append(row("warm_start_1plan", n, load, one_plan, seq))
-    load = step(f"kbuild watch ({repeats}x, two edits of common each)")
-    first, second = measure_watch(box, repeats)
-    rows.append(dict(row("watch_edit_common", n, load, first, cold),
-                     watch=watch_settings(box),
-                     pause_before_save_s=[WATCH_PAUSE_S, WATCH_PAUSE_S + WATCH_SPREAD_S],
-                     second_edit_s=round(statistics.median(t.wall for t in second), 4),
-                     second_edit_runs=[_run_json(t) for t in second]))
+    if (load := step("noop", "no-op builds")) is not None:
+        rows.append(row("noop", n, load, *measure_noop(box, repeats)))
+    if (load := step("edit_common", "rebuild after editing common")) is not None:
+        common = measure_edit(box, gen_project.edit_common, cold_repeats, n, "edit_common")
+        rows.append(row("edit_common", n, load, common, cold))
+    if (load := step("edit_kernel", "rebuild after editing one kernel")) is not None:
+        one = measure_edit(box, lambda root: gen_project.edit_kernel(root, 0), repeats, 1,
+                           "edit_kernel")
+        rows.append(row("edit_kernel", n, load, one, cold))
+    if (load := step("warm_start", "warm starts")) is not None:
+        per_kernel, one_plan = measure_warm_start(box, repeats)
+        rows.append(row("warm_start", n, load, per_kernel, seq))
+        rows.append(row("warm_start_1plan", n, load, one_plan, seq))
+    if (load := step("watch_edit_common",
+                     f"kbuild watch ({repeats}x, two edits of common each)")) is not None:
+        first, second = measure_watch(box, repeats)
+        rows.append(dict(row("watch_edit_common", n, load, first, cold),
+                         watch=watch_settings(box),
+                         pause_before_save_s=[WATCH_PAUSE_S, WATCH_PAUSE_S + WATCH_SPREAD_S],
+                         second_edit_s=round(statistics.median(t.wall for t in second), 4),
+                         second_edit_runs=[_run_json(t) for t in second]))
     return rows
 
 
@@ -536,10 +542,14 @@ def markdown(report: dict) -> str:
         if r["measurement"] == "watch_edit_common":
             detect = statistics.median(x["reported"]["detect_s"] for x in r["kbuild_runs"])
             poll = (r.get("watch") or {}).get("poll_s")
+            cpu = statistics.median(x["cpu_s"] for x in r["kbuild_runs"])
+            cold_cpu = statistics.median(x["cpu_s"] for x in r["baseline_runs"])
             lines.append(f"\nwatch_edit_common at N={r['n']}: median {detect:.3f} s of it from the "
                          f"save to the watcher's `changed:` line (polling every "
                          f"{poll if poll is not None else '?'} s); a second edit in the same "
-                         f"process took {r['second_edit_s']:.3f} s.")
+                         f"process took {r['second_edit_s']:.3f} s. CPU seconds (workers "
+                         f"included): {cpu:.2f} against the cold build's {cold_cpu:.2f} "
+                         f"({cpu / cold_cpu:.3f}x).")
     for skipped in report.get("skipped", []):
         lines.append(f"\n{skipped['measurement']}: skipped, {skipped['reason']}.")
     lines += ["", "Baselines: " + "; ".join(f"{k}: {v}" for k, v in BASELINES.items()) + ".",
@@ -563,6 +573,10 @@ def parse_args(argv):
     parser.add_argument("--cold-repeats", type=int, default=None,
                         help="repeats of cold builds and the shared-function edit "
                              "(default: --repeats for N <= 64, 1 above)")
+    parser.add_argument("--only", metavar="NAMES",
+                        help="run only these measurements, comma-separated (cold always "
+                             "runs: the warm store and the rebuilds' baseline), e.g. "
+                             "watch_edit_common,noop_heavy; warm_start includes warm_start_1plan")
     parser.add_argument("--no-heavy", action="store_true",
                         help="leave out noop_heavy (its project takes a cold build of "
                              f"{HEAVY_KERNELS} kernels to set up)")
@@ -571,6 +585,12 @@ def parse_args(argv):
                         help="benchmark kbuild/ as committed at REV (default: the working tree)")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.only is not None:
+        args.only = {name.strip() for name in args.only.split(",") if name.strip()}
+        unknown = args.only - set(BASELINES)
+        if unknown:
+            parser.error(f"unknown measurement {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(BASELINES)}")
     return args
 
 
@@ -588,9 +608,9 @@ def main(argv=None) -> int:
         for n in args.sizes:
             cold_repeats = args.cold_repeats or (args.repeats if n <= 64 else 1)
             box = Sandbox(Path(tmp) / f"n{n}", n, kbuild_root)
-            rows += bench_size(box, args.repeats, cold_repeats, log)
+            rows += bench_size(box, args.repeats, cold_repeats, log, args.only)
         skipped = []
-        if not args.no_heavy:
+        if not args.no_heavy and (args.only is None or "noop_heavy" in args.only):
             box = Sandbox(Path(tmp) / "heavy", HEAVY_KERNELS, kbuild_root)
             reason = heavy_skip_reason(box)
             if reason is None:
@@ -600,6 +620,7 @@ def main(argv=None) -> int:
                 skipped.append({"measurement": "noop_heavy", "reason": reason})
     report = {"machine": machine(), "kbuild": kbuild_info,
               "config": {"sizes": args.sizes, "repeats": args.repeats,
+                         "only": sorted(args.only) if args.only else None,
                          "cold_repeats": args.cold_repeats, "jobs": JOBS,
                          "arch": gen_project.ARCH, "device_fns": N_DEVICE_FNS},
               "results": rows, "skipped": skipped, "targets": check_targets(rows),
