@@ -13,12 +13,19 @@ Kernel i calls `common` and two or three of the fNN (chosen by formula), every
 fourth kernel takes an array of `Point`, every fifth calls the closure-made
 `scale_half`. The output is a pure function of the arguments: no randomness.
 
-`edit_common(root)` and `edit_kernel(root, i)` make the edits the benchmark
-times. Each edit changes the file's size as well as its content, so Python's
-pyc check (mtime in whole seconds + size) can never serve the old bytecode to
-a process that starts within the same second as the edit.
+`imports` adds import lines to every kernel module: a project whose modules
+import heavy libraries (scipy, say), as real kernel code does, for the no-op
+measurement against the time those imports take.
+
+`edit_common(root, variant)` and `edit_kernel(root, i)` make the edits the
+benchmark times; each variant of the `common` edit is a different constant, so a
+resident `kbuild watch` rebuilds on every one of a series. Each edit changes the
+file's size as well as its content (the variants' constants differ in length
+too), so Python's pyc check (mtime in whole seconds + size) can never serve the
+old bytecode to a process that starts within the same second as the edit.
 
 CLI: python benchmarks/gen_project.py DIR --kernels 64 [--modules 8] [--devfns 16]
+                                          [--imports scipy.optimize,...]
 """
 
 from __future__ import annotations
@@ -33,7 +40,6 @@ PLAIN_SIG = "void(float32[::1], float32[::1])"
 POINT_SIG = "void(Point[::1], float32[::1])"
 
 COMMON_BODY = "return x * 0.5 + 1.0"
-COMMON_EDITED = "return x * 0.5 + 1.25"
 KERNEL_TAIL = "        out[i] = acc\n"
 KERNEL_TAIL_EDITED = "        out[i] = acc + 0.5\n"
 
@@ -48,8 +54,10 @@ DEVFN_TEMPLATES = (
 )
 
 
-def generate(root, n_kernels: int, n_modules: int, n_device_fns: int) -> Path:
-    """Write the project under `root` (created if needed); return `root` as a Path."""
+def generate(root, n_kernels: int, n_modules: int, n_device_fns: int,
+             imports=()) -> Path:
+    """Write the project under `root` (created if needed); return `root` as a Path.
+    Every kernel module imports the modules named in `imports` as well."""
     if n_kernels < 1 or n_device_fns < 3 or not 1 <= n_modules <= n_kernels:
         raise ValueError("need n_kernels >= 1, n_device_fns >= 3, 1 <= n_modules <= n_kernels")
     root = Path(root)
@@ -62,7 +70,7 @@ def generate(root, n_kernels: int, n_modules: int, n_device_fns: int) -> Path:
     kernels = [kernel_spec(i, n_kernels, n_modules, n_device_fns) for i in range(n_kernels)]
     for m in range(n_modules):
         mine = [k for k in kernels if k["module"] == m]
-        (pkg / f"{module_name(m)}.py").write_text(module_source(m, mine))
+        (pkg / f"{module_name(m)}.py").write_text(module_source(m, mine, imports))
     (root / "kbuild.toml").write_text(toml_source(kernels))
     return root
 
@@ -141,7 +149,9 @@ def devfns_source(n_device_fns: int) -> str:
     return "".join(parts)
 
 
-def module_source(m: int, kernels: list) -> str:
+def module_source(m: int, kernels: list, imports=()) -> str:
+    heavy = "".join(f"import {name}  # noqa: F401 - a dependency, as real kernel modules have\n"
+                    for name in imports)
     head = textwrap.dedent(f'''\
         """Synthetic kernels, module {m}."""
 
@@ -153,6 +163,8 @@ def module_source(m: int, kernels: list) -> str:
 
         GAIN = {1.0 + m / 16}
         ''')
+    if heavy:
+        head = head.replace("from numba import cuda\n", heavy + "from numba import cuda\n", 1)
     return head + "".join(kernel_source(k) for k in kernels)
 
 
@@ -186,10 +198,24 @@ def toml_source(kernels: list) -> str:
 
 # -- the edits the benchmark times -------------------------------------------
 
-def edit_common(root) -> tuple[Path, str]:
-    """Change the body of `common`; return (file, original text) for restoring."""
+def common_edited(variant: int = 0) -> str:
+    """The body of `common` after edit `variant`: 1.0 becomes 1.25, 1.125, 1.0625, ...
+    (exact in float32, and each constant one character longer than the one before)."""
+    return f"return x * 0.5 + {1 + 2.0 ** -(variant + 2)!r}"
+
+
+def edit_common(root, variant: int = 0) -> tuple[Path, str]:
+    """Change the body of `common` (from whichever variant it has now) to `variant`'s;
+    return (file, text before the edit) for restoring."""
     path = Path(root) / PACKAGE / "devfns.py"
-    return path, _replace_once(path, COMMON_BODY, COMMON_EDITED)
+    text = path.read_text()
+    start = text.index("def common(x):\n    ") + len("def common(x):\n    ")
+    end = text.index("\n", start)
+    new = common_edited(variant)
+    if text[start:end] == new:
+        raise ValueError(f"common in {path} already has edit {variant}")
+    path.write_text(text[:start] + new + text[end:])
+    return path, text
 
 
 def edit_kernel(root, index: int = 0) -> tuple[Path, str]:
@@ -209,14 +235,6 @@ def edit_kernel(root, index: int = 0) -> tuple[Path, str]:
     raise ValueError(f"kernel {name} not found under {root}")
 
 
-def _replace_once(path: Path, old: str, new: str) -> str:
-    text = path.read_text()
-    if text.count(old) != 1:
-        raise ValueError(f"expected exactly one {old!r} in {path}")
-    path.write_text(text.replace(old, new))
-    return text
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Write a synthetic kbuild kernel project.")
     parser.add_argument("dir", help="where to write it (created if needed)")
@@ -224,9 +242,12 @@ def main(argv=None) -> int:
     parser.add_argument("--modules", type=int, default=None,
                         help="default: one module per 8 kernels, at least 2 when possible")
     parser.add_argument("--devfns", type=int, default=16, help="shared device functions fNN")
+    parser.add_argument("--imports", default="",
+                        help="modules every kernel module imports, comma-separated")
     args = parser.parse_args(argv)
     modules = args.modules or default_modules(args.kernels)
-    generate(args.dir, args.kernels, modules, args.devfns)
+    generate(args.dir, args.kernels, modules, args.devfns,
+             [name.strip() for name in args.imports.split(",") if name.strip()])
     print(f"{args.dir}: {args.kernels} kernels in {modules} modules, "
           f"{args.devfns} device functions + common")
     return 0

@@ -1,7 +1,7 @@
 """kbuild's benchmark suite: kbuild against plain numba-cuda on synthetic projects.
 
     python benchmarks/run.py [--sizes 16,64,256] [--repeats 3] [--cold-repeats N]
-                             [--out FILE] [--kbuild-rev REV]
+                             [--only NAMES] [--no-heavy] [--out FILE] [--kbuild-rev REV]
 
 For each size N a project from gen_project.py (N kernels, one arch, sm_90) is
 written to a temp dir, and every measurement runs in fresh subprocesses timed
@@ -13,6 +13,16 @@ from outside (interpreter start-up and imports included):
   edit_kernel       rebuild after editing one kernel        vs  the cold kbuild build
   warm_start        warm_start.py on the warm store         vs  seq_compile.py
   warm_start_1plan  warm_start.py --one-plan                vs  seq_compile.py
+  watch_edit_common `kbuild watch` on the warm store: from saving an edit of `common`
+                    to the summary line of the round it starts (the watcher's
+                    polling included)                        vs  the cold kbuild build
+
+and once per run, on a project of 150 kernels in 30 modules that each import
+scipy.optimize, scipy.special and scipy.constants (skipped, with a message, where
+scipy is not installed):
+
+  noop_heavy        `kbuild build` on the warm store        vs  `python -c "import numba.cuda;
+                                                                 import <every kernel module>"`
 
 Each number is the median of its repeats. A measurement and its baseline run
 alternately (A B A B ...), so a change in machine load hits both alike; the
@@ -34,12 +44,15 @@ import argparse
 import json
 import os
 import platform
+import queue
+import re
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -53,8 +66,22 @@ import gen_project  # noqa: E402
 JOBS = 2
 N_DEVICE_FNS = 16
 
+# The project for noop_heavy: about the size of a real one (29 kernel modules, 152 targets),
+# its modules importing scipy-sized dependencies.
+HEAVY_KERNELS, HEAVY_MODULES = 150, 30
+HEAVY_IMPORTS = ("scipy.optimize", "scipy.special", "scipy.constants")
+
 # (measurement, N, highest acceptable ratio): the goals the table checks.
-TARGETS = [("cold", 64, 0.6), ("noop", 256, 2.0), ("edit_common", 64, 0.25)]
+TARGETS = [("cold", 64, 0.6), ("noop", 256, 2.0), ("edit_common", 64, 0.25),
+           ("watch_edit_common", 96, 0.2), ("noop_heavy", HEAVY_KERNELS, 1.5)]
+
+# kbuild watch: how long the benchmark waits after the watcher says it is watching before
+# saving (a person's edit comes seconds after the last build, not at once; each save gets
+# a different fraction of WATCH_SPREAD_S on top, so that saves fall at every point of the
+# watcher's polling cycle rather than always at the same one), and how long any one round
+# may take before the benchmark gives up on it.
+WATCH_PAUSE_S, WATCH_SPREAD_S = 1.5, 0.5
+WATCH_TIMEOUT_S = 600
 
 BASELINES = {
     "cold": "sequential numba-cuda compile, one process",
@@ -63,6 +90,8 @@ BASELINES = {
     "edit_kernel": "cold kbuild build -j2",
     "warm_start": "sequential numba-cuda compile, one process",
     "warm_start_1plan": "sequential numba-cuda compile, one process",
+    "watch_edit_common": "cold kbuild build -j2",
+    "noop_heavy": "python -c 'import numba.cuda' + every kernel module",
 }
 
 
@@ -210,6 +239,125 @@ def measure_warm_start(box: Sandbox, repeats: int):
     return alternate(repeats, warm(), warm("--one-plan"))
 
 
+def measure_watch(box: Sandbox, repeats: int) -> tuple[list, list]:
+    """`kbuild watch` on copies of the warm store, one watcher per repeat, each timing two
+    edits of `common`: the first save after start-up, and a second one in the same process.
+    Each edit is a constant no earlier one used, so every round rebuilds all N targets."""
+    first, second = [], []
+    for r in range(repeats):
+        store = box.store(f"watch{r}")
+        shutil.copytree(box.store("warm"), store)
+        a, b = watch_session(box, store, (2 * r + 1, 2 * r + 2))
+        first.append(a)
+        second.append(b)
+    return first, second
+
+
+_SUMMARY = re.compile(r"^(\d+) built, (\d+) cached, (\d+) failed(?:, (\d+) skipped)? "
+                      r"in ([0-9.]+)s$")
+
+
+def watch_session(box: Sandbox, store: Path, variants) -> list[Timed]:
+    """Start `kbuild watch`, wait for its first build, then for each variant: save that edit
+    of `common` and time it to the round's summary line. Timed.data says how the time
+    splits: `detect_s` until the watcher printed `changed:` (its polling and settling),
+    `build_s` the round's own seconds as it reports them."""
+    argv = [sys.executable, "-m", "kbuild", "watch", "--store", str(store), "-j", str(JOBS),
+            "-q", "--rounds", str(len(variants) + 1)]
+    proc = subprocess.Popen(argv, cwd=box.project, env=box.env(store), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = _LineReader(proc)
+    original, timed = None, []
+    try:
+        summary = _summary(lines.until(lambda ln: _SUMMARY.match(ln))[1])
+        expect(summary, "watch: first build", built=0, cached=box.n, failed=0)
+        for variant in variants:
+            lines.until(lambda ln: ln.startswith("watching "))
+            time.sleep(WATCH_PAUSE_S + (variant * 0.6180339887) % 1 * WATCH_SPREAD_S)
+            cpu = _process_cpu(proc.pid)
+            path, before = gen_project.edit_common(box.project, variant)
+            saved = time.perf_counter()
+            original = original or (path, before)
+            seen, _ = lines.until(lambda ln: ln.startswith("changed: "))
+            done, line = lines.until(lambda ln: _SUMMARY.match(ln))
+            summary = _summary(line)
+            expect(summary, f"watch: edit {variant} of common", built=box.n, cached=0, failed=0)
+            timed.append(Timed(done - saved, _process_cpu(proc.pid) - cpu, dict(
+                summary, detect_s=round(seen - saved, 4),
+                latency_s=round(done - saved - summary["seconds"], 4))))
+        if proc.wait(timeout=WATCH_TIMEOUT_S) != 0:
+            raise BenchError(f"kbuild watch exited {proc.returncode}:\n{lines.text()}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if original is not None:
+            original[0].write_text(original[1])
+    return timed
+
+
+def _summary(line: str) -> dict:
+    built, cached, failed, skipped, seconds = _SUMMARY.match(line).groups()
+    return {"built": int(built), "cached": int(cached), "failed": int(failed),
+            "skipped": int(skipped or 0), "seconds": float(seconds)}
+
+
+class _LineReader:
+    """A process's output lines, each with the time it arrived (read on a thread, so a
+    wait for a line can time out)."""
+
+    def __init__(self, proc):
+        self.proc, self.seen, self.lines = proc, [], queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put((time.perf_counter(), line.rstrip("\n")))
+        self.lines.put((time.perf_counter(), None))
+
+    def until(self, wanted, timeout: float = WATCH_TIMEOUT_S) -> tuple[float, str]:
+        """(arrival time, line) of the next line `wanted` accepts; the lines before it are
+        kept for the error message."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                at, line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise BenchError(f"kbuild watch: nothing expected within {timeout:.0f} s:\n"
+                                 f"{self.text()}") from None
+            if line is None:
+                raise BenchError(f"kbuild watch ended early (exit {self.proc.wait()}):\n"
+                                 f"{self.text()}")
+            self.seen.append(line)
+            if wanted(line):
+                return at, line
+
+    def text(self) -> str:
+        return "\n".join(self.seen[-40:])
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system seconds of a running process and of the children it has reaped
+    (a build's workers, once it shut its pool down); 0.0 where /proc cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def watch_settings(box: Sandbox) -> dict | None:
+    """The poll interval and settle time of the kbuild under test (None: it has none)."""
+    code = ("import json; from kbuild import watch\n"
+            "print(json.dumps({'poll_s': getattr(watch, 'POLL_S', None), "
+            "'settle_s': getattr(watch, 'SETTLE_S', None)}))")
+    try:
+        return json.loads(box.run([sys.executable, "-c", code], box.store("warm-up")).data)
+    except (BenchError, ValueError):
+        return None
+
+
 def warm_up(box: Sandbox) -> None:
     """Import numba-cuda and every project module once, untimed, so that the first
     timed run finds the same warm file cache as the rest; check that kbuild is
@@ -223,34 +371,83 @@ def warm_up(box: Sandbox) -> None:
                          f"not the snapshot in {box.kbuild_root}")
 
 
-def bench_size(box: Sandbox, repeats: int, cold_repeats: int, log) -> list[dict]:
-    """Every measurement for one project size; one result row per measurement."""
+def bench_size(box: Sandbox, repeats: int, cold_repeats: int, log, only=None) -> list[dict]:
+    """Every measurement for one project size (or those in `only`; the cold builds always
+    run: they make the warm store and are the baseline of the rebuilds); one result row
+    per measurement."""
     n = box.n
     gen_project.generate(box.project, n, gen_project.default_modules(n), N_DEVICE_FNS)
     warm_up(box)
     rows = []
 
-    def step(text):
+    def step(measurement, text):
+        if only is not None and measurement not in only:
+            return None
         log(f"N={n}: {text}")
         return os.getloadavg()[0]
 
-    load = step(f"cold builds ({cold_repeats}x kbuild -j{JOBS}, {cold_repeats}x sequential)")
+    load = step("cold", f"cold builds ({cold_repeats}x kbuild -j{JOBS}, "
+                        f"{cold_repeats}x sequential)") or os.getloadavg()[0]
     cold, seq = measure_cold(box, cold_repeats)
     rows.append(row("cold", n, load, cold, seq))
-    load = step("no-op builds")
-    rows.append(row("noop", n, load, *measure_noop(box, repeats)))
-    load = step("rebuild after editing common")
-    common = measure_edit(box, gen_project.edit_common, cold_repeats, n, "edit_common")
-    rows.append(row("edit_common", n, load, common, cold))
-    load = step("rebuild after editing one kernel")
-    one = measure_edit(box, lambda root: gen_project.edit_kernel(root, 0), repeats, 1,
-                       "edit_kernel")
-    rows.append(row("edit_kernel", n, load, one, cold))
-    load = step("warm starts")
-    per_kernel, one_plan = measure_warm_start(box, repeats)
-    rows.append(row("warm_start", n, load, per_kernel, seq))
-    rows.append(row("warm_start_1plan", n, load, one_plan, seq))
+    if (load := step("noop", "no-op builds")) is not None:
+        rows.append(row("noop", n, load, *measure_noop(box, repeats)))
+    if (load := step("edit_common", "rebuild after editing common")) is not None:
+        common = measure_edit(box, gen_project.edit_common, cold_repeats, n, "edit_common")
+        rows.append(row("edit_common", n, load, common, cold))
+    if (load := step("edit_kernel", "rebuild after editing one kernel")) is not None:
+        one = measure_edit(box, lambda root: gen_project.edit_kernel(root, 0), repeats, 1,
+                           "edit_kernel")
+        rows.append(row("edit_kernel", n, load, one, cold))
+    if (load := step("warm_start", "warm starts")) is not None:
+        per_kernel, one_plan = measure_warm_start(box, repeats)
+        rows.append(row("warm_start", n, load, per_kernel, seq))
+        rows.append(row("warm_start_1plan", n, load, one_plan, seq))
+    if (load := step("watch_edit_common",
+                     f"kbuild watch ({repeats}x, two edits of common each)")) is not None:
+        first, second = measure_watch(box, repeats)
+        rows.append(dict(row("watch_edit_common", n, load, first, cold),
+                         watch=watch_settings(box),
+                         pause_before_save_s=[WATCH_PAUSE_S, WATCH_PAUSE_S + WATCH_SPREAD_S],
+                         second_edit_s=round(statistics.median(t.wall for t in second), 4),
+                         second_edit_runs=[_run_json(t) for t in second]))
     return rows
+
+
+def heavy_skip_reason(box: Sandbox) -> str | None:
+    """Why noop_heavy cannot run here (its dependencies do not import), or None."""
+    done = subprocess.run([sys.executable, "-c", "import " + ", ".join(HEAVY_IMPORTS)],
+                          env=box.env(box.store("warm-up")), capture_output=True, text=True)
+    if done.returncode == 0:
+        return None
+    last = (done.stderr.strip().splitlines() or ["it failed"])[-1]
+    return f"{', '.join(HEAVY_IMPORTS)} do not import ({last}); pip install scipy to measure it"
+
+
+def bench_heavy(box: Sandbox, repeats: int, log) -> list[dict]:
+    """noop_heavy: a no-op build of a real-sized project whose modules import scipy, against
+    importing numba.cuda and those modules."""
+    gen_project.generate(box.project, box.n, HEAVY_MODULES, N_DEVICE_FNS, HEAVY_IMPORTS)
+    warm_up(box)
+    log(f"noop_heavy: cold build of {box.n} targets in {HEAVY_MODULES} modules (untimed)")
+    expect(box.kbuild(box.store("warm"), "-j", str(JOBS)).data, "heavy cold build",
+           built=box.n, failed=0)
+    load = os.getloadavg()[0]
+    log("noop_heavy: no-op builds")
+    modules = sorted(p.stem for p in (box.project / gen_project.PACKAGE).glob("mod_*.py"))
+    code = "import numba.cuda\n" + "".join(f"import {gen_project.PACKAGE}.{m}\n"
+                                           for m in modules)
+    warm = box.store("warm")
+
+    def noop(r):
+        timed = box.kbuild(warm)
+        expect(timed.data, "heavy no-op build", built=0, cached=box.n)
+        return timed
+
+    kbuild, imports = alternate(repeats, noop,
+                                lambda r: box.run([sys.executable, "-c", code], warm))
+    return [dict(row("noop_heavy", box.n, load, kbuild, imports), modules=len(modules),
+                 imports=list(HEAVY_IMPORTS))]
 
 
 def row(measurement: str, n: int, load: float, kbuild: list, baseline: list) -> dict:
@@ -341,6 +538,20 @@ def markdown(report: dict) -> str:
                      f"{r['load_1min']:.1f} |")
     m, kb = report["machine"], report["kbuild"]
     dirty = " + uncommitted changes" if kb["kbuild_dirty"] else ""
+    for r in report["results"]:
+        if r["measurement"] == "watch_edit_common":
+            detect = statistics.median(x["reported"]["detect_s"] for x in r["kbuild_runs"])
+            poll = (r.get("watch") or {}).get("poll_s")
+            cpu = statistics.median(x["cpu_s"] for x in r["kbuild_runs"])
+            cold_cpu = statistics.median(x["cpu_s"] for x in r["baseline_runs"])
+            lines.append(f"\nwatch_edit_common at N={r['n']}: median {detect:.3f} s of it from the "
+                         f"save to the watcher's `changed:` line (polling every "
+                         f"{poll if poll is not None else '?'} s); a second edit in the same "
+                         f"process took {r['second_edit_s']:.3f} s. CPU seconds (workers "
+                         f"included): {cpu:.2f} against the cold build's {cold_cpu:.2f} "
+                         f"({cpu / cold_cpu:.3f}x).")
+    for skipped in report.get("skipped", []):
+        lines.append(f"\n{skipped['measurement']}: skipped, {skipped['reason']}.")
     lines += ["", "Baselines: " + "; ".join(f"{k}: {v}" for k, v in BASELINES.items()) + ".",
               "load: the 1-minute load average when the row started "
               f"({m['cores']} cores; above that, other processes shared the CPU).",
@@ -362,11 +573,24 @@ def parse_args(argv):
     parser.add_argument("--cold-repeats", type=int, default=None,
                         help="repeats of cold builds and the shared-function edit "
                              "(default: --repeats for N <= 64, 1 above)")
+    parser.add_argument("--only", metavar="NAMES",
+                        help="run only these measurements, comma-separated (cold always "
+                             "runs: the warm store and the rebuilds' baseline), e.g. "
+                             "watch_edit_common,noop_heavy; warm_start includes warm_start_1plan")
+    parser.add_argument("--no-heavy", action="store_true",
+                        help="leave out noop_heavy (its project takes a cold build of "
+                             f"{HEAVY_KERNELS} kernels to set up)")
     parser.add_argument("--out", help="also write the JSON object here")
     parser.add_argument("--kbuild-rev", metavar="REV",
                         help="benchmark kbuild/ as committed at REV (default: the working tree)")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.only is not None:
+        args.only = {name.strip() for name in args.only.split(",") if name.strip()}
+        unknown = args.only - set(BASELINES)
+        if unknown:
+            parser.error(f"unknown measurement {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(BASELINES)}")
     return args
 
 
@@ -384,12 +608,22 @@ def main(argv=None) -> int:
         for n in args.sizes:
             cold_repeats = args.cold_repeats or (args.repeats if n <= 64 else 1)
             box = Sandbox(Path(tmp) / f"n{n}", n, kbuild_root)
-            rows += bench_size(box, args.repeats, cold_repeats, log)
+            rows += bench_size(box, args.repeats, cold_repeats, log, args.only)
+        skipped = []
+        if not args.no_heavy and (args.only is None or "noop_heavy" in args.only):
+            box = Sandbox(Path(tmp) / "heavy", HEAVY_KERNELS, kbuild_root)
+            reason = heavy_skip_reason(box)
+            if reason is None:
+                rows += bench_heavy(box, args.repeats, log)
+            else:
+                log(f"noop_heavy: skipped, {reason}")
+                skipped.append({"measurement": "noop_heavy", "reason": reason})
     report = {"machine": machine(), "kbuild": kbuild_info,
               "config": {"sizes": args.sizes, "repeats": args.repeats,
+                         "only": sorted(args.only) if args.only else None,
                          "cold_repeats": args.cold_repeats, "jobs": JOBS,
                          "arch": gen_project.ARCH, "device_fns": N_DEVICE_FNS},
-              "results": rows, "targets": check_targets(rows),
+              "results": rows, "skipped": skipped, "targets": check_targets(rows),
               "seconds_total": round(time.perf_counter() - start, 1)}
     text = json.dumps(report, indent=1)
     print(text)

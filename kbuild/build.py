@@ -606,8 +606,8 @@ def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
     lookups = {}
     current = current or current_digests(the_plan)
     for target in todo:
-        lookup = lookups.setdefault(target.arch, _memo_hits(store.lookup, target.arch))
-        found = _recipe(the_plan, store, lookup, target, nodes, current)
+        lookup = lookups.setdefault(target.arch, _Objects(store, target.arch, current))
+        found = _recipe(the_plan, lookup, target, nodes)
         if isinstance(found, _Relink):
             recipes[target] = found
         elif found.missing is not None and (target.arch, found.missing) not in makers:
@@ -620,7 +620,7 @@ def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
     yield from _run(the_plan, [(t, None) for t in first], workers, store, executor)
     later = []
     for target in waiting:
-        found = _recipe(the_plan, store, lookups[target.arch], target, nodes, current)
+        found = _recipe(the_plan, lookups[target.arch], target, nodes)
         if isinstance(found, _Relink):
             recipes[target] = found
         else:
@@ -629,21 +629,33 @@ def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
                     + [(t, None) for t in later], workers, store, executor)
 
 
-def _memo_hits(lookup, arch: str):
-    """`lookup` of `arch`'s objects, remembering hits: an object shared by many targets is
-    read and verified once per build. Misses are asked again (the first wave commits new
-    objects)."""
-    hits = {}
+class _Objects:
+    """The lookup of one arch's stored objects for a build's recipes, remembering hits: an
+    object shared by many targets is read and verified once per build, and so is its record
+    of what its compile observed. Misses, and records that no longer hold, are asked again
+    (the first wave commits new objects)."""
 
-    def remembered(key):
-        if key not in hits:
-            manifest = lookup(key, {"kind": "object", "arch": arch})
+    def __init__(self, store: Store, arch: str, current):
+        self.store, self.arch, self.current = store, arch, current
+        self.hits, self.holding = {}, {}
+
+    def __call__(self, key: str) -> dict | None:
+        if key not in self.hits:
+            manifest = self.store.lookup(key, {"kind": "object", "arch": self.arch})
             if manifest is None:
                 return None
-            hits[key] = manifest
-        return hits[key]
+            self.hits[key] = manifest
+        return self.hits[key]
 
-    return remembered
+    def held(self, key: str):
+        """The observation set of the stored object `key` that still holds, or None."""
+        if key not in self.holding:
+            record = observed_record(self.store, self(key))
+            found = record and obs.matching_set(record, self.current)
+            if not found:
+                return None
+            self.holding[key] = found
+        return self.holding[key]
 
 
 @dataclass(frozen=True)
@@ -654,7 +666,7 @@ class _Relink:
     observed: tuple  # (kind, name, digest) rows, the union of the objects'
 
 
-def _recipe(the_plan: Plan, store: Store, lookup, target: Target, nodes: dict, current):
+def _recipe(the_plan: Plan, lookup: _Objects, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
     try:
@@ -667,8 +679,7 @@ def _recipe(the_plan: Plan, store: Store, lookup, target: Target, nodes: dict, c
         return found
     rows = {}
     for key, _ in found.objects:
-        record = observed_record(store, lookup(key))
-        held = record and obs.matching_set(record, current)
+        held = lookup.held(key)
         if not held:
             return Unresolved(f"what object {key} was compiled against changed")
         rows.update({(o.kind.value, o.name): o.digest for o in held.observations})

@@ -492,6 +492,7 @@ def cmd_watch(args) -> int:
     """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
     A round that fails (a config error, a module that does not import) is reported and
     the watch goes on; every round keeps going past failed targets."""
+    from .backend.compiler import prepare
     from .build import default_jobs, parse_archs
     from .discover import forget_project_modules
     from .watch import snapshot, wait_for_change
@@ -507,7 +508,7 @@ def cmd_watch(args) -> int:
                 return EXIT_OK
             seen = snapshot(roots, extra)
             print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)
-            _, what = wait_for_change(roots, extra, seen)
+            _, what = wait_for_change(roots, extra, seen, idle=[prepare])
             print(f"changed: {', '.join(os.path.relpath(p) for p in what[:5])}"
                   + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
             forget_project_modules()

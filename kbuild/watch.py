@@ -4,7 +4,12 @@ A new `kbuild build` pays Python's start-up, numba's import and numba's first-co
 set-up before it compiles anything; a resident process pays them once. Each round
 forgets the project's own modules (they are imported again, from the new sources, so
 what is keyed is what is compiled: `discover.forget_project_modules`) and keeps
-everything else: numba, NVVM, the libraries the project imports.
+everything else: numba, NVVM, the libraries the project imports. While it waits it
+also does the work a first compile would otherwise wait for (numba's compile set-up).
+
+Saves are found by polling file stats (no inotify in the standard library): every
+`POLL_S` seconds, or less often where one look at the tree takes long, so that polling
+never takes more than about a tenth of a core.
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ import time
 
 # Folders under a project root that never hold its sources.
 _SKIP = {"__pycache__", "site-packages", "node_modules", "build", "dist"}
+
+POLL_S = 0.1  # how often the tree is looked at: a save is seen within this, 0.05 s on average
+SETTLE_S = 0.05  # after a change is seen, how long an editor's several writes are waited out
+_POLL_SHARE = 10  # wait at least this many times as long as one look at the tree took
 
 
 def snapshot(roots, extra=()) -> dict:
@@ -44,13 +53,21 @@ def changed(before: dict, after: dict) -> list[str]:
     return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
 
 
-def wait_for_change(roots, extra, before: dict, interval: float = 0.25,
-                    settle: float = 0.1) -> tuple[dict, list[str]]:
-    """Block until a file changes; (the new snapshot, what changed). An editor that saves
-    in several writes is waited out for `settle` seconds."""
+def wait_for_change(roots, extra, before: dict, interval: float = POLL_S,
+                    settle: float = SETTLE_S, idle=()) -> tuple[dict, list[str]]:
+    """Block until a file changes from `before`; (the new snapshot, what changed).
+
+    `idle`: callables run once first, work done while nobody waits for a build; a save
+    made meanwhile is found as soon as they return. An editor that saves in several
+    writes is waited out for `settle` seconds."""
+    for work in idle:
+        work()
+    pause = interval
     while True:
-        time.sleep(interval)
+        time.sleep(pause)
+        start = time.perf_counter()
         now = snapshot(roots, extra)
+        pause = max(interval, _POLL_SHARE * (time.perf_counter() - start))
         if changed(before, now):
             time.sleep(settle)
             now = snapshot(roots, extra)
