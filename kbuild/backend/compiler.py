@@ -101,17 +101,6 @@ def _ordered_init(original):
     return __init__
 
 
-def prepare() -> None:
-    """Do numba-cuda's once-per-process compile set-up now: its typing and lowering
-    registries are loaded on the first compile, about 0.7 s that compile would wait for
-    (`kbuild watch` calls this while it waits for a save). Again, it costs milliseconds."""
-    if simulating():
-        return
-    from numba.cuda.descriptor import cuda_target
-
-    cuda_target.target_context.refresh()  # refreshes the typing context too
-
-
 def simulating() -> bool:
     """Whether numba-cuda runs its simulator (NUMBA_ENABLE_CUDASIM=1) in this process."""
     from numba.cuda import config
@@ -123,7 +112,10 @@ def prepare() -> None:
     """Do numba's one-time set-up of a process's first compile now (loading its typing and
     lowering registries and the modules that fill them: most of a second). A process about
     to fork compile workers calls it first, so each worker starts with it done instead of
-    paying it again, and a compile's time limit measures the compile."""
+    paying it again, and a compile's time limit measures the compile; `kbuild watch` calls
+    it while it waits for a save. Again, it costs milliseconds."""
+    if simulating():
+        return
     try:
         from numba.cuda.descriptor import cuda_target
 
