@@ -696,7 +696,9 @@ def cmd_status(args) -> int:
         _print_json({"targets": rows, "summary": counts})
     else:
         for r in rows:
-            why = f"  ({'; '.join(r['reasons'])})" if r["reasons"] else ""
+            # One line per target: a compile error's first line (`explain` shows it all).
+            firsts = [reason.splitlines()[0] if reason else reason for reason in r["reasons"]]
+            why = f"  ({'; '.join(firsts)})" if firsts else ""
             print(f"{r['status']:10} {r['target']} {r['signature']} {r['arch']}{why}")
     wanted = ("up-to-date",) if args.check else ("up-to-date", "stale", "missing")
     return EXIT_OK if all(r["status"] in wanted for r in rows) else EXIT_FAILED

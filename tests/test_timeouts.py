@@ -252,6 +252,11 @@ def test_a_failure_is_reported_at_once_until_its_key_or_what_it_read_changes(tmp
     assert (by_target[bad]["status"], by_target[bad]["recorded"]) == ("failed", True)
     assert by_target[bad]["error"] == rows[bad]["error"]
     assert status.json["summary"]["failed"] == 2
+    human = run_kbuild("status", cwd=root, store=store, env={"TMO_PICK": "bad"})
+    line = next(x for x in human.stdout.splitlines() if x.startswith("failed") and bad in x)
+    assert line.endswith(f"({rows[bad]['error'].splitlines()[0]})")
+    assert all(x.startswith(("up-to-date", "stale", "missing", "failed"))
+               for x in human.stdout.splitlines())  # one line per target
 
     retried, rows = build("--retry-failed")
     assert [(rows[t]["status"], rows[t]["recorded"]) for t in (bad, picky)] == \
