@@ -764,8 +764,10 @@ def cmd_clean(args) -> int:
     if args.json:
         _print_json(result)
     else:
+        n = result.get("failures", 0)
+        records = f", {n} failure record{'s' if n != 1 else ''}" if n else ""
         print(f"removed {result['entries']} entries and {result['blobs']} blobs "
-              f"({_size(result['bytes'])}) from {project.store.root}")
+              f"({_size(result['bytes'])}){records} from {project.store.root}")
     return EXIT_OK
 
 

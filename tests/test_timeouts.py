@@ -279,8 +279,8 @@ def test_a_failure_is_reported_at_once_until_its_key_or_what_it_read_changes(tmp
 
     # `clean` removes the record left for the old version of `bad`.
     assert len(_failure_files(store)) == 1
-    cleaned = run_kbuild("clean", "--json", cwd=root, store=store)
-    assert cleaned.json["failures"] == 1 and _failure_files(store) == []
+    cleaned = run_kbuild("clean", cwd=root, store=store)
+    assert ", 1 failure record from " in cleaned.stdout and _failure_files(store) == []
 
 
 KEY = "0123456789abcdef0123456789abcdef"
