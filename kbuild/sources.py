@@ -7,7 +7,6 @@ import importlib.util
 import inspect
 import json
 import os
-import re
 import stat
 import sys
 import time
@@ -107,7 +106,9 @@ class ProjectSources:
     def body_text(self, body_digest: str) -> str | None:
         """The readable source kept for the body keyed as `body_digest`, or None (never
         kept, pruned, unreadable or damaged)."""
-        if self._facts_dir is None or not HEX32.fullmatch(body_digest):
+        from .store.manifest import HEX32
+
+        if self._facts_dir is None or not HEX32.match(body_digest):
             return None
         try:
             data = _read_regular_file(self._body_path(body_digest), BODY_TEXT_MAX_BYTES)
@@ -117,7 +118,7 @@ class ProjectSources:
         if not isinstance(record, dict) or record.get("body") != body_digest:
             return None
         text = record.get("text")
-        if not isinstance(text, str) or record.get("digest") != _text_digest(body_digest, text):
+        if not isinstance(text, str) or record.get("digest") != _facts_digest(body_digest, text):
             return None
         return text
 
@@ -135,7 +136,7 @@ class ProjectSources:
             text = render()
             if text is None or len(text) > BODY_TEXT_MAX_BYTES // 2:
                 continue
-            record = {"body": body, "text": text, "digest": _text_digest(body, text)}
+            record = {"body": body, "text": text, "digest": _facts_digest(body, text)}
             try:
                 atomic_write(path, json.dumps(record).encode(), self._facts_dir,
                              prefix=".facts.")
@@ -235,7 +236,8 @@ def _facts_record(source: str, table: dict) -> dict:
     return {"source": source, "table": table, "digest": _facts_digest(source, table)}
 
 
-def _facts_digest(source: str, table: dict) -> str:
+def _facts_digest(source: str, table) -> str:
+    # Also a kept body text's (`table` its text): a damaged or truncated file is recognised.
     return digest(json.dumps([source, table], sort_keys=True).encode("utf-8"))
 
 
@@ -279,7 +281,6 @@ def _read_regular_file(path: Path, limit: int) -> bytes | None:
 
 
 BODY_TEXT_MAX_BYTES = 1 << 20  # a function's source; anything longer is not shown
-HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 def _kept_in_use(path: Path, now: float) -> bool:
@@ -292,11 +293,6 @@ def _kept_in_use(path: Path, now: float) -> bool:
         return True
     except OSError:
         return False
-
-
-def _text_digest(body: str, text: str) -> str:
-    # Catches a damaged or truncated file, as `_facts_digest` does for facts.
-    return digest(json.dumps([body, text]).encode("utf-8"))
 
 
 FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it
