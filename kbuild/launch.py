@@ -149,7 +149,7 @@ class KernelLauncher:
         """What a stored PTX must be linked with for `device_arch`: the files (and code
         objects) its compile linked into the cubin (`link=`, declare_device), when the PTX
         calls into them. The entry is fresh, so they hold the bytes it was built with."""
-        from .backend.binaries import ptx_unresolved
+        from .artifacts import ptx_unresolved
         from .build import observed_record
         from .keying.observed import Kind
 

@@ -293,7 +293,8 @@ def test_artifacts_that_disagree_with_their_manifest_are_corrupt(store, ptx, cub
 
 
 def test_a_kernel_symbol_must_be_the_expected_kernels_own(store):
-    from kbuild.backend.binaries import entry_prefix, names_kernel
+    from kbuild.artifacts import names_kernel
+    from kbuild.backend.binaries import entry_prefix
 
     prefix = entry_prefix("examples.closures", "make.<locals>.k")
     assert prefix == "_ZN8examples8closures4make12_3clocals_3e1k"

@@ -24,7 +24,7 @@ import pytest
 from conftest import BuiltExamples, blob_files, build_examples, copy_examples, entry_files
 from store_support import make_cubin, make_ptx
 
-from kbuild.backend.binaries import BinaryError, cubin_facts, ptx_facts
+from kbuild.artifacts import BinaryError, cubin_facts, ptx_facts
 from kbuild.store import archive
 from kbuild.store.archive import ArchiveError, export_archive, import_archive
 from kbuild.store.local import Store

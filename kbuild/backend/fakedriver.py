@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import driver
-from .binaries import ptx_unresolved
+from ..artifacts import ptx_unresolved
 
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
 _TYPE = re.compile(r"\.[bsuf](\d+)$")  # .u64, .f32, .b8 ... (not .align / .ptr)

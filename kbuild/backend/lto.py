@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..artifacts import OBJECT_KIND
 from ..keying import objects
 from ..keying.encode import Unencodable, digest_of
-from ..store.local import OBJECT_KIND
 from ..keying.values import type_canonical
 
 

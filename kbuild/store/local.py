@@ -29,13 +29,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..backend.binaries import BinaryError, artifact_facts
+from ..artifacts import RECORD_KIND, BinaryError, artifact_facts
 from ..errors import StoreError
 from ..keying.encode import digest
 from . import tree
 from .locks import StoreLock
-from .manifest import (HEX32, MANIFEST_SCHEMA, OBJECT_KIND, RECORD_KIND, EntryProblem,
-                       artifact_problem, is_object, load_json, parse_manifest)
+from .manifest import (HEX32, MANIFEST_SCHEMA, EntryProblem, artifact_problem, is_object,
+                       load_json, parse_manifest)
 
 LAYOUT = "v1"
 MAX_BLOB = 256 << 20  # a blob whose entry records no size is read up to this
@@ -45,7 +45,7 @@ _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
 _FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
 
-__all__ = ["LAYOUT", "MANIFEST_SCHEMA", "OBJECT_KIND", "CorruptBlob", "Store", "atomic_write",
+__all__ = ["LAYOUT", "MANIFEST_SCHEMA", "CorruptBlob", "Store", "atomic_write",
            "blob_relpath", "entry_relpath", "is_object"]
 
 

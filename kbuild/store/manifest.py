@@ -18,18 +18,13 @@ import json
 import re
 from itertools import accumulate
 
-from ..backend.binaries import BinaryError, Facts, arch_number, artifact_facts, names_kernel
+from ..artifacts import (OBJECT_KIND, RECORD_KIND, TARGET_KINDS, BinaryError, Facts, arch_number,
+                         artifact_facts, names_kernel)
 
 MANIFEST_SCHEMA = 1
-OBJECT_KIND = "object"  # a separately compiled object's entry (see `objects`), not a target's
 MAX_JSON_BYTES = 4 << 20
 MAX_JSON_DEPTH = 32
 HEX32 = re.compile(r"\A[0-9a-f]{32}\Z")
-TARGET_KINDS = ("ptx", "cubin")
-# What a compile observed (keying.observed's JSON record), beside any entry's binaries: its
-# blob is verified like every blob and must be bounded JSON; build.fresh_entry checks that it
-# names the entry's own static key.
-RECORD_KIND = "observed"
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
@@ -145,7 +140,7 @@ def _object_problem(manifest: dict) -> str | None:
 
 def _binding_problem(manifest: dict, expect: dict) -> str | None:
     """`expect`: fields the manifest must hold, and `entry_prefix` (the kernel's mangled
-    module and name, see `binaries.entry_prefix`) its entry symbol must start with."""
+    module and name, see `backend.binaries.entry_prefix`) its entry symbol must start with."""
     prefix = expect.get("entry_prefix")
     if prefix and not names_kernel(str(manifest.get("entry")), prefix):
         return f"its entry symbol {str(manifest.get('entry'))[:60]} is another kernel's"
@@ -182,5 +177,5 @@ def built_problem(arch: str, entry: str, artifacts: dict) -> str | None:
     return None
 
 
-__all__ = ["BinaryError", "EntryProblem", "HEX32", "MANIFEST_SCHEMA", "OBJECT_KIND",
-           "artifact_problem", "built_problem", "RECORD_KIND", "is_object", "load_json", "parse_manifest"]
+__all__ = ["EntryProblem", "HEX32", "MANIFEST_SCHEMA", "artifact_problem", "built_problem",
+           "is_object", "load_json", "parse_manifest"]
