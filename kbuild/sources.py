@@ -1,20 +1,21 @@
-"""The side effects keying needs: source text, linked files, project membership."""
+"""The side effects keying needs: source text, linked files, project membership.
+
+Facts keying computed in an earlier process are read from, and written to, the store
+(`store.facts`); this module keeps this process's tables of them.
+"""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
 import inspect
-import json
 import os
-import stat
 import sys
-import time
 from functools import lru_cache
-from pathlib import Path
 
 from .keying.encode import digest
 from .errors import KeyingError
+from .store.facts import KeptFacts
 
 # path -> digest of the source bytes this process compiled the module from.
 _IMPORTED: dict[str, str] = {}
@@ -50,7 +51,7 @@ class ProjectSources:
         self._project_cache: dict[str, bool] = {}
         # Facts about functions (normalized syntax tree digests, names read) by the digest
         # of the source they were compiled from: a no-op build parses nothing.
-        self._facts_dir = Path(facts_dir) / _facts_version() if facts_dir else None
+        self._kept = KeptFacts(facts_dir) if facts_dir else None
         self._facts: dict[str, dict] = {}
         self._changed: set[str] = set()
         self._body_texts: dict[str, object] = {}  # body digest -> render(), to save
@@ -60,14 +61,14 @@ class ProjectSources:
         of the source this process compiled `func` from; computed when not there."""
         code = getattr(func, "__code__", None)
         source = code and _IMPORTED.get(_realpath(code.co_filename))
-        if self._facts_dir is None or source is None or not self._unchanged(code, source) \
+        if self._kept is None or source is None or not self._unchanged(code, source) \
                 or func.__name__ == "<lambda>":
             # Computed here: no facts kept, the file changed since import (`compute` reads
             # it and refuses), or a lambda (two on one line share a line and a name).
             return compute()
         table = self._facts.get(source)
         if table is None:
-            table = self._facts[source] = _read_facts(self._facts_dir / f"{source}.json", source)
+            table = self._facts[source] = self._kept.table(source)
         slot = f"{code.co_firstlineno} {func.__qualname__} {kind}"
         if slot not in table:
             table[slot] = compute()
@@ -83,66 +84,28 @@ class ProjectSources:
     def save_facts(self) -> None:
         """Write what `remembered` computed; a facts directory that cannot be written is
         only slower, never wrong."""
-        from .store.local import atomic_write
-
         for source in sorted(self._changed):
-            text = json.dumps(_facts_record(source, self._facts[source]), sort_keys=True)
             try:
-                atomic_write(self._facts_dir / f"{source}.json", text.encode(), self._facts_dir,
-                             prefix=".facts.")
+                self._kept.save_table(source, self._facts[source])
             except OSError:
                 return
         self._changed.clear()
-        self._save_body_texts()
+        if self._body_texts:
+            self._kept.save_body_texts(self._body_texts)
+        self._body_texts.clear()
 
     def keep_body_text(self, body_digest: str, render) -> None:
         """Keep `render()`, a body's readable source, beside the facts when they are saved
         (rendered only if not kept yet): `kbuild explain` diffs an earlier build's body
         (named in its entry's inputs by digest) against today's. Display only; never read
         back into a key."""
-        if self._facts_dir is not None:
+        if self._kept is not None:
             self._body_texts[body_digest] = render
 
     def body_text(self, body_digest: str) -> str | None:
         """The readable source kept for the body keyed as `body_digest`, or None (never
         kept, pruned, unreadable or damaged)."""
-        from .store.manifest import HEX32
-
-        if self._facts_dir is None or not HEX32.match(body_digest):
-            return None
-        try:
-            data = _read_regular_file(self._body_path(body_digest), BODY_TEXT_MAX_BYTES)
-            record = json.loads(data) if data is not None else None
-        except (OSError, ValueError, RecursionError):
-            return None
-        if not isinstance(record, dict) or record.get("body") != body_digest:
-            return None
-        text = record.get("text")
-        if not isinstance(text, str) or record.get("digest") != _facts_digest(body_digest, text):
-            return None
-        return text
-
-    def _body_path(self, body_digest: str) -> Path:
-        return self._facts_dir / f"body-{body_digest}.json"
-
-    def _save_body_texts(self) -> None:
-        from .store.local import atomic_write
-
-        now = time.time()
-        for body, render in sorted(self._body_texts.items()):
-            path = self._body_path(body)
-            if _kept_in_use(path, now):
-                continue
-            text = render()
-            if text is None or len(text) > BODY_TEXT_MAX_BYTES // 2:
-                continue
-            record = {"body": body, "text": text, "digest": _facts_digest(body, text)}
-            try:
-                atomic_write(path, json.dumps(record).encode(), self._facts_dir,
-                             prefix=".facts.")
-            except OSError:
-                break  # not writable: explain says the earlier source was not kept
-        self._body_texts.clear()
+        return self._kept.body_text(body_digest) if self._kept is not None else None
 
     def source_of(self, func):
         try:
@@ -218,108 +181,6 @@ class ProjectSources:
 @lru_cache(maxsize=None)
 def _realpath(path: str) -> str:
     return os.path.realpath(path)
-
-
-@lru_cache(maxsize=1)
-def _facts_version() -> str:
-    """Facts are what kbuild's own code computes: a new kbuild starts a new directory."""
-    keying = Path(__file__).resolve().parent / "keying"
-    return digest(b"".join(path.read_bytes() for path in sorted(keying.glob("*.py"))))[:16]
-
-
-FACTS_MAX_BYTES = 16 << 20  # a facts file is a few KiB per source file; more is not ours
-
-
-def _facts_record(source: str, table: dict) -> dict:
-    """What a facts file holds: the table, the source it describes and a digest over both,
-    so a damaged or hand-edited file is recognised and recomputed (see `_read_facts`)."""
-    return {"source": source, "table": table, "digest": _facts_digest(source, table)}
-
-
-def _facts_digest(source: str, table) -> str:
-    # Also a kept body text's (`table` its text): a damaged or truncated file is recognised.
-    return digest(json.dumps([source, table], sort_keys=True).encode("utf-8"))
-
-
-def _read_facts(path: Path, source: str) -> dict:
-    """The facts table kept for `source`, or {} (recomputed) when the file is missing,
-    unreadable, too large, nested too deep, not for this source or not matching its digest.
-
-    The digest catches damage, not forgery. What the facts could hide is guarded apart:
-    the names a function reads are checked against its bytecode (`keys._load_chains`),
-    and its body's key holds the bytecode fingerprint beside the syntax tree digest.
-    """
-    try:
-        data = _read_regular_file(path, FACTS_MAX_BYTES)
-        record = json.loads(data) if data is not None else None
-    except (OSError, ValueError, RecursionError):
-        return {}
-    if not isinstance(record, dict) or record.get("source") != source:
-        return {}
-    table = record.get("table")
-    if not isinstance(table, dict) or record.get("digest") != _facts_digest(source, table):
-        return {}
-    try:
-        os.utime(path)  # its last use, for `prune_facts`; a read-only store keeps its times
-    except OSError:
-        pass
-    return table
-
-
-def _read_regular_file(path: Path, limit: int) -> bytes | None:
-    """The bytes of `path` if it is a regular file (not a link, FIFO or device: those are
-    never opened to block or to be followed) of at most `limit` bytes, else None."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
-    finally:
-        os.close(fd)
-    return data if len(data) <= limit else None
-
-
-BODY_TEXT_MAX_BYTES = 1 << 20  # a function's source; anything longer is not shown
-
-
-def _kept_in_use(path: Path, now: float) -> bool:
-    """Whether a body's text is kept; if so, marked as in use (for `prune_facts`) once a
-    day, so a function unchanged for months still has its text when it is first edited.
-    A stat per function body and build; a write only once a day."""
-    try:
-        if now - path.stat().st_mtime > 24 * 3600:
-            os.utime(path)
-        return True
-    except OSError:
-        return False
-
-
-FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it
-
-
-def prune_facts(facts_root: Path, max_age: float = FACTS_MAX_AGE) -> int:
-    """Remove the facts of other kbuild versions, and this version's facts unread for
-    `max_age` seconds (an edited file leaves its old facts behind); return how many files
-    went. Facts only save parsing: one removed too soon costs a parse, never a wrong key."""
-    if not facts_root.is_dir():
-        return 0
-    current, removed = _facts_version(), 0
-    oldest = time.time() - max_age
-    for folder in facts_root.iterdir():
-        for path in (folder.iterdir() if folder.is_dir() else [folder]):
-            try:
-                if folder.name != current or path.stat().st_mtime < oldest:
-                    path.unlink()
-                    removed += 1
-            except OSError:
-                pass
-        if folder.name != current:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
-    return removed
 
 
 @lru_cache(maxsize=None)

@@ -354,7 +354,7 @@ def _empty_chains(record: dict, resign: bool) -> dict:
     table = {slot: ([] if slot.endswith(" chains") else value)
              for slot, value in record["table"].items()}
     if resign:  # forged consistently: only the bytecode check can tell
-        from kbuild.sources import _facts_digest
+        from kbuild.store.facts import facts_digest as _facts_digest
 
         return {**record, "table": table, "digest": _facts_digest(record["source"], table)}
     return {**record, "table": table}

@@ -18,8 +18,7 @@ import stat
 import time
 
 from ..errors import ConfigError
-from ..sources import FACTS_MAX_AGE, _facts_version
-from . import failures, tree
+from . import facts, failures, tree
 from .local import LAYOUT, Store, is_object
 from .manifest import EntryProblem, load_json
 
@@ -83,13 +82,13 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
                     freed += sizes[name]
                     orphans += 1
     temp = _remove_stale_temp(store)
-    facts = _prune_facts(store)
+    removed_facts = facts.prune(store)
     failed = failures.prune(store, FAILURE_MAX_AGE)
     _remove_old_index(store)
     blobs, size = store.size()
     return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
             "removed_blobs": orphans, "freed_bytes": freed, "removed_temp_files": temp,
-            "removed_facts": facts, "removed_failures": failed, "blobs": blobs, "bytes": size}
+            "removed_facts": removed_facts, "removed_failures": failed, "blobs": blobs, "bytes": size}
 
 
 def _linked_objects(manifest: dict) -> list:
@@ -113,29 +112,6 @@ def _remove_stale_temp(store: Store) -> int:
         if now - info.st_mtime > _STALE_TMP_SECONDS and not stat.S_ISDIR(info.st_mode):
             count += store._remove(f"{LAYOUT}/tmp/{name}")
     return count
-
-
-def _prune_facts(store: Store, max_age: float = FACTS_MAX_AGE) -> int:
-    """Remove the keying facts of other kbuild versions, and this version's facts unread
-    for `max_age` seconds, walking v1/facts without following a link (a link is removed
-    as the link it is). Facts only save parsing: one removed too soon costs a parse."""
-    current, removed = _facts_version(), 0
-    oldest = time.time() - max_age
-    for folder, info in tree.listing(store.root, f"{LAYOUT}/facts"):
-        rel = f"{LAYOUT}/facts/{folder}"
-        if not stat.S_ISDIR(info.st_mode):
-            removed += store._remove(rel)
-            continue
-        for name, finfo in tree.listing(store.root, rel):
-            if folder != current or finfo.st_mtime < oldest or stat.S_ISLNK(finfo.st_mode):
-                removed += store._remove(f"{rel}/{name}")
-        if folder != current and not store.read_only:
-            try:
-                with tree.opened_dir(store.root, [LAYOUT, "facts"]) as fd:
-                    os.rmdir(folder, dir_fd=fd)
-            except OSError:
-                pass
-    return removed
 
 
 def _remove_old_index(store: Store) -> None:
