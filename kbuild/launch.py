@@ -114,7 +114,7 @@ class KernelLauncher:
     def artifact(self, signature: str, device_arch: str, built: bool = False) -> Found | None:
         """The stored artifact to launch on `device_arch`, after the key check;
         None when on_miss='jit' compiles with numba instead."""
-        stored = self._stored_entries(signature)
+        stored = self.stored_entries(signature)
         arch, kind = choose_artifact(tuple(stored), device_arch)
         wanted, _ = choose_artifact(self.resolved.spec.archs, device_arch)
         target = Target(self.name, signature, wanted) if wanted else None
@@ -136,7 +136,7 @@ class KernelLauncher:
                               f"{self.project.store.root} but still unusable: {why}")
         return self._miss(signature, target, device_arch, why)
 
-    def _stored_entries(self, signature: str) -> dict:
+    def stored_entries(self, signature: str) -> dict:
         """arch -> manifest, for the declared archs the store holds at the current key."""
         stored = {}
         for arch in self.resolved.spec.archs:

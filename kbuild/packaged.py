@@ -12,6 +12,10 @@ follows `on_miss`: "error" raises naming it, "jit" lets numba compile its kernel
 At launch the launcher picks, among the archs the bundle holds, the cubin for the
 device's exact arch, else the PTX of the highest arch below it (the driver JITs it
 once per process), else `on_miss`. `describe()` says which, per target.
+
+This module sits below the project API: `FromBundle` is what a project answers from
+its bundle, and `project.PackagedProject` mixes it into a `Project`, handing
+`load_package` the class to make.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from . import build as _build
 from .bundle import MANIFEST_NAME, STORE_DIR, module_digests
 from .config import KernelSpec, ProjectConfig, default_store
 from .errors import ConfigError, LaunchError
-from .project import Project
 from .store.local import Store
 
 BUNDLE_DIR = "_kbuild"
@@ -55,8 +58,10 @@ def bundle_dir(package: str) -> Path:
     return path
 
 
-def load_package(package: str, *, on_miss: str = "error", verify: str = "sources"):
-    """The `PackagedProject` of an installed package's bundle."""
+def load_package(package: str, make_project, *, on_miss: str = "error",
+                 verify: str = "sources"):
+    """The project of an installed package's bundle: `make_project(config, store, manifest)`,
+    a `FromBundle` project (`project.PackagedProject`)."""
     if verify == "keys":
         raise ValueError("verify='keys' is not supported for an installed package yet (its "
                          "modules are outside any kbuild.toml's paths); use verify='sources'")
@@ -68,7 +73,7 @@ def load_package(package: str, *, on_miss: str = "error", verify: str = "sources
         raise ConfigError(f"{where / MANIFEST_NAME}: bundle format {manifest.get('format')!r} "
                           "is not one this kbuild reads; upgrade kbuild")
     config = _config(where, manifest)
-    project = PackagedProject(config, Store(where / STORE_DIR, read_only=True), manifest)
+    project = make_project(config, Store(where / STORE_DIR, read_only=True), manifest)
     project.on_miss = on_miss
     project.verify = verify
     edited = project.edited_modules()
@@ -90,8 +95,10 @@ def _config(where: Path, manifest: dict) -> ProjectConfig:
                          archs=tuple(manifest["archs"]), store=None, kernels=kernels)
 
 
-class PackagedProject(Project):
-    """A Project whose keys come from its bundle's manifest while its sources match it."""
+class FromBundle:
+    """What a project loaded from a bundle answers from the bundle's manifest, while its
+    sources match it (`bundled`): its plan, fresh entries and status; `describe()`. Mixed
+    into a `Project` (which answers otherwise), ahead of it."""
 
     bundled = True
     verify = "sources"
@@ -99,6 +106,7 @@ class PackagedProject(Project):
     def __init__(self, config, store, manifest: dict):
         super().__init__(config, store)
         self.manifest = manifest
+        self._bundle_plans: dict = {}
 
     def edited_modules(self) -> list[str]:
         """Installed kernel modules whose bytes differ from the bundled ones."""
@@ -117,7 +125,7 @@ class PackagedProject(Project):
         if not self.bundled:
             return super().plan(names, archs)
         cache_key = (tuple(names or ()), tuple(archs or ()))
-        if cache_key not in self._plans:
+        if cache_key not in self._bundle_plans:
             specs = _build.select_specs(self.config, names)
             keys = {(t["target"], t["signature"], t["arch"]): t["key"]
                     for t in self.manifest["targets"]}
@@ -126,11 +134,11 @@ class PackagedProject(Project):
             kernels = {s.name: resolve_kernel(self.config, s) for s in specs}
             targets = [Target(s.name, sig, arch) for s in specs for sig in s.signatures
                        for arch in (archs or s.archs)]
-            self._plans[cache_key] = _build.Plan(
+            self._bundle_plans[cache_key] = _build.Plan(
                 self.config, kernels, targets,
                 {t: _BundledKey(keys.get((t.name, t.signature, t.arch), "")) for t in targets},
                 keyer=None)
-        return self._plans[cache_key]
+        return self._bundle_plans[cache_key]
 
     def status(self, names=None, archs=None) -> list[dict]:
         if not self.bundled:
@@ -156,7 +164,7 @@ class PackagedProject(Project):
             launcher = self.kernel(spec.name)
             arch = device_arch or current_arch(spec.archs)
             for signature in spec.signatures:
-                built, kind = choose_artifact(tuple(launcher._stored_entries(signature)), arch)
+                built, kind = choose_artifact(tuple(launcher.stored_entries(signature)), arch)
                 rows.append({"target": spec.name, "signature": signature, "device_arch": arch,
                              "arch": built, "artifact": kind or self.on_miss,
                              "source": "bundle" if self.bundled else "rekeyed"})

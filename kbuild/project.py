@@ -6,6 +6,7 @@ from . import build as _build
 from .config import ProjectConfig, default_store, load_config
 from .errors import KeyingError
 from .keying.explain import source_diff
+from .packaged import FromBundle, load_package
 from .store import failures
 from .store.history import History, RelinkReasons
 from .store.local import Store, is_object
@@ -38,9 +39,7 @@ class Project:
         if on_miss not in ON_MISS:
             raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
         if package is not None:
-            from .packaged import load_package
-
-            return load_package(package, on_miss=on_miss, verify=verify)
+            return load_package(package, PackagedProject, on_miss=on_miss, verify=verify)
         project = open_project(config, store, read_only)
         project.store.remote = open_remote(remote_settings(
             project.config, url=remote or None, no_remote=remote is False))
@@ -241,6 +240,11 @@ class Project:
 
     def __repr__(self):
         return f"Project({self.config.name!r}, store={str(self.store.root)!r})"
+
+
+class PackagedProject(FromBundle, Project):
+    """A Project loaded from an installed package's bundle (see `packaged`): its keys come
+    from the bundle's manifest while the installed sources match it."""
 
 
 def _failed_row(target, error) -> dict:
