@@ -10,7 +10,8 @@ import socket
 
 import pytest
 
-from kbuild.execute.distributed import from_data, project_bundle, run_job, to_data
+from kbuild.build.cluster import run_job
+from kbuild.execute.distributed import from_data, project_bundle, to_data
 from kbuild.keying.encode import digest
 
 from conftest import blob_files, copy_examples, entry_files

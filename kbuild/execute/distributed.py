@@ -3,13 +3,15 @@
 Dask workers share none of this process's imports (the local `-j` pool forks
 them), so a job carries plain data from which a worker rebuilds its target:
 the project's kbuild.toml and `.py` files (sent to every worker once per
-build and unpacked there under their content hash), the target, the key this
-machine computed for it and this machine's toolchain. The worker checks the
-toolchain, plans the target, checks that it computes the same key and
-compiles it with `build.compile_target`, the code path of a local build. It
-returns bytes and strings; only this process writes to the store (and the
-remote tier). Dask pickles the job between client and workers: that is the
-executor's channel, and what travels on it is dicts, strings and bytes.
+build and unpacked there under their content hash), the job the build made
+(the target, the key this machine computed for it) and this machine's
+toolchain. The worker checks the toolchain, unpacks the project and runs the
+build's own job function on it (`build.cluster.run_job`, handed to `compile`
+by the build: this executor runs jobs, it knows nothing of planning or
+compiling). It returns bytes and strings; only this process writes to the
+store (and the remote tier). Dask pickles the job between client and workers
+(the job function by its module and name): that is the executor's channel,
+and what travels on it is dicts, strings and bytes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import threading
 import uuid
 from pathlib import Path
 
-from ..keying.encode import digest_of
+from ..backend.toolchain import codegen_config, toolchain
 from ..errors import CompileError, ConfigError, KbuildError
+from ..keying.encode import digest_of
 
 _URL = re.compile(r"^dask://(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})/?$")
 # Folders under an import root that hold no project source.
@@ -50,8 +53,8 @@ def parse_executor(text: str | None, *, timeout: float, warnings: list):
 class DaskExecutor:
     """Sends a build's compile jobs to the scheduler at `address`.
 
-    `build._compile_all` asks `start(plan)` first: False (after one warning) when no
-    scheduler or worker answers within `timeout`, and the build compiles locally.
+    The build asks `start(config)` first: False (after one warning) when no scheduler
+    or worker answers within `timeout`, and the build compiles locally.
     """
 
     def __init__(self, address: str, timeout: float, warnings: list):
@@ -59,15 +62,16 @@ class DaskExecutor:
         self.down = False
         self._client = self._bundle = self._shipped = None
 
-    def start(self, the_plan) -> bool:
-        """Connect and send every worker the project; whether the cluster can take jobs."""
+    def start(self, config) -> bool:
+        """Connect and send every worker the project of `config` (its kbuild.toml and
+        sources); whether the cluster can take jobs."""
         from distributed import Client
 
         if self.down:
             return False
         try:
             self._client = Client(self.address, timeout=self.timeout, set_as_default=False)
-            self._bundle = project_bundle(the_plan.config)
+            self._bundle = project_bundle(config)
             # Every worker gets the project once, now; the jobs only name it.
             [self._shipped] = self._client.scatter([self._bundle["files"]], broadcast=True,
                                                    hash=False, timeout=self.timeout)
@@ -79,16 +83,22 @@ class DaskExecutor:
             return False
         return True
 
-    def compile(self, the_plan, todo):
-        """Yield (target, Artifacts or CompileError, seconds) as the cluster finishes them."""
+    def compile(self, jobs, run):
+        """Yield (target, Artifacts or CompileError, seconds) as the cluster finishes them.
+
+        `jobs`: (target, job) pairs, a job plain data with the target's `key`; a worker
+        runs `run(files, job)` (a module-level function: Dask sends it by name), which
+        returns {'artifacts' (as `to_data`) | 'error', 'seconds'}.
+        """
         from distributed import as_completed
 
         client, futures = self._client, {}
         try:
-            for target in todo:
-                job = _job(the_plan, target, self._bundle)
+            for target, job in jobs:
+                job = dict(job, bundle=self._bundle["digest"], config=self._bundle["config"],
+                           fingerprint=_fingerprint())
                 name = f"kbuild-{target.name}-{job['key'][:12]}-{uuid.uuid4().hex[:8]}"
-                futures[client.submit(run_job, self._shipped, job, key=name, pure=False)] = target
+                futures[client.submit(run, self._shipped, job, key=name, pure=False)] = target
             for future in as_completed(futures, loop=client.loop):
                 yield (futures[future],) + _outcome(future)
         finally:
@@ -99,18 +109,6 @@ class DaskExecutor:
         if self._client is not None:
             self._client.close()
         self._client = self._shipped = None
-
-
-def _job(the_plan, target, bundle) -> dict:
-    """One target's job, as plain data."""
-    return {"bundle": bundle["digest"], "config": bundle["config"],
-            "names": list(the_plan.kernels), "archs": sorted({t.arch for t in the_plan.targets}),
-            # Plain-valued plan settings (such as how to link) hold on the worker too.
-            "options": {f.name: getattr(the_plan, f.name) for f in dataclasses.fields(the_plan)
-                        if isinstance(getattr(the_plan, f.name), (bool, int, float, str))},
-            "target": [target.name, target.signature, target.arch],
-            "key": the_plan.keys[target].digest,
-            "fingerprint": _fingerprint()}
 
 
 def _outcome(future):
@@ -203,40 +201,35 @@ def _python_files(root: Path):
 # -- on the worker -------------------------------------------------------------------------
 
 _lock = threading.Lock()  # one job at a time per worker process: numba's compiler is global
-_state: dict = {}  # the unpacked bundle this worker last planned: digest, root, config, keyer
+_state: dict = {}  # the unpacked project this worker last ran jobs of: digest, root, memo
 
 
-def run_job(files: dict, job: dict) -> dict:
-    """Plan and compile one target from plain data; {'artifacts'|'error', 'seconds'}."""
+def serve_job(files: dict, job: dict, compile_job) -> dict:
+    """On a worker: run one job on the project in `files`; {'artifacts'|'error', 'seconds'}.
+
+    The toolchain must be the client's (`job['fingerprint']`); then `compile_job(root,
+    job, memo)` gives (Artifacts or an exception, seconds), with `root` the unpacked
+    project and `memo` a dict kept for that project's jobs (emptied for another one).
+    """
     with _lock:
         try:
-            return _run_job(files, job)
+            return _serve_job(files, job, compile_job)
         except KbuildError as exc:
-            return {"error": f"on dask worker {_worker_name()}: {exc}", "seconds": 0.0}
+            return {"error": f"on dask worker {worker_name()}: {exc}", "seconds": 0.0}
         except Exception as exc:  # noqa: BLE001 - reported in the row, never a crash
-            return {"error": f"on dask worker {_worker_name()}: {type(exc).__name__}: {exc}",
+            return {"error": f"on dask worker {worker_name()}: {type(exc).__name__}: {exc}",
                     "seconds": 0.0}
 
 
-def _run_job(files: dict, job: dict) -> dict:
-    from ..build import compile_target
-    from ..discover import Target
-
+def _serve_job(files: dict, job: dict, compile_job) -> dict:
     mismatch = toolchain_mismatch(job["fingerprint"])
     if mismatch:
-        return {"error": f"dask worker {_worker_name()} has another toolchain than this "
+        return {"error": f"dask worker {worker_name()} has another toolchain than this "
                          f"machine: {mismatch}; give the workers the same versions and "
                          "NUMBA_* settings",
                 "seconds": 0.0}
-    the_plan = _plan(files, job)
-    target = Target(*job["target"])
-    key = the_plan.keys[target].digest if target in the_plan.keys else None
-    if key != job["key"]:
-        return {"error": f"dask worker {_worker_name()} computes key {key} for {target.label}, "
-                         f"this machine {job['key']}: the worker imports other code (a module "
-                         "outside the project's import roots, or a data file?)",
-                "seconds": 0.0}
-    outcome, seconds = compile_target(the_plan, target)
+    root, memo = _project(files, job["bundle"])
+    outcome, seconds = compile_job(root, job, memo)
     if isinstance(outcome, Exception):
         return {"error": str(outcome), "seconds": seconds}
     return {"artifacts": to_data(outcome), "seconds": seconds}
@@ -244,8 +237,6 @@ def _run_job(files: dict, job: dict) -> dict:
 
 def _fingerprint() -> dict:
     """What a worker must share with the client to compile the client's bytes."""
-    from ..backend.toolchain import codegen_config, toolchain
-
     return {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
 
 
@@ -259,35 +250,17 @@ def toolchain_mismatch(expected: dict) -> str | None:
     return "; ".join(diffs) or None
 
 
-def _plan(files: dict, job: dict):
-    """The client's plan, made again here once per bundle and selection.
-
-    All of the client's kernels are planned, in its order, before anything is
-    compiled, as a local build does: the keyer hands out symbol numbers as it
-    meets functions (two functions of one identity keep numba's own numbering),
-    so keying in another order could give the same key other bytes.
-    """
-    from ..build import plan
-    from ..config import load_config
-    from ..keying.keys import Keyer
-    from ..sources import ProjectSources
-
-    if _state.get("digest") != job["bundle"]:
-        root = _unpack(files, job["bundle"])
+def _project(files: dict, bundle_digest: str):
+    """(root, memo) of the project in `files`, unpacked once per bundle; the previous
+    bundle's copy and modules go when another one comes."""
+    if _state.get("digest") != bundle_digest:
+        root = _unpack(files, bundle_digest)
         if _state.get("root") is not None:  # this process's copy of an older bundle
             _forget_modules_under(_state["root"])
             shutil.rmtree(_state["root"], ignore_errors=True)
-        config = load_config(root / job["config"])
         _state.clear()
-        _state.update(digest=job["bundle"], root=root, config=config, plans={},
-                      keyer=Keyer(ProjectSources(config.paths)))
-    selection = (tuple(job["names"]), tuple(job["archs"]), tuple(sorted(job["options"].items())))
-    if selection not in _state["plans"]:
-        the_plan = plan(_state["config"], *selection[:2], _state["keyer"])
-        for name, value in job["options"].items():
-            setattr(the_plan, name, value)
-        _state["plans"][selection] = the_plan
-    return _state["plans"][selection]
+        _state.update(digest=bundle_digest, root=root, memo={})
+    return _state["root"], _state["memo"]
 
 
 def _unpack(files: dict, bundle_digest: str) -> Path:
@@ -334,7 +307,7 @@ def _scratch() -> Path:
     return path
 
 
-def _worker_name() -> str:
+def worker_name() -> str:
     try:
         from distributed import get_worker
 

@@ -1,0 +1,73 @@
+"""A target's compile on a cluster worker (`--executor dask://...`), as plain data.
+
+The executor (`execute.distributed`) carries the project's files to each worker and a
+job there; this is the job: which target of which plan, and the key this machine
+computed for it. On the worker, `run_job` plans the target again from the project's
+files, checks that it computes the same key and compiles it with `compile_target`,
+the code path of a local build. The executor sends `run_job` itself, by its module
+and name, so it lives here, above the executor, and the executor never imports the
+build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..config import load_config
+from ..discover import Target
+from ..errors import CompileError
+from ..execute.distributed import serve_job, worker_name
+from ..keying.keys import Keyer
+from ..sources import ProjectSources
+from .compile import compile_target
+from .planning import Plan, plan
+
+
+def job_of(the_plan: Plan, target: Target) -> dict:
+    """One target's job, as plain data (the executor adds the project and toolchain)."""
+    return {"names": list(the_plan.kernels), "archs": sorted({t.arch for t in the_plan.targets}),
+            # Plain-valued plan settings (such as how to link) hold on the worker too.
+            "options": {f.name: getattr(the_plan, f.name) for f in dataclasses.fields(the_plan)
+                        if isinstance(getattr(the_plan, f.name), (bool, int, float, str))},
+            "target": [target.name, target.signature, target.arch],
+            "key": the_plan.keys[target].digest}
+
+
+def run_job(files: dict, job: dict) -> dict:
+    """On a worker: plan and compile one target from plain data; {'artifacts'|'error',
+    'seconds'} (see `execute.distributed.serve_job`)."""
+    return serve_job(files, job, _compile_job)
+
+
+def _compile_job(root, job: dict, memo: dict):
+    """(Artifacts or CompileError, seconds) for the job's target, from the project at
+    `root`; `memo` keeps this project's config, keyer and plans between jobs."""
+    the_plan = _plan(root, job, memo)
+    target = Target(*job["target"])
+    key = the_plan.keys[target].digest if target in the_plan.keys else None
+    if key != job["key"]:
+        return CompileError(f"dask worker {worker_name()} computes key {key} for "
+                            f"{target.label}, this machine {job['key']}: the worker imports "
+                            "other code (a module outside the project's import roots, or a "
+                            "data file?)"), 0.0
+    return compile_target(the_plan, target)
+
+
+def _plan(root, job: dict, memo: dict) -> Plan:
+    """The client's plan, made again here once per project and selection.
+
+    All of the client's kernels are planned, in its order, before anything is
+    compiled, as a local build does: the keyer hands out symbol numbers as it
+    meets functions (two functions of one identity keep numba's own numbering),
+    so keying in another order could give the same key other bytes.
+    """
+    if not memo:
+        config = load_config(root / job["config"])
+        memo.update(config=config, plans={}, keyer=Keyer(ProjectSources(config.paths)))
+    selection = (tuple(job["names"]), tuple(job["archs"]), tuple(sorted(job["options"].items())))
+    if selection not in memo["plans"]:
+        the_plan = plan(memo["config"], *selection[:2], memo["keyer"])
+        for name, value in job["options"].items():
+            setattr(the_plan, name, value)
+        memo["plans"][selection] = the_plan
+    return memo["plans"][selection]

@@ -1,0 +1,126 @@
+"""One target's job, in this process: compile it (recording what the compiler read), or
+link it from stored objects when a recipe says they still hold."""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from dataclasses import dataclass, replace
+
+from ..config import arch_cc
+from ..discover import Target
+from ..errors import CompileError
+from ..execute.parallel import note
+from ..keying import observed as obs
+from ..keying.objects import Recipe
+from ..store.local import Store
+from ..store.manifest import built_problem
+from .entries import current_digests
+from .failures import CompileFailed
+from .planning import Plan
+
+
+@dataclass(frozen=True)
+class Relink:
+    """A link recipe whose objects' observations all hold, and those observations."""
+
+    recipe: Recipe
+    observed: tuple  # (kind, name, digest) rows, the union of the objects'
+
+
+def compile_target(the_plan: Plan, target: Target):
+    """(Artifacts or CompileError, seconds) for one target, in this process."""
+    from ..backend.compiler import compile_kernel
+    from ..backend.observe import Observer
+
+    resolved = the_plan.kernels[target.name]
+    start = time.perf_counter()
+    apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
+    observer = _noting(Observer)(the_plan.keyer.nodes, the_plan.config.root)
+    try:
+        artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
+                                   arch_cc(target.arch), the_plan.keyer.device_functions,
+                                   the_plan.keyer.stable_ids, apart, observer)
+    except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
+        # Out of memory or a file it could not read may not happen again: not recorded.
+        observed = None if isinstance(exc, (MemoryError, OSError)) else \
+            _observed_rows(the_plan, observer)
+        return CompileFailed(_compile_message(exc), observed), time.perf_counter() - start
+    try:
+        artifacts = _with_observations(the_plan, artifacts, observer)
+    except CompileError as exc:
+        return exc, time.perf_counter() - start
+    return artifacts, time.perf_counter() - start
+
+
+def _with_observations(the_plan: Plan, artifacts, observer):
+    """`artifacts` with the digests of what the compile observed; a dependency that cannot
+    be keyed by content fails this target, naming it (never keyed by identity)."""
+    observed = current_digests(the_plan).observations(observer)
+    bad = obs.unkeyable(observed)
+    if bad:
+        o = bad[0]
+        raise CompileError(
+            f"observed {o.kind.value} {obs.display_name(o.kind, o.name)} was read while "
+            f"compiling, but kbuild cannot key it by content ({o.digest}); make it a number, "
+            "string, tuple, numpy array or dtype, enum, or a function")
+    try:
+        obs.observation_set("", observed)
+    except ValueError as exc:
+        raise CompileError(f"{exc}; kbuild keeps at most {obs.MAX_OBSERVATIONS}") from None
+    return replace(artifacts, observed=tuple(tuple(o.as_row()) for o in observed))
+
+
+def _observed_rows(the_plan: Plan, observer):
+    """The (kind, name, digest) rows of what `observer` saw, or None when that cannot be
+    said (a failed compile is then not recorded)."""
+    try:
+        return tuple(tuple(o.as_row()) for o in current_digests(the_plan).observations(observer))
+    except Exception:  # noqa: BLE001 - a failure not recorded only costs its next compile
+        return None
+
+
+@functools.cache
+def _noting(observer_class):
+    """`observer_class`, also sending each new name it records to the parent process
+    (`parallel.note`): a compile killed for its time still says what it had read."""
+    class Noting(observer_class):
+        def add(self, kind, name):
+            if (kind, name) not in self.names:
+                note((kind.value, name))
+            super().add(kind, name)
+
+    return Noting
+
+
+def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
+    """(Artifacts, seconds) of a target linked from stored objects; compiled if that fails
+    (a blob gone bad since the recipe was made, say)."""
+    recipe = relink.recipe
+    from ..backend.compiler import Artifacts
+    from ..backend.lto import link
+
+    start = time.perf_counter()
+    options = the_plan.kernels[target.name].kernel.targetoptions
+    try:
+        ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
+        ptx, cubin = link(ltoirs, arch_cc(target.arch),
+                          max_registers=options.get("max_registers"))
+    except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
+        return compile_target(the_plan, target)
+    if built_problem(target.arch, recipe.entry, {"ptx": ptx, "cubin": cubin}):
+        return compile_target(the_plan, target)  # objects that link into another kernel
+    artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
+                          link={"mode": "relink", "objects": [k for k, _ in recipe.objects]},
+                          observed=relink.observed)
+    return artifacts, time.perf_counter() - start
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _compile_message(exc: Exception) -> str:
+    # numba highlights its messages with terminal escapes; rows are data, not terminal output.
+    text = _ANSI.sub("", str(exc)).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"

@@ -1,0 +1,130 @@
+"""A target's entry in the store: whether the one there is fresh (the static key, then
+what its compile observed), and the commit of a new one."""
+
+from __future__ import annotations
+
+import time
+
+from ..backend.binaries import kernel_entry_prefix
+from ..discover import Target
+from ..keying import observed as obs
+from ..store.local import CorruptBlob, Store
+from .planning import Plan
+
+
+def expected(target: Target, kernel=None) -> dict:
+    """What a target's entry must name (and, given its `kernel`, the kernel its entry
+    symbol must be): the lookup of its key refuses any other's."""
+    found = {"target": target.name, "signature": target.signature, "arch": target.arch}
+    prefix = kernel_entry_prefix(kernel) if kernel is not None else None
+    return dict(found, entry_prefix=prefix) if prefix else found
+
+
+def current_digests(the_plan: Plan):
+    """`(kind, name) -> digest now` for observed names, memoized: make one per build."""
+    from ..backend.observe import Current
+
+    return Current(the_plan.keyer.sources, the_plan.config.root)
+
+
+def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> dict | None:
+    """The entry to launch for `target`, or None when it must be built.
+
+    Two levels, as ccache's manifest: the static key's entry must exist and hold the
+    record of what its compiles observed; a recorded observation set whose every name
+    still has its digest gives the full key of the entry built with those. An entry
+    with no record (made before observations were kept) is not fresh.
+    """
+    key = the_plan.keys[target].digest
+    bound = expected(target, the_plan.kernels[target.name].kernel)
+    manifest = store.lookup(key, bound)
+    if manifest is None:
+        return None
+    record = observed_record(store, manifest)
+    if record is None or record.static_key != key:
+        return None
+    found = obs.matching_set(record, current or current_digests(the_plan))
+    if found is None:
+        return None
+    return manifest if found is record.sets[0] else store.lookup(found.key, bound)
+
+
+def observed_record(store: Store, manifest: dict) -> obs.Record | None:
+    """The observation record an entry names (verified against its hash), or None."""
+    name = manifest.get("artifacts", {}).get("observed")
+    if name is None:
+        return None
+    try:
+        return obs.from_json(store.read_blob(name))
+    except (CorruptBlob, OSError):
+        return None
+
+
+def observation_changes(the_plan: Plan, store: Store, target: Target, current=None):
+    """Why a target whose static key has an entry is stale anyway: the observations of
+    its newest build that changed (`observed global lab.consts.SCALE changed`)."""
+    manifest = store.lookup(the_plan.keys[target].digest)
+    record = manifest and observed_record(store, manifest)
+    if not record or not record.sets:
+        return ["built before kbuild recorded what the compiler read; a build records it"]
+    return obs.changes(record.sets[0], current or current_digests(the_plan))
+
+
+def launchable(manifest: dict) -> dict:
+    """A target entry's PTX and cubin blobs (what a row reports; the observation record
+    beside them is the build's bookkeeping)."""
+    return {k: v for k, v in manifest["artifacts"].items() if k != "observed"}
+
+
+def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
+           current=None) -> dict:
+    """Store the objects, then the artifacts' blobs, then the manifest; return the
+    launchable artifacts' hashes.
+
+    The manifest goes under the static key, with the record of every observation set
+    seen for that key (newest first). The variant it replaces, built for other
+    observations, moves to its full key, where `fresh_entry` finds it if those
+    observations hold again (an environment switched back, say).
+    """
+    built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    current = current or current_digests(the_plan)
+    observed = [obs.Observation(obs.Kind(k), n, d) for k, n, d in artifacts.observed]
+    for obj in artifacts.objects:
+        # Objects are keyed statically and carry what their compile observed, so a relink
+        # can check it; one compiled again because an observation changed replaces the old.
+        if _object_holds(store, obj.key, current):
+            continue
+        record = obs.Record(obj.key, (obs.observation_set(obj.key, observed),))
+        store.commit(obj.key, dict(obj.manifest, artifacts={
+            "ltoir": store.put_blob(obj.ltoir),
+            "observed": store.put_blob(obs.to_json(record))},
+            arch=target.arch, project=the_plan.config.name, built_at=built_at))
+    node = the_plan.keys[target]
+    newest = obs.observation_set(node.digest, observed)
+    previous = store.lookup(node.digest)
+    before = previous and observed_record(store, previous)
+    record = obs.merged(before, node.digest, newest)
+    if before and before.sets and before.sets[0].key != newest.key \
+            and not store.has_entry(before.sets[0].key):
+        store.commit(before.sets[0].key, previous)
+    hashes = {"ptx": store.put_blob(artifacts.ptx), "cubin": store.put_blob(artifacts.cubin),
+              "observed": store.put_blob(obs.to_json(record))}
+    manifest = {
+        "target": target.name, "signature": target.signature, "arch": target.arch,
+        "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
+        "link": artifacts.link,
+        "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
+        "built_at": built_at,
+        "seconds": round(seconds, 4), "project": the_plan.config.name,
+    }
+    store.commit(node.digest, manifest)
+    return launchable(manifest)
+
+
+def _object_holds(store: Store, key: str, current) -> bool:
+    """Whether a stored object's record of what its compile observed still holds."""
+    if not store.has_entry(key):
+        return False
+    manifest = store.lookup(key)
+    record = manifest and observed_record(store, manifest)
+    return bool(record) and obs.matching_set(record, current) is not None
