@@ -17,6 +17,7 @@ import subprocess
 import networkx as nx
 
 from .keying.objects import kernel_node
+from .model import TargetState
 
 # A global whose value is a library name (cuda.grid -> numba.cuda.grid) is an API call, and
 # one naming a function (sq -> examples.mathx:sq) is a call the graph draws as an edge:
@@ -68,7 +69,9 @@ def _add_reads(graph, parent: str, node) -> None:
 def _status(data) -> str:
     if data.get("error"):
         return "failed to import"
-    return "up-to-date" if data["stale"] == 0 else f"{data['stale']} of {data['targets']} stale"
+    if data["stale"] == 0:
+        return TargetState.UP_TO_DATE.value
+    return f"{data['stale']} of {data['targets']} stale"
 
 
 def _count(items, noun: str) -> str:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 from .config import arch_cc
 from .discover import Target
 from .errors import LaunchError
+from .model import RowStatus
 from .store.local import CorruptBlob
 
 ON_MISS = ("build", "error", "jit")
@@ -197,7 +198,7 @@ class KernelLauncher:
             self._build_in_subprocess(target)
         else:
             rows = self.project.build([self.name], [target.arch])
-            failed = [r for r in rows if r.signature == signature and r.status == "failed"]
+            failed = [r for r in rows if r.signature == signature and r.status == RowStatus.FAILED]
             if failed:
                 raise LaunchError(
                     f"kernel '{self.name}' {signature} failed to build: {failed[0].error}")

@@ -28,6 +28,7 @@ from . import build as _build
 from .bundle import MANIFEST_NAME, STORE_DIR, module_digests
 from .config import KernelSpec, ProjectConfig, default_store
 from .errors import ConfigError, LaunchError
+from .model import TargetState
 from .store.local import Store
 
 BUNDLE_DIR = "_kbuild"
@@ -149,7 +150,7 @@ class FromBundle:
             held = key and self.store.lookup(key) is not None
             rows.append({"target": target.name, "signature": target.signature,
                          "arch": target.arch, "key": key,
-                         "status": "up-to-date" if held else "missing",
+                         "status": TargetState.UP_TO_DATE if held else TargetState.MISSING,
                          "reasons": [] if held else ["not in the package's bundle"]})
         return rows
 

@@ -6,6 +6,7 @@ from . import build as _build
 from .config import ProjectConfig, default_store, load_config
 from .errors import KeyingError
 from .keying.explain import source_diff
+from .model import LinkMode, RowStatus, TargetState
 from .packaged import FromBundle, load_package
 from .store import failures
 from .store.history import History, RelinkReasons
@@ -123,7 +124,7 @@ class Project:
         def with_reasons(row, done, total):
             # A relinked row names the device functions it was relinked for, before anyone
             # sees it (a terminal prints rows as they finish).
-            if row.link == "relink" and row.status == "built":
+            if row.link == LinkMode.RELINK and row.status == RowStatus.BUILT:
                 row.changed = relinked_for(row)
             if progress is not None:
                 progress(row, done, total)
@@ -162,22 +163,22 @@ class Project:
         if fresh is not None:
             # Cached; when a later build was of other inputs (a revert), say which.
             newer = history.newer_than(target, fresh)
-            row.update(status="up-to-date", reasons=[], built_at=fresh.get("built_at"),
+            row.update(status=TargetState.UP_TO_DATE, reasons=[], built_at=fresh.get("built_at"),
                        newest=newer and {"key": newer.key, "built_at": newer.built_at,
                                          **_explained(newer.reasons)})
         elif self.store.lookup(node.digest) is not None:
             # The static key holds; something the compiler read has changed.
             reasons = _build.observation_changes(the_plan, self.store, target, current)
-            row.update(status="stale", previous_key=node.digest, reasons=reasons,
+            row.update(status=TargetState.STALE, previous_key=node.digest, reasons=reasons,
                        changes=[{"path": [], "change": "observed", "old": None,
                                  "new": None, "message": r} for r in reasons])
         elif node.digest in self.store.damage:
             # Nothing changed, but what the store holds for this key is unusable.
-            row.update(status="stale", previous_key=node.digest, changes=[], reasons=[
+            row.update(status=TargetState.STALE, previous_key=node.digest, changes=[], reasons=[
                 f"the store's {self.store.damage[node.digest]}; a build rebuilds it"])
         elif (failed := self._recorded_failure(the_plan, target, current)) is not None:
             # A build would report this failure at once (until --retry-failed).
-            row.update(status="failed", recorded=True, reasons=[failed.error],
+            row.update(status=TargetState.FAILED, recorded=True, reasons=[failed.error],
                        error=failed.error)
         else:
             row.update(self._compared(the_plan, history, target, diffs))
@@ -193,14 +194,14 @@ class Project:
         nearest = history.nearest(target, inputs) or history.nearest_replaced(
             target, set(the_plan.kernels[target.name].argtypes), inputs)
         if nearest is None:
-            return {"status": "missing", "reasons": ["never built into this store"]}
+            return {"status": TargetState.MISSING, "reasons": ["never built into this store"]}
         builds = history.builds(target)
         explained = _explained(nearest.reasons)
         if diffs:
             for change, reason in zip(explained["changes"], nearest.reasons):
                 if reason.is_body:
                     change.update(self._body_diff(reason, nearest.built_at))
-        return {"status": "stale", "previous_key": nearest.key,
+        return {"status": TargetState.STALE, "previous_key": nearest.key,
                 "previous_built_at": nearest.built_at,
                 "previous_is_newest": not builds or builds[0] is nearest.manifest,
                 **explained}
@@ -253,8 +254,8 @@ def _failed_row(target, error) -> dict:
     row = {"target": target.name, "signature": target.signature, "arch": target.arch,
            "key": None, "reasons": [str(error)]}
     if isinstance(error, KeyingError):
-        return dict(row, status="unkeyable")
-    return dict(row, status="failed", error=str(error))
+        return dict(row, status=TargetState.UNKEYABLE)
+    return dict(row, status=TargetState.FAILED, error=str(error))
 
 
 def _explained(reasons) -> dict:

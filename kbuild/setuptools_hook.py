@@ -22,11 +22,12 @@ class build_py(_build_py):  # noqa: N801 - setuptools' own command name
         super().run()
         from .bundle import write_bundle
         from .errors import KbuildError
+        from .model import RowStatus
         from .packaged import BUNDLE_DIR
         from .project import Project
 
         project = Project.load(Path.cwd() / "kbuild.toml", remote=False)
-        failed = [r for r in project.build() if r.status == "failed"]
+        failed = [r for r in project.build() if r.status == RowStatus.FAILED]
         if failed:
             raise SystemExit(f"kbuild: {failed[0].target} failed to build: {failed[0].error}")
         package = project.config.kernels[0].name.partition(":")[0].split(".")[0]

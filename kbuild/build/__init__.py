@@ -4,7 +4,7 @@ One room per concern:
 
 | module | what |
 |---|---|
-| `planning` | `Plan` and `plan()`: the requested targets resolved and keyed; target names, `--arch` |
+| `planning` | `Plan` and `plan()`: the requested targets resolved and keyed; names, `--arch` |
 | `row` | `Row`: what a build reports per target |
 | `entries` | a target's entry: is the stored one fresh (static key, then observations); `commit` |
 | `failures` | failed compiles recorded by key, failing an unchanged target at once |

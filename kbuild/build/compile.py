@@ -14,6 +14,7 @@ from ..errors import CompileError
 from ..execute.parallel import note
 from ..keying import observed as obs
 from ..keying.objects import Recipe
+from ..model import LinkMode
 from ..store.local import Store
 from ..store.manifest import built_problem
 from .entries import current_digests
@@ -112,7 +113,7 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
     if built_problem(target.arch, recipe.entry, {"ptx": ptx, "cubin": cubin}):
         return compile_target(the_plan, target)  # objects that link into another kernel
     artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
-                          link={"mode": "relink", "objects": [k for k, _ in recipe.objects]},
+                          link={"mode": LinkMode.RELINK, "objects": [k for k, _ in recipe.objects]},
                           observed=relink.observed)
     return artifacts, time.perf_counter() - start
 

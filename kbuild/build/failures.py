@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..discover import Target
 from ..errors import CompileError
 from ..keying import observed as obs
+from ..model import RowStatus
 from ..store import failures as records
 from ..store.local import Store
 from .entries import expected
@@ -76,8 +77,8 @@ def recorded_failure(the_plan: Plan, store: Store, target: Target, current,
             return None
         if now != digest or digest.startswith(obs.UNKEYABLE):
             return None
-    return Row(target.name, target.signature, target.arch, key, "failed",
-               error=f"{failure.error} {_EARLIER}", recorded=True)
+    return Row.of(target, key, RowStatus.FAILED, error=f"{failure.error} {_EARLIER}",
+                  recorded=True)
 
 
 def _digests(notes, current):

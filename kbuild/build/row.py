@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..model import LinkMode, RowStatus
+
 
 @dataclass
 class Row:
@@ -13,16 +15,21 @@ class Row:
     signature: str
     arch: str
     key: str | None  # None: the target's module failed to import
-    status: str  # built | cached | failed | skipped
+    status: RowStatus
     seconds: float = 0.0
     artifacts: dict = field(default_factory=dict)
     error: str | None = None
-    link: str | None = None  # built rows: lto | relink | whole
+    link: LinkMode | None = None  # built rows: how the cubin was made
     note: str | None = None  # why a built target was linked as one program
     recorded: bool = False  # failed rows: the failure was recorded by an earlier build
     # Relinked rows: the device functions that alone changed since the target's nearest
     # earlier build (set by `Project.build`); None when unknown or not relinked.
     changed: list | None = None
+
+    @classmethod
+    def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:
+        """`target`'s row (a `discover.Target`: its name, signature and arch)."""
+        return cls(target.name, target.signature, target.arch, key, status, *args, **fields)
 
     def as_json(self) -> dict:
         return {"target": self.target, "signature": self.signature, "arch": self.arch,

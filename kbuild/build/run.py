@@ -16,6 +16,7 @@ from ..discover import Target
 from ..execute.parallel import TimedOut, run_in_workers
 from ..keying import observed as obs
 from ..keying.objects import Recipe, Unresolved, resolve
+from ..model import LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
 from ..store.maintenance import record_build
@@ -75,8 +76,7 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
         failed = None if manifest is not None or workers.retry or store.read_only else \
             recorded_failure(the_plan, store, target, current, workers.timeout)
         if manifest is not None:
-            rows[target] = Row(target.name, target.signature, target.arch, key, "cached",
-                               artifacts=launchable(manifest))
+            rows[target] = Row.of(target, key, RowStatus.CACHED, artifacts=launchable(manifest))
         elif failed is not None:
             rows[target] = failed
         else:
@@ -85,17 +85,15 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
         _progress(progress, rows[target], len(rows), the_plan.total)
     if todo and store.read_only:
         for target in todo:
-            rows[target] = Row(target.name, target.signature, target.arch,
-                               the_plan.keys[target].digest, "failed",
-                               error="not in the read-only store (build it where the store "
-                                     "is writable)")
+            rows[target] = Row.of(
+                target, the_plan.keys[target].digest, RowStatus.FAILED,
+                error="not in the read-only store (build it where the store is writable)")
         todo = []
     if todo:
         store.ensure_writable()
     # Targets that could not be imported or keyed: a failed row each, reported like any other.
     for target, error in the_plan.failed.items():
-        rows[target] = Row(target.name, target.signature, target.arch, None, "failed",
-                           error=str(error))
+        rows[target] = Row.of(target, None, RowStatus.FAILED, error=str(error))
         _progress(progress, rows[target], len(rows), the_plan.total)
     # The rest are skipped after an import failure or a recorded one, as after any failure.
     stopped = (the_plan.import_failed or any(r.recorded for r in rows.values())) \
@@ -111,13 +109,12 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
                            rows, progress, executor, current)
     for target in todo:
         if target not in rows:
-            rows[target] = Row(target.name, target.signature, target.arch,
-                               the_plan.keys[target].digest, "skipped",
-                               error="not built: an earlier target failed (use -k to keep going)")
+            rows[target] = Row.of(
+                target, the_plan.keys[target].digest, RowStatus.SKIPPED,
+                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), the_plan.total)
     ordered = [rows[t] for t in [*the_plan.targets, *the_plan.failed]]
-    record_build(store, {s: sum(r.status == s for r in ordered)
-                         for s in ("built", "cached", "failed", "skipped")})
+    record_build(store, {s.value: sum(r.status == s for r in ordered) for s in RowStatus})
     return ordered
 
 
@@ -129,17 +126,16 @@ def _compile_batch(the_plan, store, batch, workers, keep_going, rows, progress,
     for target, outcome, seconds in outcomes:
         key = the_plan.keys[target].digest
         if isinstance(outcome, Exception):
-            row = Row(target.name, target.signature, target.arch, key, "failed",
-                      seconds, error=str(outcome))
+            row = Row.of(target, key, RowStatus.FAILED, seconds, error=str(outcome))
             remember_failure(the_plan, store, target, outcome, seconds, current)
         else:
             artifacts = commit(store, the_plan, target, outcome, seconds, current)
             forget_failure(store, key)
-            row = Row(target.name, target.signature, target.arch, key, "built", seconds,
-                      artifacts, link=outcome.link.get("mode"), note=outcome.link.get("reason"))
+            row = Row.of(target, key, RowStatus.BUILT, seconds, artifacts,
+                         link=_link_mode(outcome.link), note=outcome.link.get("reason"))
         rows[target] = row
         _progress(progress, row, len(rows), the_plan.total)
-        if row.status == "failed" and not keep_going:
+        if row.status == RowStatus.FAILED and not keep_going:
             stop = True
             break  # stop pulling: the sequential generator compiles only on demand
     outcomes.close()
@@ -181,9 +177,8 @@ class _KeyLocks:
     def _take_cached(self, target, rows) -> bool:
         manifest = fresh_entry(self.the_plan, self.store, target, self.current)
         if manifest is not None:
-            rows[target] = Row(target.name, target.signature, target.arch,
-                               self.the_plan.keys[target].digest, "cached",
-                               artifacts=launchable(manifest))
+            rows[target] = Row.of(target, self.the_plan.keys[target].digest,
+                                  RowStatus.CACHED, artifacts=launchable(manifest))
         return manifest is not None
 
     def __enter__(self):
@@ -192,6 +187,11 @@ class _KeyLocks:
     def __exit__(self, *exc):
         for lock in self.locks.values():
             lock.release()
+
+
+def _link_mode(link: dict) -> LinkMode | None:
+    mode = link.get("mode")
+    return None if mode is None else LinkMode(mode)
 
 
 def _progress(progress, row, done, total):

@@ -18,6 +18,7 @@ import stat
 import time
 
 from ..errors import ConfigError
+from ..model import RowStatus
 from . import facts, failures, tree
 from .local import LAYOUT, Store, is_object
 from .manifest import EntryProblem, load_json
@@ -157,13 +158,13 @@ def stats(store: Store) -> dict:
     kinds = [is_object(m) for _, m in store.entries()]
     blobs, size = store.size()
     recent = _recent_builds(store)
-    totals = {k: sum(_count(b.get(k)) for b in recent) for k in ("cached", "built", "failed")
-              + _REMOTE_COUNTS}
+    totals = {k: sum(_count(b.get(k)) for b in recent)
+              for k in (RowStatus.CACHED, RowStatus.BUILT, RowStatus.FAILED) + _REMOTE_COUNTS}
     return {"store": str(store.root), "entries": kinds.count(False), "objects": kinds.count(True),
             "blobs": blobs, "bytes": size,
-            "recent_builds": len(recent), "hits": totals["cached"],
-            "misses": totals["built"] + totals["failed"], "builds": totals["built"],
-            "failures": totals["failed"],
+            "recent_builds": len(recent), "hits": totals[RowStatus.CACHED],
+            "misses": totals[RowStatus.BUILT] + totals[RowStatus.FAILED],
+            "builds": totals[RowStatus.BUILT], "failures": totals[RowStatus.FAILED],
             **{k: totals[k] for k in _REMOTE_COUNTS},
             "last_build": recent[-1] if recent else None}
 
