@@ -91,10 +91,9 @@ class Project:
         packaged project answers from its bundle)."""
         # One digest memo per plan: a launcher asks once per declared arch and signature,
         # and the plan's keys, like these digests, are taken once per process.
-        current = getattr(the_plan, "_launch_current", None)
-        if current is None:
-            current = the_plan._launch_current = _build.current_digests(the_plan)
-        return _build.fresh_entry(the_plan, self.store, target, current)
+        if the_plan.launch_digests is None:
+            the_plan.launch_digests = _build.current_digests(the_plan)
+        return _build.fresh_entry(the_plan, self.store, target, the_plan.launch_digests)
 
     def plan(self, names=None, archs=None) -> _build.Plan:
         """Resolve and key the requested targets (cached per selection)."""

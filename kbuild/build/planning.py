@@ -30,6 +30,9 @@ class Plan:
     # kbuild cannot hash), never in `targets` or `keys`: Target -> the error. Each fails
     # alone; a failed import also stops the build without -k, as a failed compile does.
     failed: dict = field(default_factory=dict)
+    # What the names compiles observed digest to now (`entries.current_digests`), kept for
+    # launches from this plan (`Project.fresh_entry`): like the keys, taken once per process.
+    launch_digests: object = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> int:
