@@ -12,11 +12,13 @@ from .config import ProjectConfig, arch_cc, validate_arch
 from .discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
 from .errors import CompileError, KeyingError, TargetError
 from .keying import observed as obs
-from .keying.keys import Keyer, KeyNode
+from .keying.keyer import Keyer
+from .keying.tree import KeyNode
 from .keying.objects import Recipe, Unresolved, resolve
 from .sources import ProjectSources
 from .store.local import CorruptBlob, Store
 from .store.manifest import built_problem
+from .backend.objectmodel import NUMBA_CUDA
 from .backend.toolchain import codegen_config, toolchain
 
 
@@ -93,7 +95,7 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
                                for spec in specs for sig in spec.signatures
                                for arch in (archs or spec.archs)))
     targets = [t for t in every if t.name in kernels]
-    keyer = keyer or Keyer(ProjectSources(config.paths))
+    keyer = keyer or Keyer(ProjectSources(config.paths), NUMBA_CUDA)
     keys, unkeyable = {}, {}
     for t in targets:
         try:

@@ -269,7 +269,8 @@ def _plan(files: dict, job: dict):
     """
     from ..build import plan
     from ..config import load_config
-    from ..keying.keys import Keyer
+    from ..backend.objectmodel import NUMBA_CUDA
+    from ..keying.keyer import Keyer
     from ..sources import ProjectSources
 
     if _state.get("digest") != job["bundle"]:
@@ -280,7 +281,7 @@ def _plan(files: dict, job: dict):
         config = load_config(root / job["config"])
         _state.clear()
         _state.update(digest=job["bundle"], root=root, config=config, plans={},
-                      keyer=Keyer(ProjectSources(config.paths)))
+                      keyer=Keyer(ProjectSources(config.paths), NUMBA_CUDA))
     selection = (tuple(job["names"]), tuple(job["archs"]), tuple(sorted(job["options"].items())))
     if selection not in _state["plans"]:
         the_plan = plan(_state["config"], *selection[:2], _state["keyer"])
