@@ -9,6 +9,7 @@ Checked by reading imports with ast.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,38 @@ PUBLIC_NUMBA = {"numba", "numba.core.types", "numba.core.sigutils",
 def test_numba_internals_stay_behind_the_backend(path):
     extra = _numba_imports(path) - PUBLIC_NUMBA
     assert not extra, f"{path.relative_to(PACKAGE)} imports {sorted(extra)}; move it to backend/"
+
+
+# numba's object shapes: what `backend/objectmodel.py` reads so that keying never does.
+NUMBA_SHAPES = re.compile(r"\b(ExternFunction|FakeCUDAKernel|CUDADispatcher|Dispatcher|"
+                          r"LinkableCode|targetoptions|nopython_signatures)\b|"
+                          r"\._(device|defn|can_compile)\b")
+PUBLIC_PRIVATE = {"_fields"}  # namedtuple's public API (and ast nodes')
+
+
+def _private_reads(path: Path) -> list[str]:
+    """`x._attr` and `getattr(x, "_attr")` on anything but `self`/`cls`, dunders aside."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            name = node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            name = node.args[1].value
+        else:
+            continue
+        if name.startswith("_") and not name.endswith("__") and name not in PUBLIC_PRIVATE:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", _modules("keying"), ids=lambda p: p.name)
+def test_keying_reads_no_compiler_object_shapes(path):
+    # The backend seam: keying asks a `keying.interfaces.ObjectModel` what a compiler's
+    # objects are; numba-cuda's answers live in backend/objectmodel.py.
+    named = sorted(set(m.group(0) for m in NUMBA_SHAPES.finditer(path.read_text())))
+    assert not named, f"{path.relative_to(PACKAGE)} names numba's objects: {named}"
+    private = _private_reads(path)
+    assert not private, f"{path.relative_to(PACKAGE)} reads private attributes: {private}"

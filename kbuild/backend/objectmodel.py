@@ -4,7 +4,8 @@ Every attribute keying needs of numba's objects is read here, and nowhere in key
 a dispatcher's `py_func` and `targetoptions`, the simulator's `FakeCUDAKernel`
 (`fn`, `_device`: NUMBA_ENABLE_CUDASIM keeps no options, `simopts` reads them back),
 a user `@intrinsic`'s `_defn`, `cuda.declare_device`'s `ExternFunction`, a `link=`
-item's `path` or `data`, and numba's typing registries (`registry`). Another backend
+item's `path` or `data`, an eagerly compiled dispatcher's `nopython_signatures`, and
+numba's typing registries (`registry`). Another backend
 implements the same interface in a module of its own and hands it to the `Keyer`.
 """
 
@@ -77,6 +78,19 @@ class NumbaCudaObjects:
         from .registry import known_to_numba
 
         return known_to_numba(value)
+
+    def named_form(self, value) -> tuple | None:
+        py_func = getattr(value, "py_func", None)
+        if isinstance(py_func, pytypes.FunctionType):
+            # A dispatcher compiled eagerly (`@cuda.jit("float32(float32)", device=True)`) is
+            # typed by its declared signatures, which are not in its body.
+            eager = () if getattr(value, "_can_compile", True) else tuple(
+                sorted(str(sig) for sig in getattr(value, "nopython_signatures", ())))
+            return ("function", py_func.__module__, py_func.__qualname__, eager)
+        if type(value).__name__ == "ExternFunction" and hasattr(value, "sig"):
+            # `cuda.declare_device`: its name and signature; its link files are observed too.
+            return ("extern", str(value.name), str(value.sig))
+        return None
 
 
 NUMBA_CUDA = NumbaCudaObjects()

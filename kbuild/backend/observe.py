@@ -406,7 +406,7 @@ class Current:
                 return MISSING
         if kind is Kind.BUILTIN:
             value = getattr(builtins, name, _ABSENT)
-            return MISSING if value is _ABSENT else value_digest(value)
+            return MISSING if value is _ABSENT else value_digest(value, NUMBA_CUDA)
         if kind in (Kind.OVERLOAD, Kind.INTRINSIC):
             return self._typing_function_digest(kind, name)
         module_name, _, path = name.partition(":")
@@ -414,7 +414,7 @@ class Current:
         if found is _ABSENT:
             return MISSING
         if kind is Kind.GLOBAL:
-            return value_digest(found)
+            return value_digest(found, NUMBA_CUDA)
         return self._function_digest(kind, name, found)
 
     def _function_digest(self, kind: Kind, name: str, obj) -> str:

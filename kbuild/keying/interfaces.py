@@ -5,10 +5,11 @@
 - `ObjectModel`: what a compiler's objects are - which object is a kernel, a device
   function or a jitable and what its Python function and options are, which value is a
   declared extern function, which type a record, what the compiler's registries hold for
-  a function. `backend.objectmodel.NUMBA_CUDA` implements it for numba-cuda (and its
-  simulator); another compiler plugs in by implementing this interface alone. Keying
-  reads no compiler object's attributes of its own: numba's type objects
-  (`numba.core.types`) are the only compiler vocabulary it speaks.
+  a function, how an observed global naming a compiler object is keyed.
+  `backend.objectmodel.NUMBA_CUDA` implements it for numba-cuda (and its simulator);
+  another compiler plugs in by implementing this interface alone. Keying reads no
+  compiler object's attributes of its own: numba's type objects (`numba.core.types`)
+  are the only compiler vocabulary it speaks.
 """
 
 from __future__ import annotations
@@ -103,3 +104,9 @@ class ObjectModel(Protocol):
     def known_to_compiler(self, value) -> bool:
         """Whether the compiler's typing registries name `value` itself (compiled code can
         use it)."""
+
+    def named_form(self, value) -> tuple | None:
+        """A compiler object that compiled code refers to by name (a dispatcher, a declared
+        extern function) as a tuple of strings naming it, with what its typing depends on
+        beyond its body (an eagerly compiled dispatcher's declared signatures); None for
+        anything else. What an observed global holding it is keyed by (`observed`)."""
