@@ -44,7 +44,7 @@ class LibraryRef:
 
 def referenced_values(py_func, sources: Sources, objects: ObjectModel):
     """(kind, dotted name, value) for every global, closure cell and default it reads;
-    `kind` is one of `tree.REFERENCE_KINDS`."""
+    `kind` is `LabelKind.GLOBAL`, `CLOSURE`, `DEFAULT` or `BUILTIN`."""
     names = _load_chains(py_func, sources)
     closure = dict(zip(py_func.__code__.co_freevars, py_func.__closure__ or ()))
     for chain in sorted(names):

@@ -90,10 +90,6 @@ class LabelKind(str, enum.Enum):
         return f"{self.value} {name}"
 
 
-# The kinds of a name a function reads (`references`): globals, closure cells, defaults.
-REFERENCE_KINDS = frozenset({LabelKind.GLOBAL, LabelKind.CLOSURE, LabelKind.DEFAULT,
-                             LabelKind.BUILTIN})
-
 _KINDS = {kind.value: kind for kind in LabelKind}
 _AS = " (as "  # see `reached_as`
 _RECORD = " record"  # see `record_label`
