@@ -187,14 +187,15 @@ def _where(config: ProjectConfig, exc) -> str:
 
 
 def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
-    from .keying.keys import as_function
+    from .backend.objectmodel import NUMBA_CUDA
+    from .keying.interfaces import Role
 
-    fn = as_function(obj)
-    if fn is None or fn.role == "function":
+    fn = NUMBA_CUDA.function_of(obj)
+    if fn is None or fn.role is Role.FUNCTION:
         raise TargetError(f"target '{target}' in {config.path.name} is a "
                           f"{type(obj).__name__}, not a numba-cuda kernel; "
                           "decorate it with @cuda.jit")
-    if fn.role == "device":
+    if fn.role is Role.DEVICE:
         raise TargetError(f"target '{target}' in {config.path.name} is a device function "
                           "(device=True); declare the kernels that call it instead")
 

@@ -18,6 +18,7 @@ import networkx as nx
 
 from .keying.objects import kernel_node
 from .model import TargetState
+from .keying.tree import LabelKind, label_name
 
 # A global whose value is a library name (cuda.grid -> numba.cuda.grid) is an API call, and
 # one naming a function (sq -> examples.mathx:sq) is a call the graph draws as an edge:
@@ -52,15 +53,15 @@ def target_graph(the_plan, is_built) -> nx.DiGraph:
 def _add_reads(graph, parent: str, node) -> None:
     """The callees and globals `node` reads, below `parent`; a callee's own reads once."""
     for child in node.children:
-        if child.label.startswith("callee "):
+        if child.kind is LabelKind.CALLEE:
             fid = f"function {child.summary}"
             seen = fid in graph
             graph.add_node(fid, kind="device function", name=child.summary)
             graph.add_edge(parent, fid)
             if not seen:
                 _add_reads(graph, fid, child)
-        elif child.label.startswith("global ") and not _NOT_DATA.match(child.summary):
-            name = child.label.removeprefix("global ")
+        elif child.kind is LabelKind.GLOBAL and not _NOT_DATA.match(child.summary):
+            name = label_name(child.label)
             gid = f"global {name} = {child.summary}"
             graph.add_node(gid, kind="global", name=name, value=child.summary)
             graph.add_edge(parent, gid)

@@ -100,13 +100,9 @@ class Project:
         cache_key = (tuple(names or ()), tuple(archs or ()))
         if cache_key not in self._plans:
             if "_keyer" not in self.__dict__:
-                from .keying.keys import Keyer
-                from .sources import ProjectSources
-
                 # Read-only commands (status, keys) read the facts a build wrote, so they
                 # compute the keys it computes; only a writable store gets new facts.
-                facts = self.store.base / "facts"
-                self._keyer = Keyer(ProjectSources(self.config.paths, facts_dir=facts))
+                self._keyer = _build.new_keyer(self.config, facts_dir=self.store.base / "facts")
             self._plans[cache_key] = _build.plan(self.config, names, archs, self._keyer)
             self._save_facts()
         return self._plans[cache_key]

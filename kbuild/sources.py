@@ -155,28 +155,6 @@ class ProjectSources:
     def file_digest(self, path: str) -> str:
         return _file_digest(_realpath(path), os.stat(path).st_mtime_ns)
 
-    # numba's registries, read through the backend (keying names no numba internals).
-
-    def overloads_of(self, func) -> list:
-        from .backend.registry import overload_implementations
-
-        return overload_implementations(func)
-
-    def link_files_of(self, extfn) -> list[str]:
-        from .backend.registry import extern_link_files
-
-        return extern_link_files(extfn)
-
-    def known_to_numba(self, value) -> bool:
-        from .backend.registry import known_to_numba
-
-        return known_to_numba(value)
-
-    def simulator_options(self, fake) -> dict:
-        from .backend.simopts import options_for
-
-        return dict(options_for(fake))
-
 
 @lru_cache(maxsize=None)
 def _realpath(path: str) -> str:

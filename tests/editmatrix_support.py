@@ -357,10 +357,11 @@ def load_module(path: Path, name: str):
 
 def target_key(kernel, name: str, argtypes, roots, signature: str = "sig"):
     """The key tree of `kernel` as target `name` for sm_80, computed here (pure keying)."""
-    from kbuild.keying.keys import Keyer
+    from kbuild.backend.objectmodel import NUMBA_CUDA
+    from kbuild.keying.keyer import Keyer
     from kbuild.sources import ProjectSources
     from kbuild.backend.toolchain import codegen_config, toolchain
 
-    keyer = Keyer(ProjectSources([str(r) for r in roots]))
+    keyer = Keyer(ProjectSources([str(r) for r in roots]), NUMBA_CUDA)
     return keyer.target_node(kernel, name, tuple(argtypes), signature, "sm_80",
                              toolchain(), codegen_config())

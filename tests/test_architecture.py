@@ -79,3 +79,41 @@ PUBLIC_NUMBA = {"numba", "numba.core.types", "numba.core.sigutils",
 def test_numba_internals_stay_behind_the_backend(path):
     extra = _numba_imports(path) - PUBLIC_NUMBA
     assert not extra, f"{path.relative_to(PACKAGE)} imports {sorted(extra)}; move it to backend/"
+
+
+# -- the backend seam: keying names none of numba's object shapes --------------------------
+
+KEYING = sorted((Path(__file__).resolve().parents[1] / "kbuild" / "keying").glob("*.py"))
+# What backend/objectmodel.py reads of numba's objects so that keying never does.
+NUMBA_SHAPES = ("ExternFunction", "FakeCUDAKernel", "Dispatcher", "LinkableCode",
+                "targetoptions", "nopython_signatures", "._device", "._defn", "_can_compile")
+PUBLIC_PRIVATE = {"_fields"}  # namedtuple's public API (and ast nodes')
+
+
+def _private_reads(source: str) -> list[str]:
+    """`x._attr` and `getattr(x, "_attr")` on anything but `self`/`cls`, dunders aside."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            name = node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            name = node.args[1].value
+        else:
+            continue
+        if name.startswith("_") and not name.endswith("__") and name not in PUBLIC_PRIVATE:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", KEYING, ids=lambda p: p.name)
+def test_keying_reads_no_compiler_object_shapes(path):
+    # Keying asks a `keying.interfaces.ObjectModel` what a compiler's objects are;
+    # numba-cuda's answers live in backend/objectmodel.py.
+    source = path.read_text()
+    named = [shape for shape in NUMBA_SHAPES if shape in source]
+    assert not named, f"keying/{path.name} names numba's objects: {named}"
+    private = _private_reads(source)
+    assert not private, f"keying/{path.name} reads private attributes: {private}"

@@ -122,13 +122,17 @@ def test_equal_record_layouts_made_separately_key_equal():
     """One layout spelled two ways (a field list, an offsets dict) is one key."""
     import numba
 
-    from kbuild.keying.keys import signature_node
+    from kbuild.backend.objectmodel import NUMBA_CUDA
+    from kbuild.keying.keyer import signature_node
 
     one = numba.from_dtype(np.dtype([("x", np.float32), ("y", np.float32)], align=True))
     two = numba.from_dtype(np.dtype({"names": ["x", "y"], "formats": [np.float32, np.float32],
                                      "offsets": [0, 4], "itemsize": 8, "aligned": True}))
-    assert signature_node((one[::1],), "s").digest == signature_node((two[::1],), "s").digest
-    assert signature_node((one,), "s").digest == signature_node((two,), "s").digest
+    def key(argtypes):
+        return signature_node(argtypes, "s", NUMBA_CUDA).digest
+
+    assert key((one[::1],)) == key((two[::1],))
+    assert key((one,)) == key((two,))
 
 
 def test_editing_kbuild_toml_order_of_signatures_keeps_keys(reference, tmp_path):

@@ -125,7 +125,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
 @pytest.mark.parametrize("the_case, target, reason", [
     (CASES[3], "k_method", "observed overload impl ob.ext:ol_gained changed"),
     (CASES[5], "k_attr", "observed env OB_BIAS changed"),
-    # A name put into builtins is keyed statically too (keying/keys.py): its static reason.
+    # A name put into builtins is keyed statically too (keying/references.py): its static reason.
     (CASES[13], "k_builtin", "builtin OB_GAIN 2.0 -> 3.0"),
 ], ids=lambda v: getattr(v, "id", None))
 def test_status_names_the_observation_that_changed(baseline, tmp_path, the_case, target, reason):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kbuild.backend.objectmodel import NUMBA_CUDA
 from kbuild.keying import observed as obs
 from kbuild.keying.observed import Kind, Observation
 
@@ -66,7 +67,7 @@ def test_too_many_observations_are_refused_not_truncated():
     (2.5, True), ((1, "a"), True), (len, True), (json, True), (object(), False), ({1: 2}, None),
 ])
 def test_value_digest_is_content_or_names_what_it_cannot_key(value, keyable):
-    found = obs.value_digest(value)
+    found = obs.value_digest(value, NUMBA_CUDA)
     if keyable is None:  # dicts: keyed once keying/values.py learns them
         return
     assert found.startswith(obs.UNKEYABLE) != keyable

@@ -189,7 +189,8 @@ def test_two_closures_reached_by_one_kernel_are_both_keyed(tmp_path):
 
 def test_same_name_redefined_in_one_module_gets_different_keys(tmp_path):
     """`helper` and `k` each defined twice in one file: each version keys its own body."""
-    from kbuild.keying.keys import Keyer
+    from kbuild.backend.objectmodel import NUMBA_CUDA
+    from kbuild.keying.keyer import Keyer
     from kbuild.sources import ProjectSources
 
     module = _module(tmp_path, """
@@ -219,7 +220,7 @@ def test_same_name_redefined_in_one_module_gets_different_keys(tmp_path):
             x[0] = x[0] + 2.0
     """)
     label = f"callee {module.__name__}:helper"
-    one, two = (Keyer(ProjectSources([str(tmp_path)])).function_node(f, label, "test")
+    one, two = (Keyer(ProjectSources([str(tmp_path)]), NUMBA_CUDA).function_node(f, label, "test")
                 for f in (module.first_helper, module.helper))
     assert (one.label, one.summary) == (two.label, two.summary)
     assert one.digest != two.digest
@@ -265,14 +266,18 @@ def test_same_factory_name_with_different_bodies_gets_different_keys(tmp_path):
 
 def test_packed_and_aligned_records_get_different_keys():
     """Same fields at the same offsets; only the size and the aligned flag differ."""
-    from kbuild.keying.keys import signature_node
+    from kbuild.backend.objectmodel import NUMBA_CUDA
+    from kbuild.keying.keyer import signature_node
 
     fields = [("x", np.float32), ("y", np.float32), ("tag", np.uint8)]
     aligned = numba.from_dtype(np.dtype(fields, align=True))
     packed = numba.from_dtype(np.dtype(fields, align=False))
     assert [f.offset for f in aligned.fields.values()] == [f.offset for f in packed.fields.values()]
-    assert signature_node((aligned[::1],), "s").digest != signature_node((packed[::1],), "s").digest
-    assert signature_node((aligned,), "s").digest != signature_node((packed,), "s").digest
+    def key(argtypes):
+        return signature_node(argtypes, "s", NUMBA_CUDA).digest
+
+    assert key((aligned[::1],)) != key((packed[::1],))
+    assert key((aligned,)) != key((packed,))
 
 
 def test_swapped_callee_names_get_different_keys(tmp_path):

@@ -36,11 +36,14 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from ..errors import KeyingError
-from ..keying.keys import Keyer, as_function, function_def, leaf, qualified_name
+from ..keying.keyer import Keyer, qualified_name
+from ..keying.references import function_def
+from ..keying.tree import LabelKind, leaf
 from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, quoted_includes, \
     value_digest
 from ..keying.values import canonical
+from .objectmodel import NUMBA_CUDA
 
 # Packages whose versions are in the toolchain key: what they read is theirs, not the project's.
 _LIBRARIES = frozenset({"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kbuild"})
@@ -371,7 +374,7 @@ class Current:
     """The digest of an observed name in this process now (memoized for one build)."""
 
     def __init__(self, sources, root: Path):
-        self._keyer = _ObservationKeyer(_EveryPackage(sources))
+        self._keyer = _ObservationKeyer(_EveryPackage(sources), NUMBA_CUDA)
         self._root = Path(root)
         self._memo: dict = {}
         self._registry = None  # (module, qualname) -> [(function, options)], on first use
@@ -403,7 +406,7 @@ class Current:
                 return MISSING
         if kind is Kind.BUILTIN:
             value = getattr(builtins, name, _ABSENT)
-            return MISSING if value is _ABSENT else value_digest(value)
+            return MISSING if value is _ABSENT else value_digest(value, NUMBA_CUDA)
         if kind in (Kind.OVERLOAD, Kind.INTRINSIC):
             return self._typing_function_digest(kind, name)
         module_name, _, path = name.partition(":")
@@ -411,12 +414,12 @@ class Current:
         if found is _ABSENT:
             return MISSING
         if kind is Kind.GLOBAL:
-            return value_digest(found)
+            return value_digest(found, NUMBA_CUDA)
         return self._function_digest(kind, name, found)
 
     def _function_digest(self, kind: Kind, name: str, obj) -> str:
         try:
-            tree = self._keyer.function_node(obj, f"observed {name}", name).digest
+            tree = self._keyer.function_node(obj, LabelKind.OBSERVED.label(name), name).digest
             imports = _local_imports(self._keyer.sources, as_function_of(obj))
         except (KeyingError, AttributeError, TypeError) as exc:
             return f"{UNKEYABLE}: {exc}"
@@ -444,7 +447,7 @@ class Current:
 
 def as_function_of(obj):
     """The Python function behind a function, dispatcher or intrinsic."""
-    fn = as_function(obj)
+    fn = NUMBA_CUDA.function_of(obj)
     return fn.py_func if fn is not None else obj
 
 
@@ -534,9 +537,10 @@ class _ObservationKeyer(Keyer):
             return ("value", canonical(value))
         except Unencodable:
             pass
-        if as_function(value) is not None:
-            name = qualified_name(as_function(value).py_func)
-            return ("function", self.function_node(value, f"callee {name}", where).digest)
+        fn = self.objects.function_of(value)
+        if fn is not None:
+            label = LabelKind.CALLEE.label(qualified_name(fn.py_func))
+            return ("function", self.function_node(value, label, where).digest)
         if isinstance(value, type):
             return ("class", value.__module__, value.__qualname__)
         return None

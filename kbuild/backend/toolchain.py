@@ -10,7 +10,7 @@ import sys
 from functools import lru_cache
 from importlib import metadata
 
-from ..keying.keys import KEY_SCHEMA
+from ..keying.tree import KEY_SCHEMA
 
 # numba config values that change generated code (read at import from NUMBA_* variables).
 CODEGEN_CONFIG = ("CUDA_ENABLE_NRT", "CUDA_NRT_STATS", "CUDA_DEBUG_POLY",

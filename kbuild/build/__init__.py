@@ -20,12 +20,12 @@ from .entries import (commit, current_digests, expected, fresh_entry, launchable
                       observation_changes, observed_record)
 from .failures import (CompileFailed, CompileTimeout, forget_failure, recorded_failure,
                        remember_failure)
-from .planning import Plan, parse_archs, plan, select_specs, target_key
+from .planning import Plan, new_keyer, parse_archs, plan, select_specs, target_key
 from .row import Row
 from .run import Workers, build, default_jobs
 
 __all__ = ["CompileFailed", "CompileTimeout", "Plan", "Row", "Workers", "build", "commit",
            "compile_target", "current_digests", "default_jobs", "expected", "forget_failure",
-           "fresh_entry", "launchable", "link_target", "observation_changes", "observed_record",
-           "parse_archs", "plan", "recorded_failure", "remember_failure", "select_specs",
-           "target_key"]
+           "fresh_entry", "launchable", "link_target", "new_keyer", "observation_changes",
+           "observed_record", "parse_archs", "plan", "recorded_failure", "remember_failure",
+           "select_specs", "target_key"]

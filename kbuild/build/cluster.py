@@ -17,10 +17,8 @@ from ..config import load_config
 from ..discover import Target
 from ..errors import CompileError
 from ..execute.distributed import serve_job, worker_name
-from ..keying.keys import Keyer
-from ..sources import ProjectSources
 from .compile import compile_target
-from .planning import Plan, plan
+from .planning import Plan, new_keyer, plan
 
 
 def job_of(the_plan: Plan, target: Target) -> dict:
@@ -63,7 +61,7 @@ def _plan(root, job: dict, memo: dict) -> Plan:
     """
     if not memo:
         config = load_config(root / job["config"])
-        memo.update(config=config, plans={}, keyer=Keyer(ProjectSources(config.paths)))
+        memo.update(config=config, plans={}, keyer=new_keyer(config))
     selection = (tuple(job["names"]), tuple(job["archs"]), tuple(sorted(job["options"].items())))
     if selection not in memo["plans"]:
         the_plan = plan(memo["config"], *selection[:2], memo["keyer"])

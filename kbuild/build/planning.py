@@ -12,7 +12,9 @@ from ..backend.toolchain import codegen_config, toolchain
 from ..config import ProjectConfig, validate_arch
 from ..discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
 from ..errors import KeyingError, TargetError
-from ..keying.keys import Keyer, KeyNode
+from ..backend.objectmodel import NUMBA_CUDA
+from ..keying.keyer import Keyer
+from ..keying.tree import KeyNode
 from ..sources import ProjectSources
 
 
@@ -54,6 +56,11 @@ class Plan:
         return {n.ident: n for n in self.keyer.nodes.values() if n.ident}
 
 
+def new_keyer(config: ProjectConfig, facts_dir=None) -> Keyer:
+    """A keyer for the project's targets: its sources, and numba-cuda's object model."""
+    return Keyer(ProjectSources(config.paths, facts_dir=facts_dir), NUMBA_CUDA)
+
+
 def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = None) -> Plan:
     """Resolve the requested targets (default: all) and compute their keys.
 
@@ -66,7 +73,7 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
                                for spec in specs for sig in spec.signatures
                                for arch in (archs or spec.archs)))
     targets = [t for t in every if t.name in kernels]
-    keyer = keyer or Keyer(ProjectSources(config.paths))
+    keyer = keyer or new_keyer(config)
     keys, unkeyable = {}, {}
     for t in targets:
         try:

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .tree import LabelKind, function_name, label_kind
+
+# The labels of the functions a reason can belong to.
+_FUNCTIONS = (LabelKind.CALLEE, LabelKind.KERNEL, LabelKind.OVERLOAD)
+
 
 @dataclass(frozen=True)
 class Reason:
@@ -30,8 +35,8 @@ class Reason:
     def function(self) -> str:
         """The function whose input this is: the kernel or the innermost callee."""
         for label in reversed(self.path):
-            if label.startswith(("callee ", "kernel ", "overload ")):
-                return label.partition(" ")[2].split(" (as ", 1)[0]
+            if label_kind(label) in _FUNCTIONS:
+                return function_name(label)
         return self.path[0]
 
     @property
@@ -64,7 +69,8 @@ def _value(label: str, text: str | None) -> str:
 
 def _context(path) -> str:
     # Drop the root ("target") and the kernel's own label: explain is per target.
-    inner = [p for i, p in enumerate(path[:-1]) if i > 0 and not (i == 1 and p.startswith("kernel "))]
+    inner = [p for i, p in enumerate(path[:-1])
+             if i > 0 and not (i == 1 and label_kind(p) is LabelKind.KERNEL)]
     return " > ".join(inner)
 
 

@@ -3,7 +3,7 @@
 A target is linked (nvJitLink, link-time optimisation) from LTO-IR objects:
 its kernel's own object, and one object per (device function, argument
 types) it reaches. Each object is keyed by its function's *own* tree
-(`keys.own_digest`: callees by identity, not by body), so editing a device
+(`tree.own_digest`: callees by identity, not by body), so editing a device
 function changes the objects of that function only; every caller's object
 is reused and relinked with the new one.
 
@@ -19,21 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .encode import digest_of
-from .keys import KEY_SCHEMA, KeyNode, own_digest
+from .tree import KEY_SCHEMA, KeyNode, LabelKind, own_digest
 
 # Target inputs an object depends on besides its function; kernel options that reach NVVM.
-_CONTEXT_LABELS = ("arch", "toolchain", "config")
-_NVVM_OPTIONS = ("option fastmath", "option opt")
+_CONTEXT = (LabelKind.ARCH, LabelKind.TOOLCHAIN, LabelKind.CONFIG)
+_NVVM_OPTIONS = (LabelKind.OPTION.label("fastmath"), LabelKind.OPTION.label("opt"))
 
 
 def kernel_node(target: KeyNode) -> KeyNode:
-    (node,) = [k for k in target.children if k.label.startswith("kernel ")]
+    (node,) = [k for k in target.children if k.kind is LabelKind.KERNEL]
     return node
 
 
 def kernel_object_key(target: KeyNode) -> str:
     """The key of a target's kernel object: the target tree, the kernel by its own digest."""
-    inner = tuple((k.label, own_digest(k) if k.label.startswith("kernel ") else k.digest)
+    inner = tuple((k.label, own_digest(k) if k.kind is LabelKind.KERNEL else k.digest)
                   for k in target.children)
     return digest_of(("kernel-object", KEY_SCHEMA, inner))
 
@@ -42,7 +42,7 @@ def link_context(target: KeyNode) -> str:
     """What a device function's object shares with the kernel that links it: the arch,
     the toolchain, numba's codegen config and the kernel's NVVM options (numba compiles
     callees with the kernel's options)."""
-    shared = [(k.label, k.digest) for k in target.children if k.label in _CONTEXT_LABELS]
+    shared = [(k.label, k.digest) for k in target.children if k.kind in _CONTEXT]
     shared += [(k.label, k.digest) for k in kernel_node(target).children
                if k.label in _NVVM_OPTIONS]
     return digest_of(("link-context", KEY_SCHEMA, tuple(shared)))

@@ -1,6 +1,6 @@
 """What a compile actually consulted: observation records, full keys, explanations.
 
-The static key (`keys.Keyer.target_node`) is a fast first check built from the
+The static key (`keyer.Keyer.target_node`) is a fast first check built from the
 source. While a target is typed and lowered, the backend (`backend/observe.py`)
 records every dependency numba resolved - globals and module attributes it froze,
 Python functions it interpreted or ran at typing time (device functions,
@@ -26,6 +26,7 @@ import types as pytypes
 from dataclasses import dataclass
 
 from .encode import Unencodable, digest_of
+from .interfaces import ObjectModel
 from .values import canonical
 
 RECORD_VERSION = 1
@@ -166,10 +167,11 @@ def display_name(kind: Kind, name: str) -> str:
     return name.replace(":", ".", 1) if kind is Kind.GLOBAL else name
 
 
-def value_form(value):
+def value_form(value, objects: ObjectModel):
     """What a frozen global's value is keyed by: its content, or for a function, class or
-    dispatcher its name (numba's use of its content is observed on its own). Raises
-    `Unencodable` for anything else."""
+    compiler object (a dispatcher, a declared extern: `ObjectModel.named_form`) its name
+    (numba's use of its content is observed on its own). Raises `Unencodable` for
+    anything else."""
     if isinstance(value, type) and issubclass(value, enum.Enum):
         # The members numba reads (`Mode.FAST`) are observed one by one; the class gives
         # their names and value types (numba's EnumClass type), not their values.
@@ -180,25 +182,18 @@ def value_form(value):
         return ("value", canonical(value))
     except Unencodable:
         pass
-    py_func = getattr(value, "py_func", None)
-    if isinstance(py_func, pytypes.FunctionType):
-        # A dispatcher compiled eagerly (`@cuda.jit("float32(float32)", device=True)`) is
-        # typed by its declared signatures, which are not in its body.
-        eager = () if getattr(value, "_can_compile", True) else tuple(
-            sorted(str(sig) for sig in getattr(value, "nopython_signatures", ())))
-        return ("function", py_func.__module__, py_func.__qualname__, eager)
-    if type(value).__name__ == "ExternFunction" and hasattr(value, "sig"):
-        # `cuda.declare_device`: its name and signature; its link files are observed too.
-        return ("extern", str(value.name), str(value.sig))
+    named = objects.named_form(value)
+    if named is not None:
+        return named
     if isinstance(value, (pytypes.FunctionType, pytypes.BuiltinFunctionType, type)):
         return ("named", str(getattr(value, "__module__", "")), value.__qualname__)
     raise Unencodable(value)
 
 
-def value_digest(value) -> str:
+def value_digest(value, objects: ObjectModel) -> str:
     """A frozen value's digest; `unkeyable: TYPE` when it has no content-only form."""
     try:
-        return digest_of(value_form(value))
+        return digest_of(value_form(value, objects))
     except Unencodable:
         return f"{UNKEYABLE}: a {type(value).__module__}.{type(value).__qualname__}"
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import enum
 import re
 import types as pytypes
+from typing import NoReturn
 
 import numpy as np
 from numba.core import types as nbtypes
 
+from ..errors import KeyingError
 from .encode import Unencodable, digest_of, encode
 
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
@@ -155,3 +157,8 @@ def summary(value) -> str:
     if isinstance(value, type):
         return f"class {value.__qualname__}"
     return type(value).__name__
+
+
+def cannot_key(where: str, what: str) -> NoReturn:
+    """Refuse a value that has no content form, naming where it was read and what it is."""
+    raise KeyingError(f"{where}: {what} cannot be keyed by content")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..keying.explain import Reason, diff
+from ..keying.tree import LabelKind, function_name, label_kind
 from .local import Store, is_object
 
 
@@ -148,7 +149,7 @@ def _changed_callee(reason: Reason) -> str | None:
     # A changed input inside a callee's tree is that callee's; an added or removed one is
     # the function that gained or lost it (the one above it in the path).
     path = reason.path if reason.change == "changed" else reason.path[:-1]
-    callees = [label for label in path if label.startswith("callee ")]
+    callees = [label for label in path if label_kind(label) is LabelKind.CALLEE]
     if not callees:
         return None
-    return callees[-1][len("callee "):].split(" (as ", 1)[0]
+    return function_name(callees[-1])

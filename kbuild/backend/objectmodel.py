@@ -1,0 +1,96 @@
+"""numba-cuda's objects as keying sees them: `keying.interfaces.ObjectModel` for numba-cuda.
+
+Every attribute keying needs of numba's objects is read here, and nowhere in keying:
+a dispatcher's `py_func` and `targetoptions`, the simulator's `FakeCUDAKernel`
+(`fn`, `_device`: NUMBA_ENABLE_CUDASIM keeps no options, `simopts` reads them back),
+a user `@intrinsic`'s `_defn`, `cuda.declare_device`'s `ExternFunction`, a `link=`
+item's `path` or `data`, an eagerly compiled dispatcher's `nopython_signatures`, and
+numba's typing registries (`registry`). Another backend
+implements the same interface in a module of its own and hands it to the `Keyer`.
+"""
+
+from __future__ import annotations
+
+import types as pytypes
+
+from numba.core import types as nbtypes
+
+from ..keying.interfaces import DeclaredFunction, Function, LinkedCode, Role
+
+
+class NumbaCudaObjects:
+    """`ObjectModel` for numba-cuda's dispatchers, its simulator, intrinsics and externs."""
+
+    def function_of(self, obj) -> Function | None:
+        py_func = getattr(obj, "py_func", None)
+        if isinstance(py_func, pytypes.FunctionType) and hasattr(obj, "targetoptions"):
+            options = dict(obj.targetoptions)
+            return Function(py_func, options, Role.DEVICE if options.get("device") else Role.KERNEL)
+        fn = getattr(obj, "fn", None)
+        if isinstance(fn, pytypes.FunctionType) and hasattr(obj, "_device"):
+            # numba's simulator (NUMBA_ENABLE_CUDASIM): FakeCUDAKernel. Its options are
+            # read back from its decorator when it is keyed (`options_of`).
+            return Function(fn, None, Role.DEVICE if obj._device else Role.KERNEL)
+        defn = getattr(obj, "_defn", None)
+        if isinstance(defn, pytypes.FunctionType):
+            return Function(defn, {}, Role.FUNCTION)  # a user @intrinsic
+        if isinstance(obj, pytypes.FunctionType):
+            return Function(obj, {}, Role.FUNCTION)
+        return None
+
+    def options_of(self, obj) -> dict:
+        from .simopts import options_for
+
+        return dict(options_for(obj))
+
+    def declared_function(self, value) -> DeclaredFunction | None:
+        cls = type(value)
+        if not (cls.__name__ == "ExternFunction" and cls.__module__.startswith("numba")
+                and hasattr(value, "sig") and hasattr(value, "name")):
+            return None
+        from .registry import extern_link_files
+
+        sig = value.sig
+        return DeclaredFunction(value.name, tuple(sig.args), sig.return_type, str(sig),
+                                tuple(extern_link_files(value)))
+
+    def record_of(self, value):
+        if not isinstance(value, nbtypes.Type):
+            return None
+        record = value if isinstance(value, nbtypes.Record) else getattr(value, "dtype", None)
+        return record if isinstance(record, nbtypes.Record) else None
+
+    def linked_item(self, item) -> str | LinkedCode | None:
+        path = item if isinstance(item, str) else getattr(item, "path", None)
+        if isinstance(path, str):
+            return path
+        data = getattr(item, "data", None)  # numba-cuda's LinkableCode: PTXSource, Cubin, ...
+        if isinstance(data, (bytes, str)):
+            return LinkedCode(type(item).__name__, data)
+        return None
+
+    def overloads_of(self, func) -> list:
+        from .registry import overload_implementations
+
+        return overload_implementations(func)
+
+    def known_to_compiler(self, value) -> bool:
+        from .registry import known_to_numba
+
+        return known_to_numba(value)
+
+    def named_form(self, value) -> tuple | None:
+        py_func = getattr(value, "py_func", None)
+        if isinstance(py_func, pytypes.FunctionType):
+            # A dispatcher compiled eagerly (`@cuda.jit("float32(float32)", device=True)`) is
+            # typed by its declared signatures, which are not in its body.
+            eager = () if getattr(value, "_can_compile", True) else tuple(
+                sorted(str(sig) for sig in getattr(value, "nopython_signatures", ())))
+            return ("function", py_func.__module__, py_func.__qualname__, eager)
+        if type(value).__name__ == "ExternFunction" and hasattr(value, "sig"):
+            # `cuda.declare_device`: its name and signature; its link files are observed too.
+            return ("extern", str(value.name), str(value.sig))
+        return None
+
+
+NUMBA_CUDA = NumbaCudaObjects()

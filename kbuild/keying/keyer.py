@@ -1,0 +1,379 @@
+"""The keyer: builds a target's key tree (see `tree` for what goes into it).
+
+`Keyer` keys a kernel and, transitively, every function it reaches, each once per
+process; it asks `Sources` for side effects and an `ObjectModel` what the compiler's
+objects are (`interfaces`), finds what each function reads with `references`, and
+fingerprints bytecode with `bytecode`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from . import normalize
+from ..errors import KeyingError
+from .bytecode import code_canonical, code_fingerprint
+from .encode import Unencodable, digest_of, encode
+from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
+from .references import LibraryRef, function_def, referenced_values, remembered
+from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
+    record_label
+from .values import canonical, cannot_key, summary, type_canonical
+
+# Decorator options that never change the compiled code.
+_IGNORED_OPTIONS = frozenset({"cache"})
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+
+
+def qualified_name(func) -> str:
+    return f"{func.__module__}:{func.__qualname__}"
+
+
+class Keyer:
+    """Builds key trees, remembering every function it has keyed in this process."""
+
+    def __init__(self, sources: Sources, objects: ObjectModel):
+        self._sources = self.sources = sources
+        self._objects = self.objects = objects
+        self._memo: dict = {}
+        self._stack: list = []
+        self.device_functions: list = []  # dispatchers reached as callees, for the compiler
+        self.stable_ids: dict = {}  # py_func -> a number from its identity, for symbol names
+        self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
+        self._ids_taken: set = set()
+        self._contained_callees: list = []  # see `_contents`
+        self._bodies: dict = {}  # body digest -> py_func, for `body_text`
+
+    def body_text(self, body_digest: str) -> str | None:
+        """The source of a body this keyer keyed as `body_digest`, normalized for reading
+        (`normalize.readable_source`), or None. For display only: it keys nothing."""
+        py_func = self._bodies.get(body_digest)
+        try:
+            found = py_func and function_def(self._sources, py_func)
+        except KeyingError:  # the file changed since it was imported
+            return None
+        return normalize.readable_source(found[0]) if found else None
+
+    def target_node(self, kernel, kernel_name: str, argtypes, signature_text: str,
+                    arch: str, toolchain: dict, config: dict) -> KeyNode:
+        """The key tree of one target (kernel x signature x arch)."""
+        fn = self._objects.function_of(kernel)
+        if fn is None or fn.role is not Role.KERNEL:
+            raise KeyingError(f"target '{kernel_name}' is not a numba-cuda kernel")
+        kernel_node = self.function_node(kernel, LabelKind.KERNEL.label(kernel_name),
+                                         kernel_name)
+        return branch(LabelKind.TARGET.label(), kernel_name, [
+            kernel_node,
+            signature_node(argtypes, signature_text, self._objects),
+            leaf(LabelKind.ARCH.label(), arch, arch),
+            branch(LabelKind.TOOLCHAIN.label(), "",
+                   [leaf(k, v, str(v)) for k, v in toolchain.items()]),
+            branch(LabelKind.CONFIG.label(), "",
+                   [leaf(k, canonical(v), summary(v)) for k, v in config.items()]),
+        ])
+
+    def function_node(self, obj, label: str, where: str) -> KeyNode:
+        """The key tree of a kernel, device function or jitable function."""
+        fn = self._objects.function_of(obj)
+        if fn.options is None:
+            fn.options = dict(self._objects.options_of(obj))
+        memo_key = (label, obj)
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        if any(f is fn.py_func for f in self._stack):
+            # Recursion: refer to the function by name; its content is keyed above.
+            return leaf(label, ("recursive", qualified_name(fn.py_func)), "recursive")
+        if fn.role is not Role.FUNCTION and label_kind(label) is not LabelKind.KERNEL \
+                and not any(d is obj for d in self.device_functions):
+            self.device_functions.append(obj)
+        self._stack.append(fn.py_func)
+        try:
+            node = self._function_tree(fn, label, where)
+        finally:
+            self._stack.pop()
+        number = self._assign_stable_id(fn.py_func, _identity(fn.py_func, node))
+        if number is not None and _compiled_apart(fn):
+            node = replace(node, ident=f"{qualified_name(fn.py_func)}${number}")
+        self._memo[memo_key] = node
+        self.nodes.setdefault(fn.py_func, node)
+        return node
+
+    def _assign_stable_id(self, py_func, identity: str) -> int | None:
+        # numba numbers every function it compiles and mangles the number into symbol
+        # names. A number from the function's identity (name, closure, defaults) makes
+        # those names independent of build order, and keeps them when only the body
+        # changes, so objects compiled against a callee still link with its new version.
+        # Two distinct functions with one identity keep numba's own numbering.
+        if py_func in self.stable_ids:
+            return self.stable_ids[py_func]
+        number = int(identity[:12], 16) + (1 << 48)
+        if number in self._ids_taken:
+            return None
+        self._ids_taken.add(number)
+        self.stable_ids[py_func] = number
+        return number
+
+    def _function_tree(self, fn: Function, label: str, where: str) -> KeyNode:
+        py_func = fn.py_func
+        name = qualified_name(py_func)
+        keep_positions = bool(fn.options.get("lineinfo") or fn.options.get("debug"))
+        children = [self._body(py_func, keep_positions, where, fn.role is Role.KERNEL)]
+        children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
+                     if k not in _IGNORED_OPTIONS]
+        children += self._references(py_func, where)
+        if fn.role is Role.FUNCTION:
+            # A stub whose @overload implementations are what numba compiles for it.
+            children += [self.function_node(impl, LabelKind.OVERLOAD.label(qualified_name(impl)),
+                                            where)
+                         for impl in self._objects.overloads_of(py_func)]
+        if keep_positions:
+            path = _relative_file(py_func)
+            children.append(leaf(LabelKind.FILE.label(), path, path))
+        return branch(label, name, children)
+
+    def _body(self, py_func, keep_positions: bool, where: str, kernel: bool) -> KeyNode:
+        # A kernel is launched with positional arguments only: their names are not code.
+        kind = f"ast{int(keep_positions)}{'k' if kernel else ''}"
+        tree = remembered(self._sources, py_func, kind,
+                          lambda: _normalized_digest(self._sources, py_func, keep_positions,
+                                                     kernel))
+        body = LabelKind.BODY.label()
+        if tree is not None:
+            # numba compiles the bytecode, not the source: key both, so source read
+            # back from a file edited after import (or `python -O`) can't pass for it.
+            node = leaf(body, (tree, code_fingerprint(py_func.__code__, where)),
+                        "source with line numbers" if keep_positions else "source")
+            self._bodies[node.digest] = py_func
+            _offer_body_text(self._sources, node.digest, lambda: self.body_text(node.digest))
+            return node
+        # No parsable source (a lambda, exec'd code): key the bytecode instead.
+        code = py_func.__code__
+        if keep_positions:  # the line table ends up in the binary
+            return leaf(body, (code_canonical(code, where), code.co_firstlineno,
+                               code.co_linetable), "bytecode with line numbers")
+        return leaf(body, code_canonical(code, where), "bytecode")
+
+    def _option(self, name, value, where) -> KeyNode:
+        if name == "link":
+            value = tuple(self._link_item(item, where) for item in (value or ()))
+        elif name == "extensions":
+            value = tuple(_extern_name(e) or cannot_key(where, f"option extensions item {e!r}")
+                          for e in (value or ()))
+        try:
+            return leaf(LabelKind.OPTION.label(name), canonical(value), summary(value))
+        except Unencodable as exc:
+            raise KeyingError(f"{where}: option '{name}' has a value of type "
+                              f"{exc.type_name} that kbuild cannot key") from None
+
+    def _link_item(self, item, where):
+        linked = self._objects.linked_item(item)
+        if isinstance(linked, str):
+            try:
+                return ("file", linked.rsplit("/", 1)[-1], self._sources.file_digest(linked))
+            except OSError as exc:
+                raise KeyingError(f"{where}: link file {linked} cannot be read "
+                                  f"({exc.strerror}); restore it or fix the link= path") \
+                    from None
+        if isinstance(linked, LinkedCode):
+            return ("code", linked.kind, digest_of(linked.data))
+        cannot_key(where, f"linked item of type {type(item).__name__}")
+
+    def _references(self, py_func, where: str) -> list[KeyNode]:
+        refs, bindings = [], {}
+        for kind, name, value in referenced_values(py_func, self._sources, self._objects):
+            refs.append(self._reference(kind, name, value, where))
+            label = refs[-1][1].label
+            # Device functions held in a tuple, list or dict the value is made of.
+            refs += [(name, node) for node in self._contained_callees]
+            self._contained_callees = []
+            if label_kind(label) is LabelKind.CALLEE:
+                callee = label_name(label)
+                # Which name reaches which function: swapping `sq as f, cube as g` to
+                # `cube as f, sq as g` changes no body and no callee, only this.
+                label = kind.label(name)
+                bindings[label] = leaf(label, ("calls", callee), callee)
+        return _disambiguate(refs) + list(bindings.values())
+
+    def _callee(self, value) -> Function | None:
+        """`value` as a function keyed as a callee (by its tree), else None."""
+        fn = self._objects.function_of(value)
+        if fn is not None and (fn.role is not Role.FUNCTION or self._is_project_object(fn.py_func)):
+            return fn
+        return None
+
+    def _reference(self, kind: LabelKind, name: str, value, where: str):
+        fn = self._callee(value)
+        if fn is not None:
+            callee_label = LabelKind.CALLEE.label(qualified_name(fn.py_func))
+            return name, self.function_node(value, callee_label, where)
+        label = kind.label(name)
+        declared = self._objects.declared_function(value)
+        if declared is not None:
+            return name, self._declared_function(label, declared)
+        if self._objects.record_of(value) is not None:
+            return name, _type_node(label, value, self._objects)
+        if isinstance(value, LibraryRef):
+            return name, leaf(label, ("library", value.module, value.path),
+                              f"{value.module}.{value.path}")
+        try:
+            return name, leaf(label, canonical(value), summary(value))
+        except Unencodable:
+            pass
+        if isinstance(value, _CONTAINERS):
+            callees: list = []
+            contents = self._contents(value, f"{kind.value} '{name}'", where, callees)
+            self._contained_callees = callees  # taken by `_references` right away
+            return name, leaf(label, contents, summary(value))
+        extern = _extern_name(value)
+        if extern is not None and not self._is_project_object(value):
+            return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
+        if isinstance(value, type) and self._is_project_object(value):
+            return name, self._project_class(label, value, where)
+        raise KeyingError(
+            f"{where}: {kind.value} '{name}' is a {type(value).__module__}."
+            f"{type(value).__qualname__}, which kbuild cannot key by content; "
+            "make it a number, string, tuple, numpy array or dtype, enum, "
+            "or a device function")
+
+    def _contents(self, value, what: str, where: str, callees: list):
+        """A container by content, device functions in it as calls (their trees become
+        the function's callees, as when a function is named directly)."""
+        fn = self._callee(value)
+        if fn is not None:
+            name = qualified_name(fn.py_func)
+            callees.append(self.function_node(value, LabelKind.CALLEE.label(name), where))
+            return ("calls", name)
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__,
+                    tuple(self._contents(v, what, where, callees) for v in value))
+        if isinstance(value, (set, frozenset)):
+            return (type(value).__name__, tuple(sorted(
+                (self._contents(v, what, where, callees) for v in value), key=encode)))
+        if isinstance(value, dict):
+            return ("dict", tuple(sorted(((self._contents(k, what, where, callees),
+                                           self._contents(v, what, where, callees))
+                                          for k, v in value.items()), key=encode)))
+        try:
+            return canonical(value)
+        except Unencodable:
+            pass
+        extern = _extern_name(value)
+        if extern is not None and not self._is_project_object(value):
+            return ("extern",) + extern
+        raise KeyingError(
+            f"{where}: {what} holds a {type(value).__module__}.{type(value).__qualname__}, "
+            "which kbuild cannot key by content; hold numbers, strings, tuples, numpy "
+            "arrays or dtypes, enums or device functions in it instead")
+
+    def _project_class(self, label, cls, where) -> KeyNode:
+        """A class of the project's (a numba extension type, say) by its module's whole source.
+
+        What numba compiles for it lives in typing and lowering functions registered
+        elsewhere (`@type_callable`, `@lower`, `@overload_method`), usually beside the
+        class; keying the whole module is coarse but never misses those.
+        """
+        module = sys.modules.get(cls.__module__)
+        path = getattr(module, "__file__", None)
+        if not path:
+            cannot_key(where, f"class {cls.__qualname__} (no source file)")
+        value = ("project-class", cls.__module__, cls.__qualname__,
+                 self._sources.file_digest(path))
+        return leaf(label, value, f"class {cls.__qualname__} (module {cls.__module__} source)")
+
+    def _declared_function(self, label, declared) -> KeyNode:
+        """A declared extern function: its name, signature and linked files by content."""
+        files = tuple(sorted(self._link_item(path, label) for path in declared.link_files))
+        value = ("extern-function", declared.name,
+                 tuple(type_canonical(a) for a in declared.argtypes),
+                 type_canonical(declared.restype), files)
+        return leaf(label, value, f"declare_device {declared.name}{declared.signature_text}")
+
+    def _is_project_object(self, value) -> bool:
+        module = getattr(value, "__module__", None)
+        return isinstance(module, str) and self._sources.is_project_module(module)
+
+
+def _identity(py_func, node: KeyNode) -> str:
+    """What tells one function from another, whatever its body: its qualified name and the
+    values it closes over or takes as defaults (a closure factory's products differ)."""
+    captured = tuple((k.label, k.digest) for k in node.children
+                     if k.kind in (LabelKind.CLOSURE, LabelKind.DEFAULT))
+    return digest_of(("identity", qualified_name(py_func), captured))
+
+
+def _compiled_apart(fn: Function) -> bool:
+    """Whether numba compiles calls to `fn` as calls into a library of its own.
+
+    A device function is, unless inlined at numba IR level (inline="always"); jitable
+    functions and @overload implementations are left inside their caller's object.
+    """
+    return fn.role is Role.DEVICE and fn.options.get("inline", "never") in ("never", False, None)
+
+
+def _offer_body_text(sources, body_digest: str, render) -> None:
+    """Hand a body's readable source (`render()`, called only if it is not kept yet) to
+    sources that keep it for `kbuild explain` (`ProjectSources.keep_body_text`)."""
+    keep = getattr(sources, "keep_body_text", None)
+    if keep is not None:
+        keep(body_digest, render)
+
+
+def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool) -> str | None:
+    found = function_def(sources, py_func)
+    if found is None:
+        return None
+    fdef, first_line = found
+    return digest_of(normalize.normalized_ast(fdef, keep_positions=keep_positions,
+                                              first_line=first_line, positional_args=kernel))
+
+
+def signature_node(argtypes, signature_text: str, objects: ObjectModel) -> KeyNode:
+    """Argument types by content; records get one child per field for explanations."""
+    return branch(LabelKind.SIGNATURE.label(), signature_text,
+                  [_type_node(LabelKind.ARGUMENT.label(i), t, objects)
+                   for i, t in enumerate(argtypes, 1)])
+
+
+def _type_node(label, t, objects: ObjectModel) -> KeyNode:
+    """A numba type by content; a record (or an array of records) with one child per field."""
+    record = objects.record_of(t)
+    if record is not None:
+        kids = [leaf(LabelKind.FIELD.label(n), (canonical(f.type), f.offset),
+                     f"{f.type} @{f.offset}")
+                for n, f in record.fields.items()]
+        kids.append(leaf(LabelKind.LAYOUT.label(), canonical(t),
+                         f"size {record.size}, aligned {record.aligned}, "
+                         f"fields {', '.join(record.fields)}"))
+        return branch(record_label(label), str(t), kids)
+    return leaf(label, canonical(t), str(t))
+
+
+def _disambiguate(refs) -> list[KeyNode]:
+    """One node per label; one function reached under two names with two contents gets both."""
+    by_label: dict[str, list] = {}
+    for name, node in refs:
+        by_label.setdefault(node.label, []).append((name, node))
+    out = []
+    for label, items in by_label.items():
+        distinct = {node.digest for _, node in items}
+        if len(distinct) == 1:
+            out.append(items[0][1])
+            continue
+        for name, node in items:
+            out.append(KeyNode(reached_as(label, name), node.summary, node.digest, node.children))
+    return out
+
+
+def _extern_name(value):
+    """(module, qualified name) of an object keyed by its name, or None."""
+    module = getattr(value, "__module__", None)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    if isinstance(module, str) and isinstance(name, str):
+        return module, name
+    return None
+
+
+def _relative_file(py_func) -> str:
+    # Only the module path: absolute paths never enter a key.
+    return py_func.__module__.replace(".", "/") + ".py"
