@@ -631,23 +631,13 @@ def cmd_gc(args) -> int:
 
 
 def _over_limit(project, max_size, keep, result) -> dict:
-    """Whether gc left the store over `max_size`, and what it was not allowed to evict:
-    the current targets' entries and the objects they link from, with their blobs' bytes."""
-    over = max_size is not None and result["bytes"] > max_size
-    if not over:
+    """Whether gc left the store over `max_size`, and what it was not allowed to evict."""
+    from .store.maintenance import pinned
+
+    if max_size is None or result["bytes"] <= max_size:
         return {"over_limit": False, "pinned_entries": 0, "pinned_bytes": 0}
-    store, pinned, blobs = project.store, set(), set()
-    for key in keep:
-        manifest = store.lookup(key)
-        if manifest is None:
-            continue
-        objects = (manifest.get("link") or {}).get("objects", ())
-        for entry_key, entry in [(key, manifest)] + [(k, store.lookup(k)) for k in objects]:
-            if entry is not None:
-                pinned.add(entry_key)
-                blobs.update(entry["artifacts"].values())
-    size = sum(store.blob_path(b).stat().st_size for b in blobs if store.blob_path(b).is_file())
-    return {"over_limit": True, "max_size": max_size, "pinned_entries": len(pinned),
+    entries, size = pinned(project.store, keep)
+    return {"over_limit": True, "max_size": max_size, "pinned_entries": entries,
             "pinned_bytes": size}
 
 
