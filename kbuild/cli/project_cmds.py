@@ -30,30 +30,37 @@ def cmd_build(args) -> int:
         project.store.check_root()  # before keying imports numba and the project
     start = time.perf_counter()
     the_plan = project.plan(args.targets, archs)
-    jobs = args.jobs if args.jobs else default_jobs()
     report = BuildReport(args, the_plan, project.store)
     try:
-        rows = project.build(args.targets, archs, keep_going=args.keep_going, jobs=jobs,
-                             progress=report, separate=not args.whole_program,
-                             executor=executor, **_failure_settings(args))
+        rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
+                             executor=executor, **_settings(args, args.jobs or default_jobs()))
     except KeyboardInterrupt:
         # Finished rows are committed; what was compiling is dropped, its locks released.
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
     if max_size is not None and not args.read_only:
-        from ..store.maintenance import gc
-
-        gc(project.store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
+        _evict(project.store, max_size, the_plan)
     return report.finish(rows, time.perf_counter() - start)
+
+
+def _evict(store, max_size: int, the_plan) -> None:
+    """`build --max-size`: gc down to `max_size`, keeping what was just built."""
+    from ..store.maintenance import gc
+
+    gc(store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
+
+
+def _settings(args, jobs: int) -> dict:
+    """`Project.build`'s settings from the options build and watch share."""
+    return {"jobs": jobs, "separate": not args.whole_program,
+            "target_timeout": args.target_timeout, "retry_failed": args.retry_failed}
 
 
 def cmd_watch(args) -> int:
     """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
     A round that fails (a config error, a module that does not import) is reported and
     the watch goes on; every round keeps going past failed targets."""
-    from ..backend.compiler import prepare
     from ..build import default_jobs, parse_archs
     from ..discover import forget_project_modules
-    from ..watch import snapshot, wait_for_change
 
     archs = parse_archs(args.arch)
     jobs = args.jobs or default_jobs()
@@ -64,37 +71,32 @@ def cmd_watch(args) -> int:
             rounds += 1
             if args.rounds is not None and rounds >= args.rounds:
                 return EXIT_OK
-            seen = snapshot(roots, extra)
-            print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)
-            _, what = wait_for_change(roots, extra, seen, idle=[prepare])
-            print(f"changed: {', '.join(os.path.relpath(p) for p in what[:5])}"
-                  + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
+            _wait_for_a_save(roots, extra)
             forget_project_modules()
     except KeyboardInterrupt:
         error("interrupted")
         return EXIT_INTERRUPTED
 
 
+def _wait_for_a_save(roots, extra) -> None:
+    """Wait until a file under `roots`, or one of `extra`, changes; say which."""
+    from ..backend.compiler import prepare
+    from ..watch import snapshot, wait_for_change
+
+    seen = snapshot(roots, extra)
+    print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)
+    _, what = wait_for_change(roots, extra, seen, idle=[prepare])
+    print(f"changed: {', '.join(os.path.relpath(p) for p in what[:5])}"
+          + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
+
+
 def _watch_round(args, archs, jobs):
     """One build; (the folders and files to watch for the next one)."""
-    from ..config import find_config
-    from ..project import open_project
-
-    start = time.perf_counter()
     try:
-        project = remember(args, open_project(args.config, args.store))
-        project.store.warnings.clear()
-        the_plan = project.plan(args.targets, archs)
-        report = BuildReport(args, the_plan, project.store)
-        rows = project.build(args.targets, archs, keep_going=True, jobs=jobs, progress=report,
-                             separate=not args.whole_program, **_failure_settings(args))
-        report.finish(rows, time.perf_counter() - start)
-        roots, extra = project.config.paths, [project.config.path]
+        roots, extra = _watched_build(args, archs, jobs)
     except KbuildError as exc:
         error(str(exc))
-        config = args.config or _nearest_config(find_config)
-        roots, extra = [os.path.dirname(os.path.abspath(config)) if config else os.getcwd()], \
-            [config] if config else []
+        roots, extra = _config_folder(args)
     flush_warnings(args)
     if getattr(args, "_store", None) is not None:
         args._store.warnings.clear()
@@ -102,16 +104,35 @@ def _watch_round(args, archs, jobs):
     return roots, extra
 
 
+def _watched_build(args, archs, jobs):
+    """A watch round's build; (the project's folders, [its kbuild.toml])."""
+    from ..project import open_project
+
+    start = time.perf_counter()
+    project = remember(args, open_project(args.config, args.store))
+    project.store.warnings.clear()
+    the_plan = project.plan(args.targets, archs)
+    report = BuildReport(args, the_plan, project.store)
+    rows = project.build(args.targets, archs, keep_going=True, progress=report,
+                         **_settings(args, jobs))
+    report.finish(rows, time.perf_counter() - start)
+    return project.config.paths, [project.config.path]
+
+
+def _config_folder(args):
+    """What a round that could not build watches: the kbuild.toml's folder, and the file."""
+    from ..config import find_config
+
+    config = args.config or _nearest_config(find_config)
+    return [os.path.dirname(os.path.abspath(config)) if config else os.getcwd()], \
+        [config] if config else []
+
+
 def _nearest_config(find_config):
     try:
         return str(find_config())
     except KbuildError:
         return None
-
-
-def _failure_settings(args) -> dict:
-    """`Project.build`'s `target_timeout` and `retry_failed` from build/watch options."""
-    return {"target_timeout": args.target_timeout, "retry_failed": args.retry_failed}
 
 
 def _remote_and_executor(args, project):
@@ -253,13 +274,17 @@ def cmd_keys(args) -> int:
     if args.json:
         print_json({"targets": rows + failed, "digest": combined})
     else:
-        for r in rows:
-            print(f"{r['key']}  {r['target']} {r['signature']} {r['arch']}")
-        for r in failed:
-            print(f"{RowStatus.FAILED:32}  {r['target']} {r['signature']} {r['arch']}: "
-                  f"{r['error']}")
-        print(f"digest {combined or '(none: a target failed)'}")
+        _print_keys(rows, failed, combined)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_keys(rows, failed, combined) -> None:
+    for r in rows:
+        print(f"{r['key']}  {r['target']} {r['signature']} {r['arch']}")
+    for r in failed:
+        print(f"{RowStatus.FAILED:32}  {r['target']} {r['signature']} {r['arch']}: "
+              f"{r['error']}")
+    print(f"digest {combined or '(none: a target failed)'}")
 
 
 # -- graph, show and bundle ---------------------------------------------------------------------

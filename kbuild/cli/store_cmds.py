@@ -19,13 +19,7 @@ def cmd_gc(args) -> int:
 
     project = remember(args, open_project(args.config, args.store))
     max_size = max_size_of(args, project)
-    try:
-        the_plan = project.plan()
-        keep = [the_plan.keys[t].digest for t in the_plan.targets]
-    except KbuildError as exc:
-        # A project that does not import still gets its store bounded; say what is unprotected.
-        project.store.warnings.append(f"current keys unknown ({exc}); no entry is protected")
-        keep = []
+    keep = _current_keys(project)
     result = gc(project.store, max_size, keep)
     result.update(_over_limit(project, max_size, keep, result))
     if args.json:
@@ -34,6 +28,17 @@ def cmd_gc(args) -> int:
     else:
         _print_gc(result)
     return EXIT_OK
+
+
+def _current_keys(project) -> list[str]:
+    """The keys gc keeps: the project's current targets' (none, with a warning, when the
+    project does not import: its store still gets bounded)."""
+    try:
+        the_plan = project.plan()
+    except KbuildError as exc:
+        project.store.warnings.append(f"current keys unknown ({exc}); no entry is protected")
+        return []
+    return [the_plan.keys[t].digest for t in the_plan.targets]
 
 
 def _over_limit(project, max_size, keep, result) -> dict:
