@@ -39,7 +39,7 @@ def decoded_source(data: bytes) -> str:
 
 
 class ProjectSources:
-    """`keys.Sources` for a project whose import roots are `roots` (absolute paths).
+    """`keying.interfaces.Sources` for a project whose import roots are `roots` (absolute paths).
 
     A module is the project's when its file lies under a root and not inside an
     installed package (site-packages), so device functions in libraries are

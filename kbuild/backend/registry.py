@@ -1,6 +1,6 @@
 """What numba's registries hold for a function: the look-ups keying needs, behind the backend.
 
-Keying asks these through its `Sources` (see `sources.ProjectSources`), so the
+Keying asks these through its `ObjectModel` (see `backend.objectmodel`), so the
 keying core names no numba internals beyond its type objects.
 """
 

@@ -51,7 +51,7 @@ class KeptFacts:
 
         The digest catches damage, not forgery. What the facts could hide is guarded
         apart: the names a function reads are checked against its bytecode
-        (`keys._load_chains`), and its body's key holds the bytecode fingerprint beside
+        (`references._load_chains`), and its body's key holds the bytecode fingerprint beside
         the syntax tree digest.
         """
         path = self.dir / f"{source}.json"

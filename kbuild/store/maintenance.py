@@ -188,3 +188,20 @@ def _recent_builds(store: Store) -> list[dict]:
         if isinstance(item, dict):
             out.append(item)
     return out
+
+
+def pinned(store: Store, keep) -> tuple[int, int]:
+    """What gc may not evict while it keeps the entries `keep`: those entries and the
+    objects they link from, as (how many entries, the bytes of the blobs they name)."""
+    entries, blobs = set(), set()
+    for key in keep:
+        manifest = store.lookup(key)
+        if manifest is None:
+            continue
+        objects = (manifest.get("link") or {}).get("objects", ())
+        for entry_key, entry in [(key, manifest)] + [(k, store.lookup(k)) for k in objects]:
+            if entry is not None:
+                entries.add(entry_key)
+                blobs.update(entry["artifacts"].values())
+    size = sum(store.blob_path(b).stat().st_size for b in blobs if store.blob_path(b).is_file())
+    return len(entries), size

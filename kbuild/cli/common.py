@@ -1,0 +1,92 @@
+"""What every command shares: exit codes, the usage error, printing, and opening the
+project or the store a command line names.
+
+Commands import the layers below lazily, inside the function that needs them, so
+that `kbuild --help` and a no-op build start without numba or the store.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import KbuildError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+class UsageError(KbuildError):
+    """The command line itself is wrong (argparse's complaint)."""
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=1, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def error(message: str) -> None:
+    print(f"kbuild: error: {message}", file=sys.stderr)
+
+
+def size(n: int) -> str:
+    """Bytes for a person: '512 B', '1.5 KiB', ... up to GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def warnings(args) -> list[str]:
+    """The warnings of the store the command opened, each once, in the order given."""
+    store = getattr(args, "_store", None)
+    return list(dict.fromkeys(store.warnings)) if store is not None else []
+
+
+def flush_warnings(args) -> None:
+    for message in warnings(args):
+        print(f"kbuild: warning: {message}", file=sys.stderr)
+
+
+def remember(args, project):
+    """Note the project's store on `args`, whose warnings the command prints at its end."""
+    args._store = project.store
+    return project
+
+
+def store_only(args, read_only: bool = False):
+    """The store a command names, for commands that need no project (cat, import, stats).
+
+    A kbuild.toml is read only for its `store` setting; a broken or missing one is
+    no obstacle when --store says where the store is.
+    """
+    from ..config import default_store, load_config
+    from ..errors import ConfigError
+    from ..store.local import Store
+
+    try:
+        cfg = load_config(args.config) if args.config or not args.store else None
+    except ConfigError:
+        cfg = None
+    args._config = cfg
+    args._store = Store(default_store(cfg, args.store), read_only=read_only)
+    return args._store
+
+
+def planned(args, read_only: bool = True):
+    """(project, plan of the command's targets and --arch) for commands that key targets."""
+    from ..build import parse_archs
+    from ..project import open_project
+
+    project = remember(args, open_project(args.config, args.store, read_only=read_only))
+    return project, project.plan(getattr(args, "targets", None), parse_archs(args.arch))
+
+
+def max_size_of(args, project):
+    """--max-size, else the project's [store] max_size (None: no limit); build and gc."""
+    from ..store.maintenance import parse_size
+
+    if getattr(args, "max_size", None):
+        return parse_size(args.max_size)
+    return project.config.max_size

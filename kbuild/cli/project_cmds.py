@@ -1,0 +1,388 @@
+"""The commands that work on a project's targets: build, watch, init, status, explain,
+clean, keys, graph, show and bundle. Each parses nothing itself (the table in
+`commands` did), calls the project API, prints, and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..errors import KbuildError
+from ..model import RowStatus, TargetState
+from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error, flush_warnings, max_size_of,
+                     planned, print_json, remember, size, warnings)
+from .report import BuildReport
+
+
+# -- build and watch ----------------------------------------------------------------------------
+
+def cmd_build(args) -> int:
+    from ..build import default_jobs, parse_archs
+    from ..project import open_project
+
+    project = remember(args, open_project(args.config, args.store, read_only=args.read_only))
+    archs = parse_archs(args.arch)
+    max_size = max_size_of(args, project)
+    project.store.remote, executor = _remote_and_executor(args, project)
+    if not args.read_only:
+        project.store.check_root()  # before keying imports numba and the project
+    start = time.perf_counter()
+    the_plan = project.plan(args.targets, archs)
+    report = BuildReport(args, the_plan, project.store)
+    try:
+        rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
+                             executor=executor, **_settings(args, args.jobs or default_jobs()))
+    except KeyboardInterrupt:
+        # Finished rows are committed; what was compiling is dropped, its locks released.
+        return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
+    if max_size is not None and not args.read_only:
+        _evict(project.store, max_size, the_plan)
+    return report.finish(rows, time.perf_counter() - start)
+
+
+def _evict(store, max_size: int, the_plan) -> None:
+    """`build --max-size`: gc down to `max_size`, keeping what was just built."""
+    from ..store.maintenance import gc
+
+    gc(store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
+
+
+def _settings(args, jobs: int) -> dict:
+    """`Project.build`'s settings from the options build and watch share."""
+    return {"jobs": jobs, "separate": not args.whole_program,
+            "target_timeout": args.target_timeout, "retry_failed": args.retry_failed}
+
+
+def cmd_watch(args) -> int:
+    """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
+    A round that fails (a config error, a module that does not import) is reported and
+    the watch goes on; every round keeps going past failed targets."""
+    from ..build import default_jobs, parse_archs
+    from ..discover import forget_project_modules
+
+    archs = parse_archs(args.arch)
+    jobs = args.jobs or default_jobs()
+    rounds = 0
+    try:
+        while True:
+            roots, extra = _watch_round(args, archs, jobs)
+            rounds += 1
+            if args.rounds is not None and rounds >= args.rounds:
+                return EXIT_OK
+            _wait_for_a_save(roots, extra)
+            forget_project_modules()
+    except KeyboardInterrupt:
+        error("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _wait_for_a_save(roots, extra) -> None:
+    """Wait until a file under `roots`, or one of `extra`, changes; say which."""
+    from ..backend.compiler import prepare
+    from ..watch import snapshot, wait_for_change
+
+    seen = snapshot(roots, extra)
+    print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)
+    _, what = wait_for_change(roots, extra, seen, idle=[prepare])
+    print(f"changed: {', '.join(os.path.relpath(p) for p in what[:5])}"
+          + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
+
+
+def _watch_round(args, archs, jobs):
+    """One build; (the folders and files to watch for the next one)."""
+    try:
+        roots, extra = _watched_build(args, archs, jobs)
+    except KbuildError as exc:
+        error(str(exc))
+        roots, extra = _config_folder(args)
+    flush_warnings(args)
+    if getattr(args, "_store", None) is not None:
+        args._store.warnings.clear()
+    sys.stdout.flush()
+    return roots, extra
+
+
+def _watched_build(args, archs, jobs):
+    """A watch round's build; (the project's folders, [its kbuild.toml])."""
+    from ..project import open_project
+
+    start = time.perf_counter()
+    project = remember(args, open_project(args.config, args.store))
+    project.store.warnings.clear()
+    the_plan = project.plan(args.targets, archs)
+    report = BuildReport(args, the_plan, project.store)
+    rows = project.build(args.targets, archs, keep_going=True, progress=report,
+                         **_settings(args, jobs))
+    report.finish(rows, time.perf_counter() - start)
+    return project.config.paths, [project.config.path]
+
+
+def _config_folder(args):
+    """What a round that could not build watches: the kbuild.toml's folder, and the file."""
+    from ..config import find_config
+
+    config = args.config or _nearest_config(find_config)
+    return [os.path.dirname(os.path.abspath(config)) if config else os.getcwd()], \
+        [config] if config else []
+
+
+def _nearest_config(find_config):
+    try:
+        return str(find_config())
+    except KbuildError:
+        return None
+
+
+def _remote_and_executor(args, project):
+    """The remote tier (CLI > env > kbuild.toml) and the executor (None: local) of a build."""
+    from ..execute.distributed import parse_executor
+    from ..store.remote import open_remote, remote_settings, remote_timeout
+
+    settings = remote_settings(project.config, url=args.remote, no_remote=args.no_remote,
+                               read_only=args.remote_read_only, timeout=args.remote_timeout)
+    executor = parse_executor(args.executor, warnings=project.store.warnings,
+                              timeout=remote_timeout(project.config, args.remote_timeout))
+    return open_remote(settings), executor
+
+
+# -- init -------------------------------------------------------------------------------------
+
+def cmd_init(args) -> int:
+    from pathlib import Path
+
+    from ..build import parse_archs
+    from ..scaffold import write_config
+
+    result = write_config(Path.cwd(), args.folders, parse_archs(args.arch), force=args.force)
+    if args.json:
+        print_json(result)
+        return EXIT_OK
+    print(f"wrote {result['file']}: {len(result['kernels'])} kernels with their signatures"
+          + (f", {len(result['lazy'])} lazy ones commented out (declare the signatures they "
+             "are launched with)" if result["lazy"] else ""))
+    for name in result["lazy"]:
+        print(f"  lazy: {name}")
+    print("next: kbuild status, then kbuild build")
+    return EXIT_OK
+
+
+# -- status and explain -------------------------------------------------------------------------
+
+def cmd_status(args) -> int:
+    from ..build import parse_archs
+    from ..project import open_project
+
+    project = remember(args, open_project(args.config, args.store, read_only=True))
+    archs = parse_archs(args.arch)
+    rows = project.status(args.targets, archs)
+    if args.json:
+        counts = {s.value: sum(r["status"] == s for r in rows) for s in TargetState}
+        print_json({"targets": rows, "summary": counts})
+    else:
+        for r in rows:
+            # One line per target: a compile error's first line (`explain` shows it all).
+            firsts = [reason.splitlines()[0] if reason else reason for reason in r["reasons"]]
+            why = f"  ({'; '.join(firsts)})" if firsts else ""
+            print(f"{r['status']:10} {r['target']} {r['signature']} {r['arch']}{why}")
+    wanted = (TargetState.UP_TO_DATE,) if args.check else \
+        (TargetState.UP_TO_DATE, TargetState.STALE, TargetState.MISSING)
+    return EXIT_OK if all(r["status"] in wanted for r in rows) else EXIT_FAILED
+
+
+def cmd_explain(args) -> int:
+    from ..build import parse_archs
+    from ..project import open_project
+
+    project = remember(args, open_project(args.config, args.store, read_only=True))
+    archs = parse_archs(args.arch)
+    rows = project.status([args.target], archs, diffs=True)
+    code = EXIT_FAILED if any(r["status"] == TargetState.FAILED for r in rows) else EXIT_OK
+    if args.json:
+        print_json({"targets": rows})
+        return code
+    for r in rows:
+        print(f"{r['target']} {r['signature']} {r['arch']}: {r['status']}")
+        for line in _explanation(r):
+            print(f"  {line}")
+    return code
+
+
+def _explanation(row) -> list[str]:
+    """What `kbuild explain` says of one status row, below its heading."""
+    if row["status"] == TargetState.UP_TO_DATE:
+        return _cached_explanation(row)
+    lines = []
+    if row["status"] == TargetState.STALE and row.get("previous_is_newest") is False:
+        lines.append(f"(compared with its build of {row['previous_built_at']}, the one "
+                     "closest to these inputs; newer builds differ more)")
+    changes = row.get("changes") or [{"message": r} for r in row["reasons"]]
+    for change in changes:
+        lines.append(change["message"])
+        if change.get("diff"):
+            lines += [f"  {line}" for line in change["diff"].splitlines()]
+        elif "diff" in change:
+            lines.append(f"  ({change.get('diff_note') or _same_text(change)})")
+    return lines
+
+
+def _cached_explanation(row) -> list[str]:
+    when = row.get("built_at") or "at an unknown time"
+    newest = row.get("newest")
+    if not newest:
+        return [f"nothing changed since it was built ({when})"]
+    return [f"cached (built earlier, {when})",
+            f"the newest build ({newest['built_at']}) was for other inputs:",
+            *(f"  {reason}" for reason in newest["reasons"])]
+
+
+def _same_text(change) -> str:
+    if "line numbers" in f"{change.get('old')} {change.get('new')}":
+        return "the same source; its line numbers moved"
+    return "the same source text; its bytecode differs"
+
+
+# -- clean and keys -----------------------------------------------------------------------------
+
+def cmd_clean(args) -> int:
+    from ..project import open_project
+
+    project = remember(args, open_project(args.config, args.store))
+    result = project.clean(everything=args.all)
+    if args.json:
+        print_json(result)
+    else:
+        n = result.get("failures", 0)
+        records = f", {n} failure record{'s' if n != 1 else ''}" if n else ""
+        print(f"removed {result['entries']} entries and {result['blobs']} blobs "
+              f"({size(result['bytes'])}){records} from {project.store.root}")
+    return EXIT_OK
+
+
+def cmd_keys(args) -> int:
+    from ..keying.encode import digest_of
+
+    _, the_plan = planned(args)
+    rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
+             "key": the_plan.keys[t].digest} for t in the_plan.targets]
+    failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
+               "error": str(exc)}
+              for t, exc in the_plan.failed.items()]
+    # A digest missing some targets' keys would name a cache that is not the project's.
+    combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
+    if args.json:
+        print_json({"targets": rows + failed, "digest": combined})
+    else:
+        _print_keys(rows, failed, combined)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_keys(rows, failed, combined) -> None:
+    for r in rows:
+        print(f"{r['key']}  {r['target']} {r['signature']} {r['arch']}")
+    for r in failed:
+        print(f"{RowStatus.FAILED:32}  {r['target']} {r['signature']} {r['arch']}: "
+              f"{r['error']}")
+    print(f"digest {combined or '(none: a target failed)'}")
+
+
+# -- graph, show and bundle ---------------------------------------------------------------------
+
+def cmd_graph(args) -> int:
+    from .. import graph as graphs
+
+    project, the_plan = planned(args)
+    graph = graphs.target_graph(the_plan, lambda key: project.store.lookup(key) is not None)
+    if args.format == "png":
+        try:
+            data = graphs.to_png(graph)
+        except RuntimeError as exc:
+            raise KbuildError(str(exc)) from None
+    else:
+        text = graphs.to_dot(graph) if args.format == "dot" else graphs.to_json(graph) + "\n"
+        data = text.encode()
+    if args.output:
+        with open(args.output, "wb") as fh:
+            fh.write(data)
+    else:
+        sys.stdout.buffer.write(data)
+    return EXIT_OK
+
+
+def cmd_show(args) -> int:
+    project, the_plan = planned(args)
+    for exc in the_plan.failed.values():
+        raise exc
+    rows, missing = [], []
+    for target in (t for t in the_plan.targets if _is_named(the_plan, t, args.target)):
+        manifest = project.store.lookup(the_plan.keys[target].digest)
+        if manifest is None:
+            missing.append(target.label)
+            continue
+        rows.append(_shown(project.store, the_plan, target, manifest, args.show))
+    for label in missing:
+        project.store.warnings.append(f"{label} is not built (or stale): run kbuild build "
+                                      f"{args.target} first")
+    if args.json:
+        print_json({"targets": rows, "warnings": warnings(args)})
+    else:
+        for row in rows:
+            _print_shown(row, args.show, several=len(rows) > 1)
+    return EXIT_FAILED if missing else EXIT_OK
+
+
+def _shown(store, the_plan, target, manifest, what: str) -> dict:
+    """`show`'s row of one built target: its resources, its PTX or its SASS."""
+    from ..backend.cubin import disassemble, resources
+
+    cubin = store.read_blob(manifest["artifacts"]["cubin"])
+    row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+           "key": the_plan.keys[target].digest, "entry": manifest.get("entry")}
+    if what == "resources":
+        row["functions"] = resources(cubin)
+        row["resources"] = row["functions"].get(row["entry"], {})
+    elif what == "ptx":
+        row["ptx"] = store.read_blob(manifest["artifacts"]["ptx"]).decode()
+    else:
+        try:
+            row["sass"] = disassemble(cubin)
+        except RuntimeError as exc:
+            raise KbuildError(f"show --sass: {exc}") from None
+    return row
+
+
+def _is_named(the_plan, target, name: str) -> bool:
+    from ..build import select_specs
+
+    return target.name == select_specs(the_plan.config, [name])[0].name
+
+
+def _print_shown(row, what: str, several: bool) -> None:
+    label = f"{row['target']} {row['signature']} {row['arch']}"
+    if what == "resources":
+        r = row["resources"]
+        print(f"{label}: {r.get('registers', '?')} registers, {size(r.get('local_bytes', 0))} "
+              f"local, {size(r.get('shared_bytes', 0))} shared per "
+              f"{'thread' if not r.get('shared_bytes') else 'thread / block'}")
+        return
+    if several:
+        print(f"// kbuild: {label}")
+    sys.stdout.write(row[what])
+    if not row[what].endswith("\n"):
+        sys.stdout.write("\n")
+
+
+def cmd_bundle(args) -> int:
+    from ..build import parse_archs
+    from ..bundle import write_bundle
+    from ..project import open_project
+
+    project = open_project(args.config, args.store, read_only=True)
+    report = write_bundle(project, args.dir, parse_archs(args.arch))
+    if args.json:
+        print_json(report)
+    else:
+        print(f"bundled {report['targets']} targets ({', '.join(report['archs'])}) as "
+              f"{report['blobs']} blobs ({size(report['bytes'])}) into {report['dir']}")
+    return EXIT_OK

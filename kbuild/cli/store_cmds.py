@@ -1,0 +1,142 @@
+"""The commands that work on the store itself: gc, stats, cat, export and import.
+The store logic is in `kbuild.store` (maintenance, archive); these print it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import KbuildError
+from .common import (EXIT_FAILED, EXIT_OK, UsageError, error, max_size_of, planned, print_json,
+                     remember, size, store_only, warnings)
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
+
+
+def cmd_gc(args) -> int:
+    from ..project import open_project
+    from ..store.maintenance import gc
+
+    project = remember(args, open_project(args.config, args.store))
+    max_size = max_size_of(args, project)
+    keep = _current_keys(project)
+    result = gc(project.store, max_size, keep)
+    result.update(_over_limit(project, max_size, keep, result))
+    if args.json:
+        result["warnings"] = warnings(args)
+        print_json(result)
+    else:
+        _print_gc(result)
+    return EXIT_OK
+
+
+def _current_keys(project) -> list[str]:
+    """The keys gc keeps: the project's current targets' (none, with a warning, when the
+    project does not import: its store still gets bounded)."""
+    try:
+        the_plan = project.plan()
+    except KbuildError as exc:
+        project.store.warnings.append(f"current keys unknown ({exc}); no entry is protected")
+        return []
+    return [the_plan.keys[t].digest for t in the_plan.targets]
+
+
+def _over_limit(project, max_size, keep, result) -> dict:
+    """Whether gc left the store over `max_size`, what it was not allowed to evict, and
+    (when over) a warning that says so."""
+    from ..store.maintenance import pinned
+
+    if max_size is None or result["bytes"] <= max_size:
+        return {"over_limit": False, "pinned_entries": 0, "pinned_bytes": 0}
+    entries, pinned_bytes = pinned(project.store, keep)
+    project.store.warnings.append(
+        f"the store is still over {size(max_size)} ({size(result['bytes'])}): "
+        f"{entries} entries ({size(pinned_bytes)}) are pinned, "
+        f"the current targets of project '{project.config.name}' and the objects they "
+        "link from; raise --max-size, or `kbuild clean` projects you no longer build")
+    return {"over_limit": True, "max_size": max_size, "pinned_entries": entries,
+            "pinned_bytes": pinned_bytes}
+
+
+def _print_gc(result: dict) -> None:
+    print(f"evicted {result['evicted_entries']} entries, removed {result['removed_blobs']} "
+          f"blobs, {result['removed_temp_files']} temp files and {result['removed_facts']} "
+          f"facts files, freed "
+          f"{size(result['freed_bytes'])}; the store now holds {result['blobs']} blobs "
+          f"({size(result['bytes'])})")
+    for target in result["evicted"]:
+        print(f"  evicted {target}")
+
+
+def cmd_stats(args) -> int:
+    from ..store.maintenance import stats
+
+    result = stats(store_only(args, read_only=True))
+    if args.json:
+        print_json(result)
+    else:
+        _print_stats(result)
+    return EXIT_OK
+
+
+def _print_stats(result: dict) -> None:
+    print(f"store        {result['store']}")
+    print(f"entries      {result['entries']}")
+    print(f"objects      {result['objects']}")
+    print(f"blobs        {result['blobs']} ({size(result['bytes'])})")
+    print(f"last {result['recent_builds']} builds: {result['hits']} hits, "
+          f"{result['misses']} misses, {result['builds']} built, {result['failures']} failed")
+    if result["remote_hits"] or result["remote_misses"] or result["remote_bytes_pushed"]:
+        print(f"remote       {result['remote_hits']} hits, {result['remote_misses']} misses, "
+              f"{size(result['remote_bytes_fetched'])} fetched, "
+              f"{size(result['remote_bytes_pushed'])} pushed"
+              + (f", {result['remote_rejected']} rejected" if result["remote_rejected"] else "")
+              + (f", {result['remote_errors']} unreachable" if result["remote_errors"] else ""))
+
+
+def cmd_cat(args) -> int:
+    from ..store.local import CorruptBlob
+
+    store = store_only(args, read_only=True)
+    try:
+        data = store.read_blob(args.hash)
+    except CorruptBlob as exc:
+        error(f"{exc} in store {store.root}")
+        return EXIT_FAILED
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def cmd_export(args) -> int:
+    from ..store.archive import export_archive
+    from ..store.signing import signing_key
+
+    if not args.file.endswith(ARCHIVE_SUFFIXES):
+        raise UsageError(f"export: cannot write {args.file!r}: kbuild writes tar archives; "
+                         f"name it {', '.join(ARCHIVE_SUFFIXES)}")
+    project, the_plan = planned(args)
+    for exc in the_plan.failed.values():
+        raise exc  # an archive missing targets would look complete to whoever imports it
+    result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
+                            args.file, key=signing_key(project.config))
+    if args.json:
+        print_json(result)
+    else:
+        print(f"exported {result['entries']} entries and {result['blobs']} blobs "
+              f"({size(result['bytes'])}) to {result['file']}")
+    return EXIT_OK
+
+
+def cmd_import(args) -> int:
+    from ..store.archive import import_archive
+    from ..store.signing import signing_key
+
+    store = store_only(args)
+    result = import_archive(store, args.file, key=signing_key(args._config))
+    if args.json:
+        print_json(result)
+    else:
+        print(f"imported {result['new_entries']} new entries ({result['entries']} in the archive) "
+              f"and {result['new_blobs']} new blobs into {store.root}")
+    return EXIT_OK
