@@ -441,34 +441,30 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None) -> None:
+def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None, *,
+                 root: Path | None = None) -> None:
     """Write via a temp file in `tmp_dir` (same file system; named `prefix`..., default
-    after `path`) and `os.replace`: readers never see half a file. A missing folder
-    is made when the write finds it missing, not asked for before every file.
+    after `path`) and a rename: readers never see half a file. Missing folders are made.
 
-    For files outside a store's tree (a file:// remote, keying facts); the store's own
-    files go through `tree.write_atomic`, which never follows a link.
+    For kbuild's files outside a store's own writes (keying facts, a file:// remote).
+    Like the store's files it goes through `tree.write_atomic`: every folder below
+    `root` is opened without following a link, and a link there is refused (NotPlain,
+    an OSError), never written through nor replaced. `root` defaults to the folder that
+    holds the layout folder (`LAYOUT`) on `path` (a store's or a remote's root: the
+    user's choice, which may be a link), else `path`'s own folder.
 
     No fsync: a process killed mid-write leaves only a temp file, and what a power loss
     could tear is caught on read (blobs are verified against their names, manifests
     validated) and rebuilt. An fsync per file cost a 64-kernel build about 0.6 s.
     """
-    prefix = prefix or path.name[:16] + "."
+    path, tmp_dir = Path(path), Path(tmp_dir)
+    if root is None:
+        layout = [i for i, part in enumerate(path.parts[:-1]) if part == LAYOUT]
+        root = Path(*path.parts[:layout[-1]]) if layout else path.parent
+    rel, tmp = path.relative_to(root).as_posix(), tmp_dir.relative_to(root).as_posix()
+    tmp = "" if tmp == "." else tmp
     try:
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix)
-    except FileNotFoundError:
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            # mkstemp makes the file 0600; a store shared by a team needs the umask's modes.
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
-            fh.write(data)
-        try:
-            os.replace(tmp, path)
-        except FileNotFoundError:  # the first file of its folder
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tree.write_atomic(root, rel, data, tmp, 0o666 & ~_umask(), prefix=prefix, replace=False)
+    except FileNotFoundError:  # the first file under a root not made yet
+        root.mkdir(parents=True, exist_ok=True)
+        tree.write_atomic(root, rel, data, tmp, 0o666 & ~_umask(), prefix=prefix, replace=False)
