@@ -394,38 +394,43 @@ class RedisRemote:
                 raise
 
     def _connect(self, deadline: float) -> resp.Connection:
+        """A connection, authenticated and on its database, all within `deadline`."""
+        conn = resp.Connection(self._socket(deadline))
         p = self.params
-        where = p["path"] if p.get("path") else f"{p['host']}:{p['port']}"
-        try:
-            timeout = max(deadline - time.monotonic(), 0.001)
-            if p.get("path"):
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(timeout)
-                sock.connect(p["path"])
-            else:
-                sock = socket.create_connection((p["host"], p["port"]), timeout=timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if p.get("tls"):
-                sock = _tls_context(p).wrap_socket(sock, server_hostname=p["host"])
-        except TimeoutError:
-            raise resp.Deadline(f"connecting to {where} timed out") from None
-        except OSError as exc:
-            detail = f" {exc.strerror}." if exc.strerror else f" {exc}." if str(exc) else ""
-            number = f" {exc.errno}" if exc.errno is not None else ""
-            raise ConnectionError(f"Error{number} connecting to {where}.{detail}") from None
-        conn = resp.Connection(sock)
         try:
             if p.get("password") is not None:
                 user = [p["username"]] if p.get("username") else []
                 conn.send([("AUTH", *user, p["password"])], deadline)
                 conn.read_status(deadline, "AUTH")
-            if p.get("db"):
+            if p["db"]:
                 conn.send([("SELECT", p["db"])], deadline)
                 conn.read_status(deadline, "SELECT")
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _socket(self, deadline: float) -> socket.socket:
+        """A socket to the server (TCP, TLS or Unix); failures read as redis-py's did."""
+        p = self.params
+        where = p["path"] if p.get("path") else f"{p['host']}:{p['port']}"
+        timeout = max(deadline - time.monotonic(), 0.001)
+        try:
+            if p.get("path"):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                sock.connect(p["path"])
+                return sock
+            sock = socket.create_connection((p["host"], p["port"]), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return _tls_context(p).wrap_socket(sock, server_hostname=p["host"]) \
+                if p["tls"] else sock
+        except TimeoutError:
+            raise resp.Deadline(f"connecting to {where} timed out") from None
+        except OSError as exc:
+            number = f" {exc.errno}" if exc.errno is not None else ""
+            detail = f" {exc.strerror}." if exc.strerror else f" {exc}." if str(exc) else ""
+            raise ConnectionError(f"Error{number} connecting to {where}.{detail}") from None
 
 
 # What parse_url may give that kbuild reads. Other options are ignored, as redis-py ignores
