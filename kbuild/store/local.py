@@ -456,7 +456,7 @@ def store_root_problem(root: Path, home: Path | None = None) -> str | None:
     """Why kbuild must not make or change a store at `root`, else None.
 
     A store is made in a folder kbuild creates, or an empty one; it is used where kbuild's
-    marker is (its CACHEDIR.TAG, or the `v1/entries` layout of a store older than the tag).
+    marker is (see `_marked`).
     The file system's root and the home directory are never a store, and neither is a
     folder holding other files: `store = ".."` or `--store ~` would put CACHEDIR.TAG there
     (backup tools then skip the whole folder), and gc or clean would delete in it.
@@ -482,7 +482,7 @@ def _marked(root: Path, names) -> bool:
     """Whether `root` is empty or kbuild's: it holds kbuild's CACHEDIR.TAG, or nothing but
     the layout folder (a first build stopped before the tag), or the layout's entries (a
     store older than the tag)."""
-    if set(names) <= {LAYOUT} and tree.plain_dir(root, LAYOUT) or not names:
+    if not names or (names == [LAYOUT] and tree.plain_dir(root, LAYOUT)):
         return True
     try:
         tag, _ = tree.read_file(root, "CACHEDIR.TAG", 4096)
