@@ -36,6 +36,7 @@ from kbuild.store.remote import RemoteSettings, open_remote
 from kbuild.store.signing import sign, signature_problem
 
 HANG_GUARD = 120  # seconds: only a hang reaches it
+CALM = 60  # seconds a remote call may take where time is not what a test is about
 PEAK = 16 << 20  # bytes a refused hostile reply may cost, far below what it declares
 
 
@@ -147,7 +148,7 @@ def test_a_remote_entry_with_a_non_ascii_signature_is_one_warning_and_a_miss(tmp
     source, key, text = synthetic_entry(tmp_path / "source")
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=5, signing_key=b"s"))
+    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM, signing_key=b"s"))
     tier.push(source, key, text)
     entry = f"kbuild:v1:entry:{key}".encode()
     honest.data[entry] = json.dumps(dict(json.loads(honest.data[entry]), hmac="é" * 64)).encode()
@@ -182,14 +183,15 @@ def test_a_build_with_signing_on_survives_a_non_ascii_signature_in_the_remote(
     project, seed, row = tiny
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", signing_key=b"team-secret"))
+    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM,
+                                      signing_key=b"team-secret"))
     source = Store(seed, read_only=True)
     tier.push(source, row["key"], source.entry_path(row["key"]).read_text())
     entry = f"kbuild:v1:entry:{row['key']}".encode()
     honest.data[entry] = json.dumps(dict(json.loads(honest.data[entry]), hmac="é" * 64)).encode()
-    result = run_kbuild("build", "--json", "--remote", server.url(), cwd=project,
-                        store=tmp_path / "store", env={"KBUILD_SIGNING_KEY": "team-secret"},
-                        timeout=HANG_GUARD)
+    result = run_kbuild("build", "--json", "--remote", server.url(), "--remote-timeout", CALM,
+                        cwd=project, store=tmp_path / "store",
+                        env={"KBUILD_SIGNING_KEY": "team-secret"}, timeout=HANG_GUARD)
     assert result.returncode == 0, result.stderr
     assert [r["status"] for r in result.json["targets"]] == ["built"]
     warnings = remote_warnings(result)
@@ -233,7 +235,7 @@ def test_a_hostile_redis_reply_is_one_warning_and_a_miss_with_bounded_memory(
     spec, words = HOSTILE_REPLIES[case]
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=10))
+    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM))
     tier.push(source, key, text)
     assert not tier.down and source.warnings == []
     pick = _on_entry_read if read == "entry" else _on_blob_read
@@ -259,7 +261,7 @@ def test_an_oversized_reply_is_refused_at_its_header(tmp_path, serve):
     source, key, text = synthetic_entry(tmp_path / "source")
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=30))
+    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM))
     tier.push(source, key, text)
     honest.override = _on_entry_read(endless(b"$1200000000\r\n"))
     store = Store(tmp_path / "store")
@@ -280,8 +282,8 @@ def test_a_trickling_redis_is_abandoned_at_the_deadline_by_the_reader_too(tmp_pa
     source, key, text = synthetic_entry(tmp_path / "source", pad=9000)
     honest = Honest()
     server = serve(honest)
+    open_remote(RemoteSettings(server.url(), "test", timeout=CALM)).push(source, key, text)
     tier = open_remote(RemoteSettings(server.url(), "test", timeout=0.5))
-    tier.push(source, key, text)
     before = set(_remote_threads())
     # 8000 bytes (within the caps of the entry and of the PTX), one per 2 ms: 16 s to send
     # them all, each socket read quick (a timeout per read never fires).
@@ -305,7 +307,7 @@ def test_a_hostile_reply_to_auth_or_to_a_push_is_bounded_too(tmp_path, serve):
     server = serve(Honest(lambda c: endless(b"$1200000000\r\n")
                               if c[0].upper() in (b"AUTH", b"EXEC") else None))
     for url in (server.url().replace("//", "//:pw@"), server.url()):
-        tier = open_remote(RemoteSettings(url, "test", timeout=10))
+        tier = open_remote(RemoteSettings(url, "test", timeout=CALM))
         _, peak = peak_of(lambda: tier.push(source, key, text))
         assert tier.down and peak < PEAK, peak
     assert len(source.warnings) == 2 and all("larger than" in w for w in source.warnings), \
@@ -317,8 +319,8 @@ def test_a_build_against_a_redis_answering_integers_warns_once_and_builds(
         tmp_path, run_kbuild, tiny, serve):
     project, _, _ = tiny
     server = serve(Honest(lambda c: b":5\r\n" if c[0].upper() == b"GETRANGE" else None))
-    result = run_kbuild("build", "--json", "--remote", server.url(), cwd=project,
-                        store=tmp_path / "store", timeout=HANG_GUARD)
+    result = run_kbuild("build", "--json", "--remote", server.url(), "--remote-timeout", CALM,
+                        cwd=project, store=tmp_path / "store", timeout=HANG_GUARD)
     assert result.returncode == 0, result.stderr
     assert [r["status"] for r in result.json["targets"]] == ["built"]
     warnings = remote_warnings(result)
@@ -340,7 +342,8 @@ def test_project_load_with_a_redis_answering_lists_is_a_miss_not_a_crash(tmp_pat
         found = launcher._fresh_manifest(Target("tk:add1", sig, "sm_80"))
         print(json.dumps({"found": found is not None, "warnings": proj.store.warnings}))
     """
-    env = dict(os.environ, KBUILD_REMOTE=server.url(), HOME=str(tmp_path))
+    env = dict(os.environ, KBUILD_REMOTE=server.url(), KBUILD_REMOTE_TIMEOUT=str(CALM),
+               HOME=str(tmp_path))
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], cwd=project,
                           env=env, capture_output=True, text=True, timeout=HANG_GUARD)
@@ -355,7 +358,7 @@ def test_an_honest_fake_redis_round_trips_an_entry(tmp_path, serve):
     working remote only in the one reply they change."""
     source, key, text = synthetic_entry(tmp_path / "source")
     server = serve(Honest())
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=10))
+    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM))
     tier.push(source, key, text)
     store = Store(tmp_path / "store")
     assert tier.fetch(store, key)["key"] == key
@@ -555,7 +558,7 @@ def test_a_file_remote_with_linked_folders_writes_nothing_through_them(tmp_path,
     where = remote / link.format(ab=key[:2], bl=blob[:2])
     where.parent.mkdir(parents=True)
     where.symlink_to(outside)
-    tier = open_remote(RemoteSettings(remote.as_uri(), "test"))
+    tier = open_remote(RemoteSettings(remote.as_uri(), "test", timeout=CALM))
     tier.push(source, key, text)
     assert list(outside.rglob("*")) == []
     assert tier.down and len(source.warnings) == 1, source.warnings
@@ -566,12 +569,13 @@ def test_a_file_remote_with_linked_folders_writes_nothing_through_them(tmp_path,
 def test_a_file_remote_never_reads_through_a_link(tmp_path):
     source, key, text = synthetic_entry(tmp_path / "source")
     planted = tmp_path / "planted"
-    open_remote(RemoteSettings(planted.as_uri(), "test")).push(source, key, text)
+    open_remote(RemoteSettings(planted.as_uri(), "test", timeout=CALM)).push(source, key, text)
     remote = tmp_path / "remote"
     remote.mkdir()
     (remote / "v1").symlink_to(planted / "v1")
     store = Store(tmp_path / "store")
-    assert open_remote(RemoteSettings(remote.as_uri(), "test")).fetch(store, key) is None
+    tier = open_remote(RemoteSettings(remote.as_uri(), "test", timeout=CALM))
+    assert tier.fetch(store, key) is None
     assert not store.has_entry(key)
 
 
