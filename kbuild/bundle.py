@@ -17,13 +17,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from .errors import StoreError
+from .errors import ConfigError, StoreError
 from .keying.encode import digest
 from .store.local import Store
+from .store.manifest import EntryProblem, load_json
 
 BUNDLE_FORMAT = 1
 MANIFEST_NAME = "bundle.json"
 STORE_DIR = "store"
+MAX_MANIFEST_BYTES = 16 << 20
+# The fields an installed bundle is loaded from, and their JSON types (validated as a store
+# entry is: a package is input like any other).
+_LISTS = {"kernels": {"name": str, "signatures": list, "archs": list},
+          "targets": {"target": str, "signature": str, "arch": str, "key": str}}
 
 
 def write_bundle(project, dest_dir, archs=None) -> dict:
@@ -58,6 +64,52 @@ def write_bundle(project, dest_dir, archs=None) -> dict:
     (dest / MANIFEST_NAME).write_text(json.dumps(manifest, sort_keys=True, indent=1))
     return {"dir": str(dest), "targets": len(targets), "blobs": blobs, "bytes": size,
             "archs": manifest["archs"]}
+
+
+def read_manifest(path: Path) -> dict:
+    """The bundle manifest at `path`, bounded in size and depth and its schema checked;
+    ConfigError naming the file and what is wrong."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_MANIFEST_BYTES + 1)
+        manifest = load_json(data.decode("utf-8"), "it", MAX_MANIFEST_BYTES)
+        problem = _manifest_problem(manifest)
+    except OSError as exc:
+        problem = f"it cannot be read: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        problem = "it is not UTF-8 text"
+    except EntryProblem as exc:
+        problem = str(exc)
+    if problem:
+        raise ConfigError(f"{path}: the bundle manifest is invalid ({problem}); reinstall the "
+                          "package, or rebuild its wheel with this kbuild")
+    return manifest
+
+
+def _manifest_problem(manifest) -> str | None:
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    if manifest.get("format") != BUNDLE_FORMAT:
+        return None  # said by the caller: another format, another kbuild
+    if not isinstance(manifest.get("project"), str):
+        return "project is not a string"
+    if not _strings(manifest.get("archs")):
+        return "archs is not a list of strings"
+    if not isinstance(manifest.get("modules"), dict):
+        return "modules is not an object"
+    for field, shape in _LISTS.items():
+        rows = manifest.get(field)
+        if not isinstance(rows, list) or not all(
+                isinstance(row, dict) and all(isinstance(row.get(k), t) for k, t in shape.items())
+                for row in rows):
+            return f"{field} is not a list of objects with {', '.join(shape)}"
+    if not all(_strings(k["signatures"]) and _strings(k["archs"]) for k in manifest["kernels"]):
+        return "a kernel's signatures or archs are not lists of strings"
+    return None
+
+
+def _strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def _copy_target(source: Store, dest: Store, target, manifest: dict) -> dict:

@@ -21,11 +21,10 @@ its bundle, and `project.PackagedProject` mixes it into a `Project`, handing
 from __future__ import annotations
 
 import importlib.resources
-import json
 from pathlib import Path
 
 from . import build as _build
-from .bundle import MANIFEST_NAME, STORE_DIR, module_digests
+from .bundle import MANIFEST_NAME, STORE_DIR, module_digests, read_manifest
 from .config import KernelSpec, ProjectConfig, default_store
 from .errors import ConfigError, LaunchError
 from .model import TargetState
@@ -69,7 +68,7 @@ def load_package(package: str, make_project, *, on_miss: str = "error",
     if verify not in VERIFY:
         raise ValueError(f"verify must be one of {VERIFY}, not {verify!r}")
     where = bundle_dir(package)
-    manifest = json.loads((where / MANIFEST_NAME).read_text())
+    manifest = read_manifest(where / MANIFEST_NAME)
     if manifest.get("format") != 1:
         raise ConfigError(f"{where / MANIFEST_NAME}: bundle format {manifest.get('format')!r} "
                           "is not one this kbuild reads; upgrade kbuild")

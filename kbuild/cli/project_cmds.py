@@ -249,7 +249,14 @@ def cmd_clean(args) -> int:
     from ..project import open_project
 
     project = remember(args, open_project(args.config, args.store))
-    result = project.clean(everything=args.all)
+    project.store.claim()  # a folder that is not kbuild's is refused, not cleaned
+    if not project.store.exists():
+        if not args.json:
+            print(f"nothing to clean: store {project.store.root} does not exist yet")
+            return EXIT_OK
+        result = dict.fromkeys(("entries", "objects", "blobs", "bytes", "failures"), 0)
+    else:
+        result = project.clean(everything=args.all)
     if args.json:
         print_json(result)
     else:

@@ -2,10 +2,12 @@
 
 An archive is a tar file (gzip-compressed when its name ends in .gz or .tgz)
 holding ``v1/entries/<key>.json`` and ``v1/blobs/<hash>`` members and
-nothing else. Import reads the members one header at a time and checks each
-name, kind and declared size before reading its data (no absolute paths, no
-``..``, no links or devices, no newline in a name, nothing above the size
-limits), so a gzip bomb is refused at its header instead of being inflated.
+nothing else. Import reads the members one header at a time with `tarread`
+(never tarfile: a pax header or GNU long name is bounded before it is read) and
+checks each name, kind and declared size before reading its data (no absolute
+paths, no ``..``, no links, devices or sparse files, no newline in a name,
+nothing above the size limits), so a gzip bomb is refused at its header instead
+of being inflated.
 It then verifies every blob against its hash, every manifest against its
 schema and its artifacts (PTX/cubin agree with the manifest's arch and entry),
 and, with a signing key set, every manifest's signature; it writes blobs
@@ -24,9 +26,11 @@ from pathlib import Path
 
 from ..errors import KbuildError
 from ..keying.encode import digest
+from . import tarread
 from .local import LAYOUT, MAX_BLOB, Store
 from .manifest import MAX_JSON_BYTES, EntryProblem, parse_manifest
 from .signing import sign, signature_problem, signing_key
+from .tarread import Member, TarProblem, TarReader
 
 _MEMBER = re.compile(rf"\A{LAYOUT}/(entries/(?P<key>[0-9a-f]{{32}})\.json|"
                      rf"blobs/(?P<blob>[0-9a-f]{{32}}))\Z")
@@ -45,10 +49,16 @@ def export_archive(store: Store, keys, path: Path, key=_KEY_FROM_ENV) -> dict:
     manifest signed with `key` (default: $KBUILD_SIGNING_KEY; None: unsigned)."""
     key = signing_key() if key is _KEY_FROM_ENV else key
     path = Path(path)
+    if not path.parent.is_dir():
+        raise ArchiveError(f"cannot write {path}: folder {path.parent} does not exist; "
+                           "create it first or name another path")
     partial = path.with_name(path.name + ".partial")
     try:
         counts = _write_archive(store, keys, partial, path.name.endswith((".gz", ".tgz")), key)
         os.replace(partial, path)  # no half-written archive under the name asked for
+    except OSError as exc:
+        raise ArchiveError(f"cannot write {path} ({exc.strerror or exc}); "
+                           "name a writable path") from None
     finally:
         partial.unlink(missing_ok=True)
     return dict(counts, bytes=path.stat().st_size, file=str(path))
@@ -109,34 +119,39 @@ def _blobs_problem(store: Store, manifest: dict, blobs: dict) -> str | None:
 
 
 def _read_members(path) -> tuple[dict, dict]:
-    """(blob name -> verified bytes, entry key -> manifest text), every header checked
-    before its data is read."""
+    """(blob name -> verified bytes, entry key -> manifest text). Headers are read by
+    `tarread` (extended headers bounded before they are read, pax records in one pass),
+    and each member's name, kind and declared size are checked before its data is read."""
     try:
-        tar = tarfile.open(Path(path), "r:*")
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise ArchiveError(f"{path}: not a readable tar archive ({exc})") from None
+        fh = open(Path(path), "rb")
+    except OSError as exc:
+        raise ArchiveError(f"{path}: not a readable tar archive ({exc.strerror or exc})") \
+            from None
     blobs, texts, total = {}, {}, 0
     try:
-        with tar:
-            for count, member in enumerate(tar, 1):
+        with fh:
+            reader = TarReader(tarread.opened(fh))
+            for count, member in enumerate(reader, 1):
                 _check_member(path, member)
                 total += member.size
-                if total > MAX_TOTAL or count > MAX_MEMBERS:
-                    raise ArchiveError(f"{path}: the archive declares more than "
-                                       f"{MAX_TOTAL} bytes or {MAX_MEMBERS} members; "
-                                       "nothing was imported")
-                _take(path, tar, member, blobs, texts)
-    except (OSError, tarfile.TarError, EOFError, ValueError) as exc:
+                if count > MAX_MEMBERS:
+                    raise ArchiveError(f"{path}: the archive holds more than {MAX_MEMBERS} "
+                                       "members; nothing was imported")
+                if total > MAX_TOTAL:
+                    raise ArchiveError(f"{path}: the archive declares more than {MAX_TOTAL} "
+                                       "bytes; nothing was imported")
+                _take(path, member, reader.read(member), blobs, texts)
+    except TarProblem as exc:
+        what = "not a readable tar archive" if exc.unreadable else "the archive is damaged"
+        raise ArchiveError(f"{path}: {what} ({exc}); nothing was imported") from None
+    except tarread.DAMAGE as exc:
         raise ArchiveError(f"{path}: the archive is damaged ({exc}); nothing was imported") \
             from None
     return blobs, texts
 
 
-def _take(path, tar, member, blobs: dict, texts: dict) -> None:
+def _take(path, member: Member, data: bytes, blobs: dict, texts: dict) -> None:
     match = _MEMBER.match(member.name)
-    data = tar.extractfile(member).read(member.size)
-    if len(data) != member.size:
-        raise ArchiveError(f"{path}: member '{member.name}' is truncated; nothing was imported")
     if match["blob"]:
         if digest(data) != match["blob"]:
             raise ArchiveError(f"{path}: blob {match['blob']} does not match its hash")
@@ -164,15 +179,16 @@ def _merge(store: Store, blobs: dict, manifests: dict) -> dict:
             "blobs": len(blobs), "new_blobs": new_blobs}
 
 
-def _check_member(path, member: tarfile.TarInfo) -> None:
+def _check_member(path, member: Member) -> None:
     name = member.name
     shown = ascii(name)[1:-1][:120]
     if name.startswith("/") or ".." in name.split("/"):
         raise ArchiveError(f"{path}: refusing member '{shown}' (absolute or '..' path); "
                            "nothing was imported")
-    if not member.isfile():
-        raise ArchiveError(f"{path}: refusing member '{shown}' (not a regular file: links, "
-                           "devices and directories are not allowed); nothing was imported")
+    if member.kind != "file":
+        raise ArchiveError(f"{path}: refusing member '{shown}' (a {member.kind}, not a regular "
+                           "file: links, devices, directories and sparse files are not "
+                           "allowed); nothing was imported")
     if not _MEMBER.match(name):
         raise ArchiveError(f"{path}: unexpected member '{shown}'; nothing was imported")
     limit = MAX_JSON_BYTES if name.endswith(".json") else MAX_MEMBER

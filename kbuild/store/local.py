@@ -89,6 +89,7 @@ class Store:
         self.lock = StoreLock(self.root)
         self._cannot_write: str | None = None
         self._touched: set[str] = set()  # entries marked used by this process
+        self._claimed = False  # the root was checked to be kbuild's to write
 
     # -- set-up -------------------------------------------------------------
 
@@ -102,9 +103,27 @@ class Store:
                         "pass --store DIR or set KBUILD_STORE to a writable directory")
                 return
 
+    def claim(self) -> None:
+        """Fail, creating nothing, unless the root is kbuild's to write: absent, empty, or
+        marked as a store (see `store_root_problem`). Everything that creates or removes
+        files in the store (a build, gc, clean, import, a remote's fill) passes here first."""
+        if self._claimed or self.read_only:
+            return
+        problem = store_root_problem(self.root)
+        if problem:
+            raise StoreError(f"store {self.root} is not kbuild's to write ({problem}); "
+                             "use a fresh folder, or one that already has kbuild's "
+                             "CACHEDIR.TAG, for --store, KBUILD_STORE or [project] store")
+        self._claimed = True
+
+    def exists(self) -> bool:
+        """Whether the store has been made (its layout folder is there)."""
+        return tree.plain_dir(self.root, LAYOUT)
+
     def ensure_writable(self) -> None:
         """Create the layout, or fail clearly before any compile work starts. A layout
         folder that is a link (or a file) is removed and made again: the tree is kbuild's."""
+        self.claim()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             for sub in _LAYOUT_DIRS:
@@ -131,6 +150,7 @@ class Store:
     def shared(self):
         """Held by a build: gc and clean wait until it ends. A store that cannot be
         written has no lock file and needs none (gc cannot delete from it either)."""
+        self.claim()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -139,6 +159,7 @@ class Store:
 
     def exclusive(self, what: str = "gc"):
         """Held by gc and clean: builds wait until it ends."""
+        self.claim()
         return self.lock.hold(fcntl.LOCK_EX, what)
 
     # -- blobs --------------------------------------------------------------
@@ -431,6 +452,46 @@ class Store:
                              f"{hint}") from None
 
 
+def store_root_problem(root: Path, home: Path | None = None) -> str | None:
+    """Why kbuild must not make or change a store at `root`, else None.
+
+    A store is made in a folder kbuild creates, or an empty one; it is used where kbuild's
+    marker is (see `_marked`).
+    The file system's root and the home directory are never a store, and neither is a
+    folder holding other files: `store = ".."` or `--store ~` would put CACHEDIR.TAG there
+    (backup tools then skip the whole folder), and gc or clean would delete in it.
+    """
+    home = Path.home() if home is None else Path(home)
+    try:
+        resolved = Path(root).resolve()
+        if resolved == Path(resolved.anchor):
+            return "it is the file system's root"
+        if resolved == home.resolve():
+            return "it is the home directory"
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError, RuntimeError):
+        return None  # made fresh (or refused by check_root / the writes, with their message)
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror or exc}"
+    if _marked(Path(root), names):
+        return None
+    return "it holds other files and no kbuild store marker"
+
+
+def _marked(root: Path, names) -> bool:
+    """Whether `root` is empty or kbuild's: it holds kbuild's CACHEDIR.TAG, or nothing but
+    the layout folder (a first build stopped before the tag), or the layout's entries (a
+    store older than the tag)."""
+    if not names or (names == [LAYOUT] and tree.plain_dir(root, LAYOUT)):
+        return True
+    try:
+        tag, _ = tree.read_file(root, "CACHEDIR.TAG", 4096)
+    except OSError:
+        tag = b""
+    return (tag.startswith(_CACHEDIR_TAG.split(b"\n", 1)[0]) and b"created by kbuild" in tag) \
+        or tree.plain_dir(root, f"{LAYOUT}/entries")
+
+
 def _regular(info) -> bool:
     return info is not None and (info.st_mode & 0o170000) == 0o100000
 
@@ -441,34 +502,30 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None) -> None:
+def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None, *,
+                 root: Path | None = None) -> None:
     """Write via a temp file in `tmp_dir` (same file system; named `prefix`..., default
-    after `path`) and `os.replace`: readers never see half a file. A missing folder
-    is made when the write finds it missing, not asked for before every file.
+    after `path`) and a rename: readers never see half a file. Missing folders are made.
 
-    For files outside a store's tree (a file:// remote, keying facts); the store's own
-    files go through `tree.write_atomic`, which never follows a link.
+    For kbuild's files outside a store's own writes (keying facts, a file:// remote).
+    Like the store's files it goes through `tree.write_atomic`: every folder below
+    `root` is opened without following a link, and a link there is refused (NotPlain,
+    an OSError), never written through nor replaced. `root` defaults to the folder that
+    holds the layout folder (`LAYOUT`) on `path` (a store's or a remote's root: the
+    user's choice, which may be a link), else `path`'s own folder.
 
     No fsync: a process killed mid-write leaves only a temp file, and what a power loss
     could tear is caught on read (blobs are verified against their names, manifests
     validated) and rebuilt. An fsync per file cost a 64-kernel build about 0.6 s.
     """
-    prefix = prefix or path.name[:16] + "."
+    path, tmp_dir = Path(path), Path(tmp_dir)
+    if root is None:
+        layout = [i for i, part in enumerate(path.parts[:-1]) if part == LAYOUT]
+        root = Path(*path.parts[:layout[-1]]) if layout else path.parent
+    rel, tmp = path.relative_to(root).as_posix(), tmp_dir.relative_to(root).as_posix()
+    tmp = "" if tmp == "." else tmp
     try:
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix)
-    except FileNotFoundError:
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix=prefix)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            # mkstemp makes the file 0600; a store shared by a team needs the umask's modes.
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
-            fh.write(data)
-        try:
-            os.replace(tmp, path)
-        except FileNotFoundError:  # the first file of its folder
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tree.write_atomic(root, rel, data, tmp, 0o666 & ~_umask(), prefix=prefix, replace=False)
+    except FileNotFoundError:  # the first file under a root not made yet
+        root.mkdir(parents=True, exist_ok=True)
+        tree.write_atomic(root, rel, data, tmp, 0o666 & ~_umask(), prefix=prefix, replace=False)

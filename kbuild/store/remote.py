@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 from ..keying.encode import digest
 from ..errors import ConfigError
+from . import resp, tree
 from .local import LAYOUT, MAX_BLOB, atomic_write, blob_relpath, entry_relpath
 from .manifest import MAX_JSON_BYTES, EntryProblem, parse_manifest
 from .signing import sign, signature_problem, signing_key
@@ -286,9 +288,11 @@ class RemoteTier:
             if self.spent >= self.budget:
                 self._give_up(store, what, f"used up this build's budget of {self.budget:g}s")
             return box["value"]
-        if thread.is_alive() and wait < self.timeout:
+        # A reader that stopped at the deadline itself is a timeout too, not a failure.
+        late = thread.is_alive() or isinstance(box.get("error"), TimeoutError)
+        if late and wait < self.timeout:
             problem = f"used up this build's budget of {self.budget:g}s"
-        elif thread.is_alive():
+        elif late:
             problem = f"did not answer within {self.timeout:g}s"
         else:
             problem = f"failed: {type(box['error']).__name__}: {_first_line(box['error'])}"
@@ -302,7 +306,7 @@ class RemoteTier:
                                     "building with the local store only", self.secrets))
 
 
-class _Deadline(Exception):
+class _Deadline(TimeoutError):
     """A backend read ran past its deadline; raised in the worker thread to stop it."""
 
 
@@ -314,27 +318,31 @@ def _first_line(exc: BaseException) -> str:
 # -- backends -------------------------------------------------------------------------------
 
 class RedisRemote:
-    """Entries and blobs as Redis strings under a prefix; Redis evicts (allkeys-lru)."""
+    """Entries and blobs as Redis strings under a prefix; Redis evicts (allkeys-lru).
+
+    The URL is read as redis-py reads it (`parse_url`: host, port, db, user, password,
+    rediss:// for TLS with its ssl_* options, unix://), but the protocol is spoken by
+    `resp`: every reply is bounded in size at its header and by the call's deadline while
+    it streams, and must be of the type the command gives (redis-py would read any size,
+    time out only a silent socket, and hand back an integer where a string was asked).
+    """
 
     def __init__(self, settings: RemoteSettings):
         try:
-            import redis
-            from redis.backoff import NoBackoff
-            from redis.retry import Retry
+            from redis.connection import parse_url
         except ImportError:
             raise ConfigError(f"{settings.where}: remote {redact(settings.url)} needs the redis "
                               "package; pip install 'kbuild[remote]'") from None
         self.name = redact(settings.url)
         url, self.prefix = _split_prefix(settings.url)
         try:
-            # No retries: the tier gives up on the first failure, and a retry loop only
-            # multiplies the wait on a dead server.
-            self.client = redis.Redis.from_url(
-                url, socket_timeout=settings.timeout, socket_connect_timeout=settings.timeout,
-                retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0)
+            params = parse_url(url)
         except ValueError as exc:
             raise ConfigError(f"{settings.where}: remote {self.name} is not a valid Redis URL "
                               f"({exc})") from None
+        self.params = _redis_params(params, settings.where, self.name)
+        self._connection = None  # (pid, resp.Connection): a forked child opens its own
+        self._lock = threading.Lock()
 
     def _entry(self, key: str) -> str:
         return f"{self.prefix}{LAYOUT}:entry:{key}"
@@ -343,22 +351,127 @@ class RedisRemote:
         return f"{self.prefix}{LAYOUT}:blob:{name}"
 
     def get_entry(self, key: str, cap: int, deadline: float) -> bytes | None:
-        # GETRANGE, not GET: a huge value is cut at the cap (and then fails its checks).
-        return self.client.getrange(self._entry(key), 0, cap) or None
+        # GETRANGE, not GET: an honest server cuts a huge value at the cap (which then
+        # fails its checks); a reply longer than that is refused before it is read.
+        def read(conn):
+            conn.send([("GETRANGE", self._entry(key), 0, cap)], deadline)
+            return conn.read_string(cap + 1, deadline, "an entry read") or None
+        return self._with_connection(read, deadline)
 
     def get_blobs(self, names, caps, deadline: float) -> dict:
-        with self.client.pipeline(transaction=False) as pipe:
-            for name, cap in zip(names, caps):
-                pipe.getrange(self._blob(name), 0, cap)
-            return {n: v or None for n, v in zip(names, pipe.execute())}
+        def read(conn):
+            conn.send([("GETRANGE", self._blob(n), 0, cap) for n, cap in zip(names, caps)],
+                      deadline)
+            return {n: conn.read_string(cap + 1, deadline, "a blob read") or None
+                    for n, cap in zip(names, caps)}
+        return self._with_connection(read, deadline)
 
     def put_entry(self, key: str, text: bytes, blobs: dict, deadline: float) -> None:
         # One MULTI/EXEC: no reader sees the manifest without the blobs it names.
-        with self.client.pipeline(transaction=True) as pipe:
-            for name, data in blobs.items():
-                pipe.set(self._blob(name), data)
-            pipe.set(self._entry(key), text)
-            pipe.execute()
+        sets = [("SET", self._blob(name), data) for name, data in blobs.items()]
+        sets.append(("SET", self._entry(key), text))
+
+        def write(conn):
+            conn.send([("MULTI",), *sets, ("EXEC",)], deadline)
+            conn.read_status(deadline, "MULTI")
+            for _ in sets:
+                conn.read_status(deadline, "SET in a transaction", b"QUEUED")
+            conn.read_statuses(len(sets), deadline, "EXEC")
+        self._with_connection(write, deadline)
+
+    def _with_connection(self, use, deadline: float):
+        """use(connection) on this process's connection (opened on first use); any failure
+        closes it: after a broken reply its state is unknown."""
+        with self._lock:
+            held = self._connection
+            if held is None or held[0] != os.getpid():
+                held = self._connection = (os.getpid(), self._connect(deadline))
+            try:
+                return use(held[1])
+            except BaseException:
+                self._connection = None
+                held[1].close()
+                raise
+
+    def _connect(self, deadline: float) -> resp.Connection:
+        """A connection, authenticated and on its database, all within `deadline`."""
+        conn = resp.Connection(self._socket(deadline))
+        p = self.params
+        try:
+            if p.get("password") is not None:
+                user = [p["username"]] if p.get("username") else []
+                conn.send([("AUTH", *user, p["password"])], deadline)
+                conn.read_status(deadline, "AUTH")
+            if p["db"]:
+                conn.send([("SELECT", p["db"])], deadline)
+                conn.read_status(deadline, "SELECT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _socket(self, deadline: float) -> socket.socket:
+        """A socket to the server (TCP, TLS or Unix); failures read as redis-py's did."""
+        p = self.params
+        where = p["path"] if p.get("path") else f"{p['host']}:{p['port']}"
+        timeout = max(deadline - time.monotonic(), 0.001)
+        try:
+            if p.get("path"):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                sock.connect(p["path"])
+                return sock
+            sock = socket.create_connection((p["host"], p["port"]), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return _tls_context(p).wrap_socket(sock, server_hostname=p["host"]) \
+                if p["tls"] else sock
+        except TimeoutError:
+            raise resp.Deadline(f"connecting to {where} timed out") from None
+        except OSError as exc:
+            number = f" {exc.errno}" if exc.errno is not None else ""
+            detail = f" {exc.strerror}." if exc.strerror else f" {exc}." if str(exc) else ""
+            raise ConnectionError(f"Error{number} connecting to {where}.{detail}") from None
+
+
+# What parse_url may give that kbuild reads. Other options are ignored, as redis-py ignores
+# what it does not know (timeouts and retries are kbuild's, replies are RESP2 bytes), except
+# a TLS option kbuild does not implement: dropping one could weaken what the user asked for.
+_REDIS_PARAMS = ("host", "port", "db", "username", "password", "path", "connection_class",
+                 "ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile",
+                 "ssl_password", "ssl_check_hostname")
+_CERT_REQS = {"none": "CERT_NONE", "optional": "CERT_OPTIONAL", "required": "CERT_REQUIRED"}
+
+
+def _redis_params(params: dict, where: str, name: str) -> dict:
+    """What kbuild's client needs from redis-py's reading of the URL."""
+    unknown = sorted(k for k in set(params) - set(_REDIS_PARAMS) if k.startswith("ssl"))
+    if unknown:
+        raise ConfigError(f"{where}: remote {name}: TLS option '{unknown[0]}' is not supported "
+                          "by kbuild's Redis client; remove it from the URL")
+    cls = getattr(params.get("connection_class"), "__name__", "")
+    reqs = str(params.get("ssl_cert_reqs", "required")).lower()
+    if reqs not in _CERT_REQS:
+        raise ConfigError(f"{where}: remote {name}: ssl_cert_reqs must be none, optional or "
+                          f"required, not {reqs!r}")
+    out = {k: v for k, v in params.items() if k in _REDIS_PARAMS and k != "connection_class"}
+    return dict(out, host=params.get("host", "localhost"), port=int(params.get("port", 6379)),
+                db=int(params.get("db", 0) or 0), tls=cls == "SSLConnection",
+                ssl_cert_reqs=reqs)
+
+
+def _tls_context(params: dict):
+    import ssl
+
+    context = ssl.create_default_context(cafile=params.get("ssl_ca_certs"),
+                                         capath=params.get("ssl_ca_path"))
+    reqs = params["ssl_cert_reqs"]
+    context.check_hostname = reqs != "none" and params.get("ssl_check_hostname", True) \
+        not in (False, "false", "False", "0")
+    context.verify_mode = getattr(ssl, _CERT_REQS[reqs])
+    if params.get("ssl_certfile"):
+        context.load_cert_chain(params["ssl_certfile"], params.get("ssl_keyfile"),
+                                params.get("ssl_password"))
+    return context
 
 
 def _split_prefix(url: str) -> tuple[str, str]:
@@ -371,15 +484,6 @@ def _split_prefix(url: str) -> tuple[str, str]:
 
 
 _CHUNK = 1 << 20
-
-
-def _plain_file(path: str) -> bool:
-    import stat
-
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 class FsspecRemote:
@@ -425,8 +529,8 @@ class FsspecRemote:
     def _cat(self, path: str, cap: int, deadline: float) -> bytes | None:
         """At most cap + 1 bytes of `path`, read in chunks that stop at `deadline`: a read
         the tier gave up on stops too, instead of filling memory in the background."""
-        if self.local and not _plain_file(path):
-            return None  # a FIFO, a device or a link in a shared folder: never opened
+        if self.local:
+            return self._read_local(path, cap)
         chunks, total = [], 0
         try:
             with self.fs.open(path, "rb") as fh:
@@ -442,10 +546,23 @@ class FsspecRemote:
             return None
         return b"".join(chunks)
 
+    def _read_local(self, path: str, cap: int) -> bytes | None:
+        """A shared folder is read as the store is: no link followed anywhere below the
+        root, no FIFO or device opened; any of those, or a file over the cap, is a miss."""
+        try:
+            return tree.read_file(Path(self.root), self._rel(path), cap + 1)[0]
+        except (FileNotFoundError, NotADirectoryError, tree.NotPlain):
+            return None
+
     def _write(self, path: str, data: bytes) -> None:
         if not self.local:
             self.fs.pipe_file(path, data)  # an object PUT is atomic
             return
-        # A shared directory (NFS) is read while written: temp file and rename, as the store does.
+        # A shared directory (NFS) is read while written: temp file and rename, as the store
+        # does, and no write through a link below the root (one there is refused, not
+        # replaced: the folder is shared, and the link may be someone's).
         target = Path(path)
-        atomic_write(target, data, target.parent, prefix=".tmp-")
+        atomic_write(target, data, target.parent, prefix=".tmp-", root=Path(self.root))
+
+    def _rel(self, path: str) -> str:
+        return path[len(self.root) + 1:]

@@ -16,11 +16,13 @@ import hashlib
 import hmac
 import json
 import os
+import re
 
 from ..errors import ConfigError
 
 DEFAULT_ENV = "KBUILD_SIGNING_KEY"
 FIELD = "hmac"
+_HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")  # what `sign` writes: a SHA-256 HMAC in lower-case hex
 
 
 def signing_key(config=None, env=None) -> bytes | None:
@@ -50,13 +52,20 @@ def sign(manifest: dict, key: bytes | None) -> dict:
 
 
 def signature_problem(manifest: dict, key: bytes | None) -> str | None:
-    """Why `manifest` is not signed with `key`, else None (always None without a key)."""
+    """Why `manifest` is not signed with `key`, else None (always None without a key).
+
+    The field comes from whoever wrote the entry, so it may hold anything JSON can: only
+    a string of exactly what `sign` writes (64 lower-case hex digits) is compared, and
+    as ASCII bytes, so no value can make the comparison raise.
+    """
     if key is None:
         return None
     given = manifest.get(FIELD)
-    if not isinstance(given, str):
+    if given is None:
         return "it is not signed (a signing key is set)"
+    if not isinstance(given, str) or not _HEX64.match(given):
+        return "its signature is malformed (not 64 hex digits of an HMAC-SHA256)"
     want = hmac.new(key, _canonical(manifest), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(given, want):
+    if not hmac.compare_digest(given.encode("ascii"), want.encode("ascii")):
         return "its signature does not match the signing key"
     return None

@@ -28,12 +28,13 @@ class NotPlain(OSError):
 
 
 @contextlib.contextmanager
-def opened_dir(root: Path, parts, *, create: bool = False):
-    """A file descriptor for root/parts..., no component a link (made when `create`)."""
+def opened_dir(root: Path, parts, *, create: bool = False, replace: bool = True):
+    """A file descriptor for root/parts..., no component a link (made when `create`; a
+    link or file in the way is replaced when `replace`, else refused with NotPlain)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts:
-            child = _open_child(fd, part, create)
+            child = _open_child(fd, part, create, replace)
             os.close(fd)
             fd = child
         yield fd
@@ -41,7 +42,7 @@ def opened_dir(root: Path, parts, *, create: bool = False):
         os.close(fd)
 
 
-def _open_child(fd: int, name: str, create: bool) -> int:
+def _open_child(fd: int, name: str, create: bool, replace: bool = True) -> int:
     try:
         return os.open(name, _DIR, dir_fd=fd)
     except FileNotFoundError:
@@ -55,7 +56,7 @@ def _open_child(fd: int, name: str, create: bool) -> int:
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
-        if not create:
+        if not (create and replace):
             raise NotPlain(exc.errno, f"{name} is not a plain directory") from None
         # Writing where a link or a file stands in for a folder: the tree is kbuild's, so
         # the link itself goes (never what it names) and a real folder takes its place.
@@ -151,13 +152,17 @@ def listing(root: Path, rel: str):
         return []
 
 
-def write_atomic(root: Path, rel: str, data: bytes, tmp: str, mode: int) -> None:
-    """Write root/rel via a fresh file in root/tmp and a rename between the two directory
-    descriptors: readers never see half a file, and nothing lands outside the root."""
+def write_atomic(root: Path, rel: str, data: bytes, tmp: str, mode: int, *,
+                 prefix: str | None = None, replace: bool = True) -> None:
+    """Write root/rel via a fresh file in root/tmp (named `prefix`..., default after the
+    file) and a rename between the two directory descriptors: readers never see half a
+    file, and nothing lands outside the root. A link on the way is replaced (`replace`:
+    the tree is kbuild's) or refused with NotPlain (a tree kbuild shares with others)."""
     folders, name = _split(rel)
-    with opened_dir(root, tmp.split("/"), create=True) as tmpfd, \
-            opened_dir(root, folders, create=True) as dirfd:
-        temp = f"{name[:16]}.{secrets.token_hex(6)}"
+    tmp_parts = tmp.split("/") if tmp else []
+    with opened_dir(root, tmp_parts, create=True, replace=replace) as tmpfd, \
+            opened_dir(root, folders, create=True, replace=replace) as dirfd:
+        temp = f"{prefix or name[:16] + '.'}{secrets.token_hex(6)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      mode, dir_fd=tmpfd)
         try:
