@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import build as _build
 from .config import ProjectConfig, default_store, load_config
-from .errors import KeyingError
+from .errors import KeyingError, StoreError
 from .keying.explain import source_diff
 from .model import LinkMode, RowStatus, TargetState
 from .packaged import FromBundle, load_package
@@ -132,9 +132,15 @@ class Project:
         return rows
 
     def _save_facts(self) -> None:
-        # Only into a store that exists: looking at a project creates no store.
-        if not self.store.read_only and self.store.base.is_dir():
-            self._keyer.sources.save_facts()
+        # Only into a store that exists and is kbuild's: looking at a project creates no
+        # store, and a folder of another program's gets nothing (a build says why).
+        if self.store.read_only or not self.store.exists():
+            return
+        try:
+            self.store.claim()
+        except StoreError:
+            return
+        self._keyer.sources.save_facts()
 
     def status(self, names=None, archs=None, *, diffs: bool = False) -> list[dict]:
         """A dry run: up-to-date, stale or missing for every target, and why.
