@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +25,7 @@ from kbuild.store.remote import DEFAULT_TIMEOUT, RemoteSettings, open_remote, re
 from kbuild.store.local import Store
 
 from conftest import blob_files, copy_examples, entry_files
+from support import kbuild_argv, kbuild_env, run
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
@@ -269,11 +269,9 @@ def test_redis_killed_mid_run_warns_once_and_the_build_succeeds(
     seeded = build(checkout, tmp_path / "seed", SAXPY, "--remote", own_redis.url("k:"))
     assert seeded.returncode == 0, seeded.stderr
     store = tmp_path / "store"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
-    env.update(KBUILD_STORE=str(store), HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path),
-               NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "build", "--json", "--arch", ARCH,
-                             "-j", "1", "--remote", own_redis.url("k:")], cwd=checkout, env=env,
+    proc = subprocess.Popen(kbuild_argv("build", "--json", "--arch", ARCH, "-j", "1", "--remote",
+                                        own_redis.url("k:")),
+                            cwd=checkout, env=kbuild_env(tmp_path / "home", store=store),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while len(entry_files(store)) < 2:  # saxpy from the remote, then one compiled and pushed
@@ -478,10 +476,8 @@ def test_project_load_fills_an_empty_store_from_the_remote(machine_a, redis_serv
                           "compiles": len(calls)}))
     """
     store_b = tmp_path / "store-b"
-    env = dict(os.environ, KBUILD_REMOTE=redis_server.url("shared:"))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-c", code, str(store_b)], cwd=checkout, env=env,
-                          capture_output=True, text=True)
+    done = run(store_b, launcher=("-c", code), cwd=checkout, home=tmp_path / "home",
+               env={"KBUILD_REMOTE": redis_server.url("shared:")})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"local": True, "remote": result["remote"], "compiles": 0}

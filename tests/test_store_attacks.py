@@ -15,14 +15,15 @@ import resource
 import signal
 import sqlite3
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 import pytest
-from conftest import BuiltExamples, blob_files, build_examples, copy_examples, entry_files
+from conftest import BuiltExamples, blob_files, built_examples, copy_examples, entry_files
 from store_support import make_cubin, make_ptx
+from support import kbuild_argv, kbuild_env
+from support import run as run_process
 
 from kbuild.backend.binaries import BinaryError, cubin_facts, ptx_facts
 from kbuild.store import archive
@@ -36,8 +37,8 @@ SQUARE = "examples.elementwise:square_shift"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, repo_root, run_kbuild) -> BuiltExamples:
-    return build_examples(tmp_path_factory.mktemp("attacks"), repo_root, run_kbuild, ARCH)
+def built(tmp_path_factory, examples_template) -> BuiltExamples:
+    return built_examples(tmp_path_factory.mktemp("attacks"), examples_template, ARCH)
 
 
 @pytest.fixture
@@ -311,11 +312,9 @@ def test_a_sigkilled_parallel_build_leaves_no_worker_and_the_next_build_finishes
         built, run_kbuild, tmp_path):
     project = copy_examples(built.project, tmp_path / "project")
     store = tmp_path / "store"
-    env = {k: v for k, v in os.environ.items() if k != "KBUILD_STORE"}
-    env.update(KBUILD_STORE=str(store), HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "c"))
-    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "build", "-j2", "--arch", ARCH],
-                            cwd=project, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(kbuild_argv("build", "-j2", "--arch", ARCH), cwd=project,
+                            env=kbuild_env(tmp_path / "home", store=store),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     children = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -356,10 +355,9 @@ def test_gc_waits_for_a_running_build_and_deletes_nothing_it_made(built, clone, 
     # A build is running: it holds the store lock shared (and has committed an entry that
     # no current key names, as an edited kernel's build would).
     with store.shared():
-        gc = subprocess.Popen([sys.executable, "-m", "kbuild", "gc", "--max-size", "0",
-                               "--store", str(clone)], cwd=built.project,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env={**os.environ, "HOME": str(tmp_path)})
+        gc = subprocess.Popen(kbuild_argv("gc", "--max-size", "0", "--store", clone),
+                              cwd=built.project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=kbuild_env(tmp_path / "home"))
         time.sleep(2.0)
         assert gc.poll() is None, gc.communicate()  # still waiting for the build
         assert set(blob_files(clone)) == before
@@ -435,11 +433,9 @@ def test_a_full_disk_is_one_error_line(built, kb, tmp_path, run_kbuild):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))  # every write past 2 KiB fails
 
-    env = {k: v for k, v in os.environ.items() if k != "KBUILD_STORE"}
-    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "c"))
-    proc = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", ARCH, "--store",
-                           str(tmp_path / "store"), "-j1"], cwd=built.project, env=env,
-                          capture_output=True, text=True, preexec_fn=small_files, timeout=120)
+    proc = run_process("build", "--arch", ARCH, "--store", tmp_path / "store", "-j1",
+                       cwd=built.project, home=tmp_path / "home", preexec_fn=small_files,
+                       timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("kbuild: error:")]
@@ -455,12 +451,10 @@ def _can_mount() -> bool:
 
 def _in_mount(built, tmp_path, setup: str, *args):
     """`kbuild *args` in a private mount namespace after `setup` (sh) made the store."""
-    env = {k: v for k, v in os.environ.items() if k != "KBUILD_STORE"}
-    env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "c"))
     script = f'set -e; {setup}; exec "$@"'
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m",
-                           "kbuild", *args], cwd=built.project, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *kbuild_argv(*args)],
+                          cwd=built.project, env=kbuild_env(tmp_path / "home"),
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.skipif(not _can_mount(), reason="needs `unshare -rm` to mount a file system")

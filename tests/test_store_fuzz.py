@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_examples
 
 ARCH = "sm_90"
 SEED = int(os.environ.get("KBUILD_FUZZ_SEED", "15"))
@@ -28,14 +27,14 @@ TIME_BUDGET = 35.0
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory, repo_root, run_kbuild):
+def clean(tmp_path_factory, examples_template):
+    """(project, store, artifacts by row) of the session's clean sm_90 build, copied."""
     base = tmp_path_factory.mktemp("fuzz")
-    project = copy_examples(repo_root, base / "project")
-    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
-    assert result.returncode == 0, result.stderr
+    made = examples_template(ARCH)
+    project, store = made.copy_to(base / "project", base / "store")
     artifacts = {(r["target"], r["signature"], r["arch"]): r["artifacts"]
-                 for r in result.json["targets"]}
-    return project, base / "store", artifacts
+                 for r in made.json["targets"]}
+    return project, store, artifacts
 
 
 def _files(store: Path, rng) -> list[Path]:

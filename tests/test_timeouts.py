@@ -196,14 +196,13 @@ def _stderr_on_a_terminal(args, cwd, store, env):
     """Run kbuild with stderr on a pseudo-terminal; (exit code, stdout, what the terminal got)."""
     import pty
     import subprocess
-    import sys
+
+    from support import kbuild_argv, kbuild_env
 
     leader, follower = pty.openpty()
-    full_env = dict(os.environ, KBUILD_STORE=str(store), TERM="xterm", HOME=str(cwd),
-                    XDG_CACHE_HOME=str(Path(cwd) / ".cache"),
-                    **{k: str(v) for k, v in env.items()})
-    proc = subprocess.Popen([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full_env,
-                            stdout=subprocess.PIPE, stderr=follower)
+    full_env = kbuild_env(Path(cwd).parent / "home", store=store, env={"TERM": "xterm", **env})
+    proc = subprocess.Popen(kbuild_argv(*args), cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=follower)
     os.close(follower)
     seen = b""
     while True:

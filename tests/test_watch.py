@@ -5,14 +5,11 @@ The end-to-end watch (rebuilds on save, one process) is in test_cli_newcomer.py.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 from kbuild import watch
 
-from conftest import REPO_ROOT
+from support import run
 
 
 def _tree(tmp_path, files=("a.py", "pkg/b.py")):
@@ -69,7 +66,7 @@ def test_polling_waits_longer_where_one_look_at_the_tree_takes_long(tmp_path, mo
     assert all(p >= 0.3 for p in polls[1:]), polls
 
 
-def test_prepare_does_numbas_first_compile_set_up_ahead_of_the_first_compile():
+def test_prepare_does_numbas_first_compile_set_up_ahead_of_the_first_compile(tmp_path):
     """What the watcher does while idle: numba's typing and lowering registries loaded
     (a fresh process: the test process may have compiled already)."""
     code = ("from numba.cuda.descriptor import cuda_target as t\n"
@@ -78,9 +75,7 @@ def test_prepare_does_numbas_first_compile_set_up_ahead_of_the_first_compile():
             "prepare()\n"
             "print(*before, len(t.typing_context._registries),"
             " len(t.target_context._registries))\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    done = run(launcher=("-c", code), cwd=tmp_path, home=tmp_path / "home")
     assert done.returncode == 0, done.stderr
     typing_before, target_before, typing_after, target_after = map(int, done.stdout.split())
     assert (typing_before, target_before) == (0, 0)
