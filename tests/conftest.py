@@ -1,22 +1,23 @@
-"""Shared fixtures: temp stores, a copy of the examples project, and `kbuild` in a subprocess.
+"""Shared fixtures: temp stores, copies of the examples project, and `kbuild` in a subprocess.
 
 Every command runs as `python -m kbuild` with KBUILD_STORE, HOME and XDG_CACHE_HOME
-inside pytest's temp directory, so no test ever reads or writes the user's cache.
+inside pytest's temp directory, so no test ever reads or writes the user's cache
+(support.py). The examples and tests/editproj are cold-built once per test run
+(`examples_template`, `editproj_template`); modules and tests copy those stores.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from support import REPO_ROOT, Result, Template, shared_dir, template
+from support import run as run_process
 
 
 # -- the gpu marker ---------------------------------------------------------------
@@ -61,16 +62,6 @@ def _no_gpu_reason() -> str | None:
 
 # -- running kbuild ---------------------------------------------------------------
 
-class Result(NamedTuple):
-    """What one `kbuild` run gave back."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    json: object  # parsed stdout when --json was given, else None
-    stdout_bytes: bytes
-
-
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
@@ -78,35 +69,18 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def run_kbuild(tmp_path_factory):
-    """`run_kbuild(*args, cwd=..., env=None, store=None)` -> Result.
+    """`run_kbuild(*args, cwd=..., env=None, store=None, timeout=300)` -> Result.
 
     `store` sets KBUILD_STORE (None: unset, so the default store lands in the temp
     HOME/XDG_CACHE_HOME). `env` adds or overrides variables; a value of None removes one.
+    `launcher` replaces `-m kbuild` (support.counting). One HOME for the session; see
+    `support.run` for the rest of the environment.
     """
     home = tmp_path_factory.mktemp("home")
 
-    def run(*args, cwd, env=None, store=None, timeout=300) -> Result:
-        full_env = dict(os.environ)
-        for name in ("KBUILD_STORE", "PYTHONDONTWRITEBYTECODE", "NUMBA_ENABLE_CUDASIM",
-                     "KBUILD_REMOTE", "KBUILD_REMOTE_TIMEOUT", "KBUILD_REMOTE_READ_ONLY"):
-            full_env.pop(name, None)  # bytecode caches on: a user's normal setting
-        full_env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
-                        NUMBA_CACHE_DIR=str(home / "numba-cache"))
-        if store is not None:
-            full_env["KBUILD_STORE"] = str(store)
-        for name, value in (env or {}).items():
-            if value is None:
-                full_env.pop(name, None)
-            else:
-                full_env[name] = str(value)
-        proc = subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], cwd=str(cwd),
-                              env=full_env, capture_output=True, timeout=timeout)
-        stdout = proc.stdout.decode("utf-8", "replace")
-        parsed = None
-        if "--json" in args and proc.stdout.strip():
-            parsed = json.loads(stdout)
-        return Result(proc.returncode, stdout, proc.stderr.decode("utf-8", "replace"),
-                      parsed, proc.stdout)
+    def run(*args, cwd, env=None, store=None, timeout=300, launcher=("-m", "kbuild")) -> Result:
+        return run_process(*args, cwd=cwd, home=home, env=env, store=store, timeout=timeout,
+                           launcher=launcher)
 
     return run
 
@@ -122,12 +96,46 @@ def copy_examples(repo: Path, dest: Path) -> Path:
     return dest
 
 
-class BuiltExamples:
-    """One cold `kbuild build --json` of a copy of the examples: the project, its store
-    and the rows, for a module of tests that each start from that store."""
+@pytest.fixture(scope="session")
+def examples_template(tmp_path_factory):
+    """`examples_template(arch=None)` -> Template: a copy of the examples and the store of
+    one cold `kbuild build --json [--arch ARCH]` (None: the archs kbuild.toml declares),
+    made once per test run for all workers. Read-only: take copies (`Template.copy_to`)."""
+    shared = shared_dir(tmp_path_factory)
 
-    def __init__(self, project: Path, store: Path, result: dict):
+    @functools.lru_cache(maxsize=None)
+    def get(arch: str | None = None) -> Template:
+        def make(project: Path, store: Path) -> Result:
+            copy_examples(REPO_ROOT, project)
+            return run_process("build", "--json", *(("--arch", arch) if arch else ()),
+                               cwd=project, home=project.parent / "home", store=store)
+
+        made = template(shared, f"examples-{arch or 'declared'}", make)
+        assert {r["status"] for r in made.json["targets"]} == {"built"}
+        return made
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def editproj_template(tmp_path_factory) -> Template:
+    """tests/editproj and the store of its one cold build (`editmatrix_support.build`),
+    made once per test run for all workers. Read-only: take copies."""
+    from editmatrix_support import copy_project, kbuild_result
+
+    return template(shared_dir(tmp_path_factory), "editproj",
+                    lambda project, store: kbuild_result(copy_project(project), store, "build"))
+
+
+class BuiltExamples:
+    """A copy of the examples, its store and the rows of the cold build that filled it
+    (the session's template: `built_project` and `built_store` are where that build ran),
+    for a module of tests that each start from that store."""
+
+    def __init__(self, project: Path, store: Path, result: dict, built_project: Path,
+                 built_store: Path):
         self.project, self.store = project, store
+        self.built_project, self.built_store = built_project, built_store
         self.rows, self.summary = result["targets"], result["summary"]
         self.keys = [r["key"] for r in self.rows]
 
@@ -136,13 +144,11 @@ class BuiltExamples:
         return [r for r in self.rows if r["target"] == target][index]
 
 
-def build_examples(base: Path, repo_root: Path, run_kbuild, arch: str) -> BuiltExamples:
-    """Copy the examples under `base` and build them for `arch` into `base`/store."""
-    project = copy_examples(repo_root, base / "project")
-    result = run_kbuild("build", "--json", "--arch", arch, cwd=project, store=base / "store")
-    assert result.returncode == 0, result.stderr
-    assert {r["status"] for r in result.json["targets"]} == {"built"}
-    return BuiltExamples(project, base / "store", result.json)
+def built_examples(base: Path, examples_template, arch: str) -> BuiltExamples:
+    """The examples built for `arch`: a copy of the session's template under `base`."""
+    made = examples_template(arch)
+    project, store = made.copy_to(base / "project", base / "store")
+    return BuiltExamples(project, store, made.json, made.project, made.store)
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """Helpers for the invalidation tests: copy tests/editproj, edit it, run the real CLI.
 
-Every build is a fresh `python -m kbuild` process with HOME, XDG_CACHE_HOME and
-the store inside a temp directory, bytecode writing off (an edit that keeps a
-file's size within the same second must never meet a stale .pyc), and no
-inherited KBUILD_STORE or NUMBA_* settings.
+Every build is a fresh `python -m kbuild` process (support.run) with HOME,
+XDG_CACHE_HOME and the store inside a temp directory, bytecode writing off (an
+edit that keeps a file's size within the same second must never meet a stale
+.pyc), and no inherited KBUILD_* or NUMBA_* settings.
 
 `SOUNDNESS` and `PRECISION` are the edit matrix shared by test_edit_matrix.py
 (which targets rebuild) and test_explain.py (what `kbuild explain` says).
@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support import Result, run
+
 PROJECT = Path(__file__).resolve().parent / "editproj"
-REPO_ROOT = PROJECT.parent.parent
 
 # Short name -> number of signatures, for every target of tests/editproj.
 TARGETS = {
@@ -34,36 +34,26 @@ RECORD_KERNELS = frozenset({"k_points", "k_origin"})
 
 # -- running kbuild -------------------------------------------------------------
 
-def kbuild_env(home: Path, **extra: str) -> dict:
-    """The environment of one kbuild process: nothing from the user's cache or config."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NUMBA_", "KBUILD_", "PYTHONHASHSEED"))}
-    home.mkdir(parents=True, exist_ok=True)
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
-               PYTHONDONTWRITEBYTECODE="1")
-    # This checkout's kbuild, whatever is installed; extra PYTHONPATH entries go first.
-    path = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if "PYTHONPATH" in extra:
-        path = extra.pop("PYTHONPATH").split(os.pathsep) + path
-    env.update(extra, PYTHONPATH=os.pathsep.join(path))
-    return env
+def kbuild_result(project: Path, store: Path, *args: str, env_extra=None,
+                  launcher=("-m", "kbuild")) -> Result:
+    """`python -m kbuild ARGS --json --config project/kbuild.toml --store store` in
+    `project`, HOME beside it, bytecode writing off.
+
+    `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first.
+    """
+    return run(*args, "--json", "--config", project / "kbuild.toml", "--store", store,
+               cwd=project, home=project.parent / "home", env=env_extra, launcher=launcher,
+               bytecode=False)
 
 
 def run_kbuild(project: Path, store: Path, *args: str, env_extra=None,
                launcher=("-m", "kbuild"), expect_rc: int = 0) -> dict:
-    """Run `python -m kbuild ARGS --json --config project/kbuild.toml --store store`; its JSON.
-
-    `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first.
-    """
-    cmd = [sys.executable, *launcher, *args, "--json",
-           "--config", str(project / "kbuild.toml"), "--store", str(store)]
-    env = kbuild_env(project.parent / "home", **(env_extra or {}))
-    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
-                          timeout=300)
+    """`kbuild_result`, which must exit `expect_rc`; its JSON."""
+    proc = kbuild_result(project, store, *args, env_extra=env_extra, launcher=launcher)
     assert proc.returncode == expect_rc, (
         f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
         f"stderr:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
+    return proc.json
 
 
 def build(project: Path, store: Path, *args: str, **kw) -> dict:
@@ -101,20 +91,11 @@ def copy_tree(src: Path, dst: Path) -> Path:
     return dst
 
 
-_BASELINE: list = []
-
-
-def make_baseline(base: Path):
-    """(project, store, build JSON): tests/editproj copied under `base` and built.
-
-    Built once per test session (the first caller's `base` holds it); callers
-    only ever copy it (`checkout`), so the test modules can share it.
-    """
-    if not _BASELINE:
-        project = copy_project(base / "editproj")
-        store = base / "store"
-        _BASELINE.append((project, store, build(project, store)))
-    return _BASELINE[0]
+def make_baseline(base: Path, editproj_template):
+    """(project, store, build JSON): the session's cold build of tests/editproj
+    (conftest's `editproj_template`), copied under `base` for one module."""
+    project, store = editproj_template.copy_to(base / "editproj", base / "store")
+    return project, store, editproj_template.json
 
 
 def checkout(baseline, where: Path):

@@ -2,36 +2,27 @@
 
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import copy_examples
+from support import run
 
 from kbuild.store.archive import ArchiveError, export_archive, import_archive
 from kbuild.store.local import Store
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 def _kbuild(cwd, store, *args):
-    env = dict(os.environ, HOME=str(cwd), XDG_CACHE_HOME=str(Path(cwd) / "cache"))
-    done = subprocess.run([sys.executable, "-m", "kbuild", *args, "--store", str(store)],
-                          cwd=cwd, env=env, capture_output=True, text=True)
-    return done
+    return run(*args, "--store", store, cwd=cwd, home=Path(cwd).parent / "home")
 
 
 @pytest.fixture(scope="module")
-def machine_a(tmp_path_factory):
+def machine_a(tmp_path_factory, examples_template):
+    """(root, build JSON): root/project and root/store, the session's cold sm_90 build."""
     root = tmp_path_factory.mktemp("machine-a")
-    copy_examples(REPO, root / "project")
-    done = _kbuild(root / "project", root / "store", "build", "--json", "--arch", "sm_90")
-    assert done.returncode == 0, done.stderr
-    return root, json.loads(done.stdout)
+    made = examples_template("sm_90")
+    made.copy_to(root / "project", root / "store")
+    return root, made.json
 
 
 def test_export_then_import_gives_an_all_cached_build_at_another_path(machine_a, tmp_path):

@@ -1,6 +1,7 @@
 """Build the examples project for sm_80 and sm_90 with the real compiler into a temp store.
 
-One cold build per module (`built`); tests that change the store work on a copy of it.
+One cold build per test run (conftest's `examples_template`), copied for this module
+(`built`); tests that change the store work on a copy of it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import xxhash
 
 import kbuild
 
-from conftest import blob_files, copy_examples, entry_files, store_files
+from conftest import blob_files, entry_files, store_files
+from support import kbuild_env
 
 ARCHS = ("sm_80", "sm_90")
 # (target, number of signatures) as declared in the repository's kbuild.toml.
@@ -38,12 +40,14 @@ SAXPY_SIG = "void(float32, float32[::1], float32[::1], float32[::1])"
 
 
 class Built:
-    """The outcome of the module's one cold build."""
+    """The outcome of the session's one cold build, in this module's copy of its project
+    and store (`built_store`: the store that build wrote, which its output names)."""
 
-    def __init__(self, project: Path, store: Path, result):
+    def __init__(self, project: Path, store: Path, result, built_store: Path):
         self.project = project
         self.store = store
         self.result = result
+        self.built_store = built_store
         self.rows = result.json["targets"]
 
     def manifest(self, row) -> dict:
@@ -57,13 +61,12 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, repo_root, run_kbuild) -> Built:
+def built(tmp_path_factory, examples_template) -> Built:
+    made = examples_template()  # the archs kbuild.toml declares
+    assert made.result.returncode == 0, made.result.stderr
     base = tmp_path_factory.mktemp("built")
-    project = copy_examples(repo_root, base / "project")
-    store = base / "store"
-    result = run_kbuild("build", "--json", cwd=project, store=store)
-    assert result.returncode == 0, result.stderr
-    return Built(project, store, result)
+    project, store = made.copy_to(base / "project", base / "store")
+    return Built(project, store, made.result, made.store)
 
 
 @pytest.fixture
@@ -90,7 +93,7 @@ def test_cold_build_builds_every_declared_target_for_both_archs(built):
     assert len({r["key"] for r in rows}) == 22
     assert built.result.json["summary"]["built"] == 22
     assert built.result.json["summary"]["failed"] == built.result.json["summary"]["cached"] == 0
-    assert Path(built.result.json["store"]) == built.store
+    assert Path(built.result.json["store"]) == built.built_store
     assert built.result.json["warnings"] == []
 
 
@@ -362,7 +365,7 @@ def _console_script() -> str:
 ])
 def test_console_script_version_and_help(tmp_path, args, expected):
     proc = subprocess.run([_console_script(), *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=kbuild_env(tmp_path / "home"))
     assert proc.returncode == 0, proc.stderr
     assert expected in proc.stdout
 

@@ -10,7 +10,6 @@ installed module is caught by its source digest and named.
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from support import kbuild_argv, kbuild_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,10 +74,8 @@ def wheel_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("bundle")
     shutil.copytree(REPO / "examples" / "package", root / "src",
                     ignore=shutil.ignore_patterns("__pycache__", "_kbuild", "build", "*.egg-info"))
-    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root),
-               KBUILD_STORE=str(root / "store"), PIP_NO_INDEX="1",
-               PIP_DISABLE_PIP_VERSION_CHECK="1")
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    env = kbuild_env(root, store=root / "store",
+                     env={"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
           "--no-index", "-w", str(root / "dist"), str(root / "src")], env, cwd=root)
     wheel = next((root / "dist").glob("kbdemo-*.whl"))
@@ -215,7 +213,7 @@ def test_an_edited_sibling_module_of_the_package_is_named(wheel_env):
 def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_path):
     wheel, _, env, _ = wheel_env
     root = wheel.parent.parent
-    cli = [sys.executable, "-m", "kbuild", "--config", str(root / "src" / "kbuild.toml")]
+    cli = kbuild_argv("--config", root / "src" / "kbuild.toml")
     out = _run(cli + ["--store", str(root / "store"), "bundle", str(tmp_path / "b"), "--json",
                       "--arch", "sm_80"], env, cwd=tmp_path)
     report = json.loads(out)

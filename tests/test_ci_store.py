@@ -1,7 +1,8 @@
 """The store as CI uses it: moved, archived, shared by concurrent builds, killed, damaged, bounded.
 
-Real compiler, real store, `kbuild` in subprocesses. The examples are built once per module
-for sm_90 only; a test that changes the project or the store works on a copy of both.
+Real compiler, real store, `kbuild` in subprocesses. The examples are built once per test
+run for sm_90 only (conftest's `examples_template`) and copied for this module; a test that
+changes the project or the store works on a copy of both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -25,8 +25,9 @@ import pytest
 
 from kbuild.keying.encode import digest
 
-from conftest import (BuiltExamples, blob_files, build_examples, copy_examples, entry_files,
+from conftest import (BuiltExamples, blob_files, built_examples, copy_examples, entry_files,
                       store_files)
+from support import NVVM_COMPILE, counting, counts, kbuild_argv, kbuild_env
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
@@ -35,9 +36,9 @@ SAXPY_EDITED = "out[i] = a * x[i] - y[i]"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, repo_root, run_kbuild) -> BuiltExamples:
-    """The module's one cold build."""
-    return build_examples(tmp_path_factory.mktemp("ci"), repo_root, run_kbuild, ARCH)
+def built(tmp_path_factory, examples_template) -> BuiltExamples:
+    """The session's one cold build for sm_90, copied for this module."""
+    return built_examples(tmp_path_factory.mktemp("ci"), examples_template, ARCH)
 
 
 @pytest.fixture
@@ -78,19 +79,9 @@ def edit_saxpy(project: Path) -> None:
     path.write_text(source.replace(SAXPY_LINE, SAXPY_EDITED))
 
 
-def kbuild_env(home: Path, store: Path) -> dict:
-    """What `run_kbuild` gives a process, for the tests that need Popen."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KBUILD_STORE", "PYTHONDONTWRITEBYTECODE", "NUMBA_ENABLE_CUDASIM")}
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
-               NUMBA_CACHE_DIR=str(home / "numba-cache"), KBUILD_STORE=str(store))
-    return env
-
-
 def popen_build(project: Path, env: dict, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kbuild", "build", "--json", "--arch", ARCH,
-                             *args], cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(kbuild_argv("build", "--json", "--arch", ARCH, *args), cwd=project,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def wait_until(condition, timeout: float, what: str) -> None:
@@ -123,8 +114,11 @@ def test_a_project_and_store_at_new_paths_are_all_cached(built, build, tmp_path,
 
 
 def test_no_store_file_names_the_project_the_store_or_the_machine(built):
-    paths = {str(p) for p in (built.project, built.store, built.project.resolve(),
-                              built.store.resolve(), built.store.parent)}
+    # Where the cold build ran (the session's template) and where this module's copy is.
+    paths = {str(p) for where in ((built.built_project, built.built_store),
+                                  (built.project, built.store))
+             for p in (where[0], where[1], where[0].resolve(), where[1].resolve(),
+                       where[1].parent)}
     host = socket.gethostname()
     # As a whole word: a short host name such as "vm" is also inside "nvvm".
     host_word = re.compile(rb"(?<![A-Za-z0-9])" + re.escape(host.encode()) + rb"(?![A-Za-z0-9])")
@@ -187,7 +181,7 @@ def test_four_simultaneous_builds_compile_each_key_once_and_agree(
         repo_root, build, tmp_path):
     project = copy_examples(repo_root, tmp_path / "project")
     store = tmp_path / "store"
-    env = kbuild_env(tmp_path / "home", store)
+    env = kbuild_env(tmp_path / "home", store=store)
     procs = [popen_build(project, env) for _ in range(4)]
     outputs = [p.communicate(timeout=240) for p in procs]
     results = []
@@ -223,7 +217,7 @@ def test_a_build_waiting_for_a_locked_key_first_builds_and_releases_its_own(
     (store / "v1" / "locks").mkdir(parents=True)
     fd = os.open(store / "v1" / "locks" / f"{held}.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    proc = popen_build(project, kbuild_env(tmp_path / "home", store), "-j1")
+    proc = popen_build(project, kbuild_env(tmp_path / "home", store=store), "-j1")
     try:
         wait_until(lambda: len(entry_files(store)) == len(built.keys) - 1, 120,
                    "the unlocked targets to be committed")
@@ -262,7 +256,7 @@ def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
         built, build, run_kbuild, tmp_path):
     project = copy_examples(built.project, tmp_path / "project")
     store = tmp_path / "store"
-    proc = popen_build(project, kbuild_env(tmp_path / "home", store), "-j1")
+    proc = popen_build(project, kbuild_env(tmp_path / "home", store=store), "-j1")
     try:
         wait_until(lambda: proc.poll() is not None or entry_files(store), 120,
                    "the first committed entry")
@@ -566,15 +560,15 @@ def test_a_store_path_that_is_a_file_fails_before_any_compile(built, run_kbuild,
     project = copy_examples(built.project, tmp_path / "project")
     store = tmp_path / "store-is-a-file"
     store.write_text("not a directory")
-    start = time.monotonic()
-    done = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=store)
-    seconds = time.monotonic() - start
+    compiles = tmp_path / "compiles"
+    done = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=store,
+                      **counting(compiles, NVVM_COMPILE))
     assert done.returncode == 2
     assert set(done.json) == {"error", "kind", "exit_code", "warnings"}  # the error, no rows
     assert f"store {store} is not writable" in done.stderr
     assert warning_lines(done) == []  # one clear error, not a warning per target
     assert store.read_text() == "not a directory"
-    assert seconds < built.summary["seconds"] + 5
+    assert counts(compiles) == {}  # before any compile
 
 
 def test_a_read_only_build_of_an_empty_store_fails_every_row_and_writes_nothing(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import entry_files
+from support import kbuild_argv, kbuild_env
 
 KERNEL = '''from numba import cuda
 
@@ -378,13 +379,12 @@ def _in_a_terminal(args, cwd, store, env=()):
     import os
     import pty
     import subprocess
-    import sys
 
     leader, follower = pty.openpty()
-    full_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
-    full_env.update(KBUILD_STORE=str(store), TERM="xterm", **dict(env))
-    proc = subprocess.Popen([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full_env,
-                            stdout=follower, stderr=subprocess.PIPE)
+    full_env = kbuild_env(Path(cwd).parent / "home", store=store,
+                          env={"NO_COLOR": None, "TERM": "xterm", **dict(env)})
+    proc = subprocess.Popen(kbuild_argv(*args), cwd=cwd, env=full_env, stdout=follower,
+                            stderr=subprocess.PIPE)
     os.close(follower)
     out = b""
     while True:
@@ -416,20 +416,17 @@ def test_ctrl_c_during_a_parallel_build_exits_130_with_the_rows_so_far(tmp_path,
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     modules = {f"m{i}": KERNEL.replace("+ 1", f"* {i + 2} + 1") for i in range(12)}
     toml = '[project]\narch = ["sm_80"]\n' + "".join(
         f'\n[kernels."pkg.{name}:k"]\n{SIG}\n' for name in modules)
     project = make_project(tmp_path / "project", toml, modules)
-    env = dict(os.environ, KBUILD_STORE=str(store), HOME=str(tmp_path),
-               XDG_CACHE_HOME=str(tmp_path / ".cache"))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
     # Its own session: the signal reaches the workers too, as Ctrl-C on a terminal does.
-    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "build", "--json", "-j", "2"],
-                            cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(kbuild_argv("build", "--json", "-j", "2"), cwd=project,
+                            env=kbuild_env(tmp_path / "home", store=store),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     deadline = time.monotonic() + 120
     while len(entry_files(store)) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -707,17 +704,12 @@ def test_show_prints_resources_ptx_and_sass(tmp_path, store, run_kbuild):
 # -- kbuild watch ----------------------------------------------------------------------------------
 
 def test_watch_rebuilds_what_a_save_changed_in_one_process(tmp_path, store, run_kbuild):
-    import os
     import subprocess
-    import sys
 
     project = make_project(tmp_path / "project", GOOD_TOML, {"mod": KERNEL})
-    env = dict(os.environ, KBUILD_STORE=str(store), HOME=str(tmp_path),
-               XDG_CACHE_HOME=str(tmp_path / ".cache"))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "watch", "--rounds", "3"],
-                            cwd=project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(kbuild_argv("watch", "--rounds", "3"), cwd=project,
+                            env=kbuild_env(tmp_path / "home", store=store),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     module = project / "pkg" / "mod.py"
     saves = [KERNEL.replace("from numba", "raise RuntimeError('half-saved')\nfrom numba"),
              KERNEL.replace("+ 1", "+ 7")]

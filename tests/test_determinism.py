@@ -67,8 +67,8 @@ def test_keys_do_not_depend_on_what_was_imported_first(reference, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    return make_baseline(tmp_path_factory.mktemp("baseline"))
+def baseline(tmp_path_factory, editproj_template):
+    return make_baseline(tmp_path_factory.mktemp("baseline"), editproj_template)
 
 
 def test_build_gives_the_keys_status_promised_and_identical_key_trees(reference, baseline, tmp_path):

@@ -37,12 +37,12 @@ def executor(cluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def local_build(tmp_path_factory, repo_root, run_kbuild):
+def local_build(tmp_path_factory, examples_template):
+    """(project, build JSON): the session's cold local build of the examples, copied."""
     base = tmp_path_factory.mktemp("local")
-    project = copy_examples(repo_root, base / "project")
-    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
-    assert result.returncode == 0, result.stderr
-    return project, result.json
+    made = examples_template(ARCH)
+    project, _ = made.copy_to(base / "project", base / "store")
+    return project, made.json
 
 
 def test_a_dask_cluster_builds_the_examples_with_the_keys_and_artifacts_of_a_local_build(

@@ -1,6 +1,6 @@
 """Invalidation is sound and precise: an edit rebuilds exactly the targets that reach it.
 
-The baseline (tests/editproj built into a temp store) is made once per module;
+The baseline (tests/editproj built into a temp store) is made once per test run;
 each case copies the project to a new path and the store beside it, applies one
 edit, runs the real `kbuild build --json` once and compares the set of targets
 with a "built" row to the expected set: nothing missed, nothing extra.
@@ -17,9 +17,9 @@ from editmatrix_support import (
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
+def baseline(tmp_path_factory, editproj_template):
     """(project, store, build JSON) of a clean build of tests/editproj."""
-    return make_baseline(tmp_path_factory.mktemp("baseline"))
+    return make_baseline(tmp_path_factory.mktemp("baseline"), editproj_template)
 
 
 def test_baseline_builds_every_target(baseline):

@@ -7,33 +7,26 @@ zero compilations.
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_examples
+from support import run
 
-REPO = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).resolve().parent / "run_examples.py"
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory):
+def warm(tmp_path_factory, examples_template):
+    """(root, env): a copy of the examples and, in root/store, the session's cold build of
+    the archs kbuild.toml declares."""
     root = tmp_path_factory.mktemp("run")
-    copy_examples(REPO, root)
-    env = dict(os.environ, HOME=str(root), XDG_CACHE_HOME=str(root / "cache"))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--store", str(root / "store")],
-                          cwd=root, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return root, env
+    examples_template().copy_to(root, root / "store")
+    return root, {}
 
 
 def _run(root, env, *extra):
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "run_examples.py"),
-                           str(root / "kbuild.toml"), str(root / "store"), *extra],
-                          cwd=root, env=env, capture_output=True, text=True)
+    done = run(root / "kbuild.toml", root / "store", *extra, launcher=(SCRIPT,), cwd=root,
+               home=root, env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -49,8 +42,7 @@ def test_every_example_reaches_the_driver_with_the_right_arguments(warm, device)
     """No GPU: the real launch path against a fake driver that checks the stream,
     the launch config and every parameter's size (sm_86: sm_80's PTX, JIT-compiled)."""
     root, env = warm
-    result = _run(root, dict(env, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=str(REPO)),
-                  "--fake-driver", device)
+    result = _run(root, dict(env, NUMBA_ENABLE_CUDASIM="0"), "--fake-driver", device)
     assert result.pop("compiles") == 0
     assert {k: v for k, v in result.items() if v is not True} == {}
 

@@ -20,8 +20,8 @@ from kbuild.keying.explain import diff
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    return make_baseline(tmp_path_factory.mktemp("baseline"))
+def baseline(tmp_path_factory, editproj_template):
+    return make_baseline(tmp_path_factory.mktemp("baseline"), editproj_template)
 
 
 def _reasons(rows) -> dict:
@@ -91,17 +91,12 @@ def test_explain_record_edits_name_the_field(baseline, tmp_path):
 
 
 def test_explain_text_output(baseline, tmp_path):
-    import subprocess
-    import sys
-
-    from editmatrix_support import kbuild_env
+    from support import run
 
     project, store = checkout(baseline, tmp_path)
     replace("lab/consts.py", "SCALE = 2.5", "SCALE = 3.0")(project)
-    cmd = [sys.executable, "-m", "kbuild", "explain", "k_scale", "--config",
-           str(project / "kbuild.toml"), "--store", str(store)]
-    proc = subprocess.run(cmd, env=kbuild_env(tmp_path / "home"), capture_output=True,
-                          text=True, timeout=120)
+    proc = run("explain", "k_scale", "--config", project / "kbuild.toml", "--store", store,
+               cwd=tmp_path, home=tmp_path / "home", bytecode=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "lab.kernels:k_scale void(float32[::1], float32[::1]) sm_80: stale",

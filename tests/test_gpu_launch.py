@@ -12,10 +12,7 @@ Skipped where there is no GPU; tests/test_launch_driver.py covers the same path
 down to the driver without one.
 """
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +38,9 @@ def _build(root: Path, arch: str) -> Path:
         toml = root / "kbuild.toml"
         toml.write_text(toml.read_text().replace('arch = ["sm_80", "sm_90"]',
                                                  f'arch = ["sm_80", "sm_90", "{arch}"]'))
-    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", arch,
-                           "--store", str(root / "store")], cwd=root, env=env,
-                          capture_output=True, text=True)
+    from support import run
+
+    done = run("build", "--arch", arch, "--store", root / "store", cwd=root, home=root)
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 

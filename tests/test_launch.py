@@ -6,38 +6,30 @@ driver (no GPU here) in this process.
 """
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from conftest import copy_examples
-
-REPO = Path(__file__).resolve().parents[1]
+from support import run
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """A copy of the examples and a store holding all of them."""
+def warm(tmp_path_factory, examples_template):
+    """A copy of the examples and a store holding all of them (the session's cold build)."""
     root = tmp_path_factory.mktemp("launch")
-    copy_examples(REPO, root)
-    store = root / "store"
-    done = _kbuild(root, store, "build", "--json")
-    assert done.returncode == 0, done.stderr
-    return root, store
+    made = examples_template()
+    made.copy_to(root, root / "store")
+    return root, root / "store"
 
 
-def _env(root):
-    return dict(os.environ, HOME=str(root), XDG_CACHE_HOME=str(root / "cache"),
-                PYTHONPATH=str(REPO))
+def _python(root, code, env=None):
+    """`python -c code` in `root` (HOME there too)."""
+    return run(launcher=("-c", code), cwd=root, home=root, env=env)
 
 
 def _kbuild(root, store, *args):
-    return subprocess.run([sys.executable, "-m", "kbuild", *args, "--store", str(store)],
-                          cwd=root, env=_env(root), capture_output=True, text=True)
+    return run(*args, "--store", store, cwd=root, home=root)
 
 
 def _sim(root, store, body, on_miss="error"):
@@ -47,9 +39,7 @@ def _sim(root, store, body, on_miss="error"):
         proj = Project.load("kbuild.toml", store=%r, on_miss=%r)
         out = {}
     """ % (str(store), on_miss)) + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
-    env = dict(_env(root), NUMBA_ENABLE_CUDASIM="1")
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
-                          capture_output=True, text=True)
+    done = _python(root, code, env={"NUMBA_ENABLE_CUDASIM": "1"})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -146,8 +136,7 @@ def test_warm_store_loads_without_compiling(warm):
         result["compiles"] = len(calls)
         print(json.dumps(result))
     """ % str(store))
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=_env(root),
-                          capture_output=True, text=True)
+    done = _python(root, code)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"examples.saxpy:saxpy": [False, True],

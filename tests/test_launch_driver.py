@@ -12,14 +12,12 @@ reaches it.
 """
 
 import ctypes
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support import run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,11 +33,7 @@ def built(tmp_path_factory):
 
 def _built_for_sm80(root):
     """`root`'s project built for sm_80 only into `root`/store, in a kbuild process."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(root), XDG_CACHE_HOME=str(root))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--arch", "sm_80",
-                           "--store", str(root / "store")], cwd=root, env=env,
-                          capture_output=True, text=True)
+    done = run("build", "--arch", "sm_80", "--store", root / "store", cwd=root, home=root)
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 

@@ -6,12 +6,10 @@ are installed, from their module paths.
 """
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from support import run
 
 MODULES = {
     "overload": ("""
@@ -116,12 +114,9 @@ def _project(root, name):
 
 
 def _build(root):
-    env = dict(os.environ, HOME=str(root), XDG_CACHE_HOME=str(root / "cache"))
-    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--json", "-j1",
-                           "--store", str(root / "store")], cwd=root, env=env,
-                          capture_output=True, text=True)
+    done = run("build", "--json", "-j1", "--store", root / "store", cwd=root, home=root)
     assert done.returncode == 0, done.stdout + done.stderr
-    return [row["status"] for row in json.loads(done.stdout)["targets"]]
+    return [row["status"] for row in done.json["targets"]]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -162,12 +157,9 @@ def test_numba_cuda_own_cache_use_cases_build(tmp_path):
     for target, sigs in targets.items():
         lines += [f'[kernels."{USECASES}.{target}"]', f"signatures = {json.dumps(sigs)}", ""]
     (tmp_path / "kbuild.toml").write_text("\n".join(lines))
-    env = dict(os.environ, HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, "-m", "kbuild", "build", "--json",
-                           "--store", str(tmp_path / "store")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
+    done = run("build", "--json", "--store", tmp_path / "store", cwd=tmp_path, home=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = json.loads(done.stdout)["targets"]
+    rows = done.json["targets"]
     assert {r["status"] for r in rows} == {"built"} and len(rows) == 10
     keys = {r["target"].rpartition(":")[2]: r["key"] for r in rows}
     # Two functions named ambiguous_function with different bodies; two closures of one factory.

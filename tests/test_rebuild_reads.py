@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from conftest import REPO_ROOT
+from support import run
 
 SHARED = '''
 from numba import cuda
@@ -53,8 +51,6 @@ def test_a_rebuild_reads_each_stored_objects_record_once_for_all_its_relinks(tmp
     compile observed is read and verified once for every recipe that links it (and once when
     the compile commits beside it), not once per kernel."""
     import json
-    import subprocess
-    import sys
 
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)
@@ -69,10 +65,8 @@ def test_a_rebuild_reads_each_stored_objects_record_once_for_all_its_relinks(tmp
     shared = root / "pkg" / "shared.py"
     shared.write_text(SHARED.replace("x * 2.0", "x * 3.0"))
 
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    done = subprocess.run([sys.executable, "-c", COUNT_RECORD_READS, str(root / "kbuild.toml"),
-                           str(store)], cwd=root, env=env, capture_output=True, text=True)
+    done = run(root / "kbuild.toml", store, launcher=("-c", COUNT_RECORD_READS), cwd=root,
+               home=tmp_path / "home")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["links"] == ["lto", "relink", "relink", "relink"]

@@ -25,8 +25,8 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    return make_baseline(tmp_path_factory.mktemp("baseline"))
+def baseline(tmp_path_factory, editproj_template):
+    return make_baseline(tmp_path_factory.mktemp("baseline"), editproj_template)
 
 
 def _row(result, short_name):
@@ -74,14 +74,12 @@ def test_grid_sync_kernel_builds_caches_and_rebuilds_as_cooperative(baseline, tm
 
 
 def run_ptx(project, store, blob: str) -> str:
-    import subprocess
+    from support import run
 
-    from editmatrix_support import kbuild_env
-
-    proc = subprocess.run([sys.executable, "-m", "kbuild", "cat", blob, "--store", str(store)],
-                          env=kbuild_env(project.parent / "home"), capture_output=True,
-                          timeout=120, check=True)
-    return proc.stdout.decode()
+    proc = run("cat", blob, "--store", store, cwd=project.parent, home=project.parent / "home",
+               bytecode=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def test_kernel_omitting_a_default_argument_builds(baseline):

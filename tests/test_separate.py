@@ -211,17 +211,17 @@ print(json.dumps({"parsed": len(parsed), "built": sorted(r.target for r in rows
 def test_a_no_op_build_normalizes_no_source_and_an_edit_only_its_file(
         project, tmp_path, run_kbuild):
     import json
-    import subprocess
-    import sys
+
+    from support import run
 
     store = tmp_path / "store"
     _rows(run_kbuild("build", "--json", cwd=project, store=store))
     assert list((store / "v1" / "facts").glob("*/*.json")), "no facts kept"
 
     def plan_in_a_new_process():
-        out = subprocess.run([sys.executable, "-c", COUNT_PARSES, str(project / "kbuild.toml"),
-                              str(store)], cwd=project, capture_output=True, text=True,
-                             check=True)
+        out = run(project / "kbuild.toml", store, launcher=("-c", COUNT_PARSES), cwd=project,
+                  home=tmp_path / "home")
+        assert out.returncode == 0, out.stderr
         return json.loads(out.stdout.splitlines()[-1])
 
     assert plan_in_a_new_process() == {"parsed": 0, "built": []}

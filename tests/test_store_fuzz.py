@@ -6,7 +6,8 @@ manifests, replace files with links or FIFOs, replace folders with links, nest J
 deeply, delete), and runs `kbuild build` (and `status` or `gc`). Every run must exit 0
 or 1 without a traceback and within its timeout, every `cached` row must carry exactly
 the clean build's artifacts for its target, and nothing outside the store may change.
-Seeded (KBUILD_FUZZ_SEED) and bounded (KBUILD_FUZZ_ROUNDS, and about 35 s).
+Seeded (KBUILD_FUZZ_SEED) and bounded by a number of rounds (KBUILD_FUZZ_ROUNDS), never by
+the clock: a loaded machine runs the same rounds, slower.
 """
 
 from __future__ import annotations
@@ -19,23 +20,21 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_examples
 
 ARCH = "sm_90"
 SEED = int(os.environ.get("KBUILD_FUZZ_SEED", "15"))
 ROUNDS = int(os.environ.get("KBUILD_FUZZ_ROUNDS", "10"))
-TIME_BUDGET = 35.0
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory, repo_root, run_kbuild):
+def clean(tmp_path_factory, examples_template):
+    """(project, store, artifacts by row) of the session's clean sm_90 build, copied."""
     base = tmp_path_factory.mktemp("fuzz")
-    project = copy_examples(repo_root, base / "project")
-    result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=base / "store")
-    assert result.returncode == 0, result.stderr
+    made = examples_template(ARCH)
+    project, store = made.copy_to(base / "project", base / "store")
     artifacts = {(r["target"], r["signature"], r["arch"]): r["artifacts"]
-                 for r in result.json["targets"]}
-    return project, base / "store", artifacts
+                 for r in made.json["targets"]}
+    return project, store, artifacts
 
 
 def _files(store: Path, rng) -> list[Path]:
@@ -155,8 +154,8 @@ def test_a_randomly_damaged_store_never_serves_a_wrong_binary(clean, run_kbuild,
     for path in outside.rglob("*"):
         os.utime(path, (1, 1))  # ancient: stale by every rule gc has
     before = _snapshot(outside)
-    started, rounds = time.monotonic(), 0
-    while rounds < ROUNDS and time.monotonic() - started < TIME_BUDGET:
+    started = time.monotonic()  # for the report below only
+    for rounds in range(ROUNDS):
         store = tmp_path / f"store{rounds}"
         shutil.copytree(built, store, symlinks=True)
         mutated = []
@@ -164,16 +163,14 @@ def test_a_randomly_damaged_store_never_serves_a_wrong_binary(clean, run_kbuild,
             mutation(store, outside, rng)
             mutated.append(mutation.__name__)
         result = run_kbuild("build", "--json", "--arch", ARCH, cwd=project, store=store,
-                            timeout=60)
+                            timeout=180)
         _check(result, "build", mutated)
         for row in result.json["targets"]:
             if row["status"] == "cached":
                 assert row["artifacts"] == artifacts[(row["target"], row["signature"],
                                                       row["arch"])], (mutated, row)
         extra = ["status", "--arch", ARCH] if rounds % 2 else ["gc", "--max-size", "1"]
-        _check(run_kbuild(*extra, cwd=project, store=store, timeout=60), extra[0], mutated)
+        _check(run_kbuild(*extra, cwd=project, store=store, timeout=180), extra[0], mutated)
         assert _snapshot(outside) == before, f"a file outside the store changed after {mutated}"
         assert not (project / "v1").exists()
-        rounds += 1
-    assert rounds >= min(ROUNDS, 2), f"only {rounds} rounds ran in {TIME_BUDGET}s"
-    print(f"fuzz: {rounds} rounds in {time.monotonic() - started:.1f}s (seed {SEED})")
+    print(f"fuzz: {ROUNDS} rounds in {time.monotonic() - started:.1f}s (seed {SEED})")

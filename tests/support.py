@@ -1,0 +1,210 @@
+"""What the test modules share: `kbuild` in a subprocess, and projects built once per run.
+
+Every kbuild process a test starts goes through `kbuild_env` (and `run`, or `kbuild_argv`
+for a test that needs Popen): HOME, XDG_CACHE_HOME and NUMBA_CACHE_DIR inside a temp
+folder, no KBUILD_*, NUMBA_* or PYTHONHASHSEED inherited from whoever runs the suite, and
+this checkout first on PYTHONPATH, so a subprocess runs the kbuild under test even when
+another one is installed.
+
+`Template` is a project built once for the whole test run (every pytest-xdist worker
+shares it) under a file lock; tests only ever get copies of its project and store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Inherited variables that change what kbuild does or keys: never passed on.
+_DROPPED_PREFIXES = ("KBUILD_", "NUMBA_")
+_DROPPED = ("PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE")
+
+
+# -- running kbuild ---------------------------------------------------------------------------
+
+class Result(NamedTuple):
+    """What one `kbuild` run gave back."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    json: object  # parsed stdout when --json was given, else None
+    stdout_bytes: bytes
+
+
+def kbuild_env(home: Path, *, store=None, env=None, bytecode: bool = True) -> dict:
+    """The environment of one kbuild process, nothing of the user's cache or settings.
+
+    `store`: KBUILD_STORE. `env`: variables to add (a value of None removes one; a
+    PYTHONPATH given here comes after this checkout). `bytecode=False` turns .pyc writing
+    off (an edit that keeps a file's size within the same second must never meet a stale
+    .pyc); on, as a user has it, otherwise.
+    """
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(_DROPPED_PREFIXES) and k not in _DROPPED}
+    full.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
+                NUMBA_CACHE_DIR=str(home / "numba-cache"))
+    if not bytecode:
+        full["PYTHONDONTWRITEBYTECODE"] = "1"
+    if store is not None:
+        full["KBUILD_STORE"] = str(store)
+    extra = dict(env or {})
+    path = [str(REPO_ROOT)] + [p for p in str(extra.pop("PYTHONPATH", "") or "").split(os.pathsep)
+                               if p] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p]
+    full["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
+    for name, value in extra.items():
+        if value is None:
+            full.pop(name, None)
+        else:
+            full[name] = str(value)
+    return full
+
+
+def kbuild_argv(*args, launcher=("-m", "kbuild")) -> list[str]:
+    """`python -m kbuild ARGS`; `launcher` replaces `-m kbuild` (`("-c", CODE)`, a script)."""
+    return [sys.executable, *map(str, launcher), *map(str, args)]
+
+
+def run(*args, cwd, home, env=None, store=None, timeout=300, launcher=("-m", "kbuild"),
+        bytecode: bool = True, **popen) -> Result:
+    """Run kbuild (or `launcher`) with `args` in `cwd`; see `kbuild_env` for the rest."""
+    proc = subprocess.run(kbuild_argv(*args, launcher=launcher), cwd=str(cwd),
+                          env=kbuild_env(home, store=store, env=env, bytecode=bytecode),
+                          capture_output=True, timeout=timeout, **popen)
+    stdout = proc.stdout.decode("utf-8", "replace")
+    parsed = json.loads(stdout) if "--json" in map(str, args) and proc.stdout.strip() else None
+    return Result(proc.returncode, stdout, proc.stderr.decode("utf-8", "replace"), parsed,
+                  proc.stdout)
+
+
+# -- counting work in a kbuild process ----------------------------------------------------------
+
+# `python -c COUNTING ARGS` runs the CLI with `module:attribute` callables (named in
+# TEST_COUNT_WHAT, comma-separated) wrapped to append their name to TEST_COUNT_FILE when
+# called, in this process and in the workers it forks. A count of work, never a clock.
+COUNTING = """
+import importlib, os
+
+_FILE = os.environ["TEST_COUNT_FILE"]  # read now: a read during a compile would be keyed
+
+def _wrap(spec):
+    module_name, _, dotted = spec.partition(":")
+    owner = importlib.import_module(module_name)
+    *path, name = dotted.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    real = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        fd = os.open(_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, (spec + "\\n").encode())
+        finally:
+            os.close(fd)
+        return real(*args, **kwargs)
+
+    setattr(owner, name, counted)
+
+for _spec in filter(None, os.environ["TEST_COUNT_WHAT"].split(",")):
+    _wrap(_spec)
+import runpy
+runpy.run_module("kbuild", run_name="__main__", alter_sys=True)  # python -m kbuild ARGS
+"""
+
+NVVM_COMPILE = "numba.cuda.cudadrv.nvvm:compile_ir"
+
+
+def counting(file: Path, *what: str) -> dict:
+    """The `launcher` and `env` of a kbuild run that counts calls of `what` into `file`."""
+    return {"launcher": ("-c", COUNTING),
+            "env": {"TEST_COUNT_FILE": str(file), "TEST_COUNT_WHAT": ",".join(what)}}
+
+
+def counts(file: Path) -> dict:
+    """name -> how many times it was called, from a file `counting` wrote (none: {})."""
+    found: dict = {}
+    if file.exists():
+        for line in file.read_text().split():
+            found[line] = found.get(line, 0) + 1
+    return found
+
+
+# -- built once per test run --------------------------------------------------------------------
+
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this run shares (pytest's own under -n 0)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder; each worker's basetemp is a folder in it
+    return base / "kbuild-templates"
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A project and the store one cold build of it filled, with what the build printed.
+    Read-only: tests take copies (`copy_to`)."""
+
+    project: Path
+    store: Path
+    result: Result
+
+    @property
+    def json(self) -> dict:
+        return self.result.json
+
+    def copy_to(self, project: Path, store: Path) -> tuple[Path, Path]:
+        """A private copy of the project (without bytecode caches) and of the store."""
+        shutil.copytree(self.project, project, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(self.store, store, symlinks=True)
+        return project, store
+
+
+def template(shared: Path, name: str, make) -> Template:
+    """The template `name`, built by `make(project_dir, store_dir) -> Result` the first time
+    any worker of this run asks for it; the others wait for it, then reuse it.
+
+    A failed build raises (in every worker that asks) and leaves no template behind.
+    """
+    where = shared / name
+    done = where / "done.json"
+    with _locked(shared / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir(parents=True)
+            result = make(where / "project", where / "store")
+            assert result.returncode == 0, f"building template {name}:\n{result.stderr}"
+            done.write_text(json.dumps({"returncode": result.returncode,
+                                        "stdout": result.stdout, "stderr": result.stderr}))
+            with open(shared / "cold-builds.log", "a") as log:  # how often the suite built
+                log.write(f"{name} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}\n")
+    saved = json.loads(done.read_text())
+    stdout = saved["stdout"]
+    parsed = json.loads(stdout) if stdout.lstrip().startswith("{") else None
+    return Template(where / "project", where / "store",
+                    Result(saved["returncode"], stdout, saved["stderr"], parsed,
+                           stdout.encode()))
