@@ -332,7 +332,10 @@ def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    # From the file's bytes now, never from a bytecode cache: a file rewritten within the
+    # same second at the same size would otherwise run its old code (a .pyc is checked by
+    # mtime and size only), and tests that rewrite a module would test the old one.
+    exec(compile(Path(path).read_bytes(), str(path), "exec"), module.__dict__)
     return module
 
 
