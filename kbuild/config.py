@@ -74,7 +74,8 @@ def find_config(start: Path | None = None) -> Path:
         if _has_tool_kbuild(folder / PYPROJECT):
             return folder / PYPROJECT
     raise ConfigError(f"no {CONFIG_NAME} (nor a {PYPROJECT} with [tool.kbuild]) in {here} or "
-                      "any parent directory; create one or pass --config PATH")
+                      "any parent directory; run `kbuild init` to write one from the kernels in your "
+                      "sources, or pass --config PATH")
 
 
 def _has_tool_kbuild(path: Path) -> bool:
@@ -86,15 +87,42 @@ def _has_tool_kbuild(path: Path) -> bool:
         return False  # not ours to judge: a broken pyproject without kbuild in it
 
 
+_MAX_LOCATED_LINES = 4000  # past this, report tomllib's own position (locating is quadratic)
+
+
+def _toml_error(path: Path, exc: Exception) -> str:
+    """tomllib's message, at the line where the broken statement starts.
+
+    tomllib reports where it noticed the error: for an array or string left open it is
+    wherever parsing gave up, lines later. The statement starts after the last line up to
+    which the file still parses; every longer prefix fails.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if len(lines) > _MAX_LOCATED_LINES:
+        return str(exc)
+    start = 0
+    for n in range(1, len(lines) + 1):
+        try:
+            tomllib.loads("".join(lines[:n]))
+            start = n
+        except tomllib.TOMLDecodeError:
+            pass
+    noticed = str(exc)
+    message = noticed.split(" (at ", 1)[0]
+    if f"(at line {start + 1}," in noticed:
+        return noticed
+    return f"{message} at line {start + 1} (noticed at {noticed.rpartition('(at ')[2]}"
+
 def load_config(path: Path | str | None = None) -> ProjectConfig:
     """Read and validate a project file (found as `find_config` does when `path` is None)."""
     path = Path(path).resolve() if path else find_config()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        raise ConfigError(f"config file {path} does not exist; pass the path of a "
+                          "kbuild.toml, or run `kbuild init` to write one") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        raise ConfigError(f"{path}: invalid TOML: {_toml_error(path, exc)}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     if path.name == PYPROJECT:

@@ -7,7 +7,7 @@ import importlib.machinery
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .config import KernelSpec, ProjectConfig, arch_cc
 from .errors import TargetError
@@ -34,6 +34,9 @@ class ResolvedKernel:
     spec: KernelSpec
     kernel: object
     argtypes: dict  # signature text -> tuple of numba types
+    # Signatures that do not parse (a typo, a type the module lacks): each fails its own
+    # targets, never the kernel's other signatures nor other kernels.
+    bad_signatures: dict = field(default_factory=dict)  # signature text -> TargetError
 
 
 def add_import_paths(config: ProjectConfig) -> None:
@@ -116,8 +119,13 @@ def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
                               f"{what} '{owner}' has no attribute '{part}'")
         obj = getattr(obj, part)
     _check_kernel(config, spec.name, obj)
-    argtypes = {s: parse_signature(config, spec.name, s, module) for s in spec.signatures}
-    return ResolvedKernel(spec=spec, kernel=obj, argtypes=argtypes)
+    resolved = ResolvedKernel(spec=spec, kernel=obj, argtypes={})
+    for text in spec.signatures:
+        try:
+            resolved.argtypes[text] = parse_signature(config, spec.name, text, module)
+        except BadSignature as exc:
+            resolved.bad_signatures[text] = exc
+    return resolved
 
 
 class ImportFailure(TargetError):
@@ -209,14 +217,34 @@ def parse_signature(config: ProjectConfig, target: str, text: str, module):
         sig = eval(text, {"__builtins__": {}}, namespace)  # noqa: S307 - numba's own format
         argtypes, restype = sigutils.normalize_signature(sig)
     except Exception as exc:  # noqa: BLE001
-        raise TargetError(f"target '{target}' in {config.path.name}: bad signature "
-                          f"{text!r}: {type(exc).__name__}: {exc}") from None
+        raise BadSignature(f"target '{target}' in {config.path.name}: bad signature "
+                           f"{text!r}: {type(exc).__name__}: {exc}"
+                           f"{_type_did_you_mean(exc, namespace)}") from None
     from numba.core import types
 
     if restype not in (None, types.void, types.none):
-        raise TargetError(f"target '{target}' in {config.path.name}: signature {text!r} "
-                          f"returns {restype}; kernels return void")
+        raise BadSignature(f"target '{target}' in {config.path.name}: signature {text!r} "
+                           f"returns {restype}; kernels return void")
     return tuple(argtypes)
+
+
+class BadSignature(TargetError):
+    """A declared signature that does not parse: its own targets fail (exit 1), the
+    kernel's other signatures and the other kernels build."""
+
+    exit_code = 1
+
+
+def _type_did_you_mean(exc: Exception, namespace: dict) -> str:
+    """'; did you mean 'float32'?' for a name the signature misspelt (`flaot32`)."""
+    import difflib
+
+    name = getattr(exc, "name", None) if isinstance(exc, NameError) else None
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, sorted(k for k in namespace if isinstance(k, str)
+                                                   and not k.startswith("_")), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _signature_namespace(module) -> dict:

@@ -42,18 +42,33 @@ def find_kernels(root: Path, folders=()) -> list[FoundKernel]:
 
 
 def _sources(root: Path, folders):
-    starts = [root / f for f in folders] or [root]
+    starts = [_start(root, f) for f in folders] or [root]
     for start in starts:
         if start.is_file():
             yield start
             continue
-        if not start.is_dir():
-            raise ConfigError(f"init: {start} is not a folder or a Python file")
         for folder, dirs, files in os.walk(start):
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__"))
                              and d not in SKIP_DIRS
                              and not (Path(folder) / d / "pyvenv.cfg").exists())
             yield from (Path(folder) / f for f in sorted(files) if f.endswith(".py"))
+
+
+def _start(root: Path, given: str) -> Path:
+    """A folder or file to search, named by path (`src/pkg`, `pkg/mod.py`) or as Python
+    names it (`pkg`, `pkg.mod`)."""
+    path = root / given
+    if path.exists():
+        return path
+    parts = given.split(".")
+    if all(p.isidentifier() for p in parts):
+        dotted = root.joinpath(*parts)
+        for candidate in (dotted, dotted.with_name(dotted.name + ".py")):
+            if candidate.exists():
+                return candidate
+    raise ConfigError(f"init: {given} is not a folder, a Python file or a module under "
+                      f"{root}; name a package folder (kbuild init src/pkg) or a module "
+                      "(kbuild init pkg.kernels)")
 
 
 def _kernels_in(root: Path, path: Path) -> list[FoundKernel]:

@@ -87,14 +87,6 @@ CASES = {
     "device-function": (
         f'[kernels."pkg.mod:dev"]\n{SIG}\n', [],
         ["target 'pkg.mod:dev' in kbuild.toml is a device function (device=True)"]),
-    "bad-signature": (
-        '[kernels."pkg.mod:k"]\nsignatures = ["void(floot32[::1])"]\n', [],
-        ["target 'pkg.mod:k' in kbuild.toml: bad signature 'void(floot32[::1])'",
-         "name 'floot32' is not defined"]),
-    "signature-returns-a-value": (
-        '[kernels."pkg.mod:k"]\nsignatures = ["int32(float32[::1])"]\n', [],
-        ["target 'pkg.mod:k' in kbuild.toml: signature 'int32(float32[::1])' returns int32; "
-         "kernels return void"]),
     "unknown-arch-in-project": (
         '[project]\narch = ["sm_80", "sm_81"]\n\n' + GOOD_TABLE, [],
         ["{toml}: [project] arch: unknown arch 'sm_81'"]),

@@ -28,9 +28,10 @@ class Plan:
     keys: dict  # Target -> KeyNode
     keyer: Keyer
     separate: bool = True  # compile device functions into objects of their own (see lto)
-    # Targets that could not be imported (`ImportFailure`) or keyed (`KeyingError`: a value
-    # kbuild cannot hash), never in `targets` or `keys`: Target -> the error. Each fails
-    # alone; a failed import also stops the build without -k, as a failed compile does.
+    # Targets that could not be imported (`ImportFailure`), parsed (`BadSignature`) or keyed
+    # (`KeyingError`: a value kbuild cannot hash), never in `targets` or `keys`: Target ->
+    # the error. Each fails alone; a failed import also stops the build without -k, as a
+    # failed compile does.
     failed: dict = field(default_factory=dict)
     # What the names compiles observed digest to now (`entries.current_digests`), kept for
     # launches from this plan (`Project.fresh_entry`): like the keys, taken once per process.
@@ -76,6 +77,10 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
     keyer = keyer or new_keyer(config)
     keys, unkeyable = {}, {}
     for t in targets:
+        bad = kernels[t.name].bad_signatures.get(t.signature)
+        if bad is not None:
+            unkeyable[t] = bad  # fails alone, as a value kbuild cannot key does
+            continue
         try:
             keys[t] = target_key(keyer, kernels[t.name], t)
         except KeyingError as exc:

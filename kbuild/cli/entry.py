@@ -56,11 +56,13 @@ def _usage(the_parser) -> int:
 
 
 def _fail(args, message: str, code: int, kind: str) -> int:
-    """Report an error: one line on stderr, and with --json one object on stdout too."""
-    error(message)
+    """Report an error: one line on stderr, or with --json one object on stdout (and
+    nothing on stderr: a machine reads one stream, a person sees no echo of it)."""
     if getattr(args, "json", False):
         print_json({"error": message, "kind": kind, "exit_code": code,
                     "warnings": warnings(args)})
+    else:
+        error(message)
     return code
 
 
