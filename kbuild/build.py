@@ -38,12 +38,15 @@ class Row:
     # Relinked rows: the device functions that alone changed since the target's nearest
     # earlier build (set by `Project.build`); None when unknown or not relinked.
     changed: list | None = None
+    # The launch configuration a launch-config-sensitive target is built for (JSON form).
+    launch: dict | None = None
 
     def as_json(self) -> dict:
-        return {"target": self.target, "signature": self.signature, "arch": self.arch,
-                "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
-                "artifacts": self.artifacts, "error": self.error, "link": self.link,
-                "note": self.note, "recorded": self.recorded, "changed": self.changed}
+        found = {"target": self.target, "signature": self.signature, "arch": self.arch,
+                 "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
+                 "artifacts": self.artifacts, "error": self.error, "link": self.link,
+                 "note": self.note, "recorded": self.recorded, "changed": self.changed}
+        return found if self.launch is None else dict(found, launch=self.launch)
 
 
 @dataclass
@@ -89,9 +92,10 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
     specs = select_specs(config, names)
     kernels, broken = _resolve_all(config, specs)
     # A signature or arch named twice is one target, built once.
-    every = list(dict.fromkeys(Target(spec.name, sig, arch)
+    every = list(dict.fromkeys(Target(spec.name, sig, arch, launch)
                                for spec in specs for sig in spec.signatures
-                               for arch in (archs or spec.archs)))
+                               for arch in (archs or spec.archs)
+                               for launch in (spec.launches or (None,))))
     targets = [t for t in every if t.name in kernels]
     keyer = keyer or Keyer(ProjectSources(config.paths))
     keys, unkeyable = {}, {}
@@ -176,8 +180,11 @@ def parse_archs(text: str | None, where: str = "--arch"):
 
 
 def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNode:
-    return keyer.target_node(resolved.kernel, target.name, resolved.argtypes[target.signature],
+    from .keying.launch import with_launch
+
+    node = keyer.target_node(resolved.kernel, target.name, resolved.argtypes[target.signature],
                              target.signature, target.arch, toolchain(), codegen_config())
+    return with_launch(node, target.launch)
 
 
 def build(the_plan: Plan, store: Store, *, keep_going: bool = False, jobs: int = 1,
@@ -218,6 +225,10 @@ def expected(target: Target, kernel=None) -> dict:
     from .backend.binaries import kernel_entry_prefix
 
     found = {"target": target.name, "signature": target.signature, "arch": target.arch}
+    if target.launch is not None:
+        from .keying.launch import launch_json
+
+        found["launch"] = launch_json(target.launch)
     prefix = kernel_entry_prefix(kernel) if kernel is not None else None
     return dict(found, entry_prefix=prefix) if prefix else found
 
@@ -273,6 +284,11 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
                                error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), the_plan.total)
     ordered = [rows[t] for t in [*the_plan.targets, *the_plan.failed]]
+    for target in the_plan.targets:
+        if target.launch is not None:
+            from .keying.launch import launch_json
+
+            rows[target].launch = launch_json(target.launch)
     from .store.maintenance import record_build
 
     record_build(store, {s: sum(r.status == s for r in ordered)
@@ -373,7 +389,9 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     current = current or current_digests(the_plan)
     observed = [obs.Observation(obs.Kind(k), n, d) for k, n, d in artifacts.observed]
-    for obj in artifacts.objects:
+    # A target built for one launch configuration may have objects made for it alone: none
+    # are kept (another launch configuration must never be linked from them).
+    for obj in (artifacts.objects if target.launch is None else ()):
         # Objects are keyed statically and carry what their compile observed, so a relink
         # can check it; one compiled again because an observation changed replaces the old.
         if _object_holds(store, obj.key, current):
@@ -396,11 +414,16 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     manifest = {
         "target": target.name, "signature": target.signature, "arch": target.arch,
         "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
-        "link": artifacts.link,
+        "link": artifacts.link if target.launch is None or "objects" not in artifacts.link
+        else dict(artifacts.link, objects=[]),
         "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     }
+    if target.launch is not None:
+        from .keying.launch import launch_json
+
+        manifest["launch"] = launch_json(target.launch)
     store.commit(node.digest, manifest)
     return launchable(manifest)
 
@@ -669,6 +692,8 @@ class _Relink:
 def _recipe(the_plan: Plan, lookup: _Objects, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
+    if target.launch is not None:
+        return Unresolved("built for one launch configuration")
     try:
         found = resolve(the_plan.keys[target], nodes, lookup)
     except (KeyError, TypeError, ValueError):
@@ -724,7 +749,7 @@ def _job(the_plan, store, item):
 def compile_target(the_plan: Plan, target: Target):
     """(Artifacts or CompileError, seconds) for one target, in this process."""
     from .backend.compiler import compile_kernel
-
+    from .backend.dispatch import launched_as
     from .backend.observe import Observer
 
     resolved = the_plan.kernels[target.name]
@@ -732,9 +757,10 @@ def compile_target(the_plan: Plan, target: Target):
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
     observer = _noting(Observer)(the_plan.keyer.nodes, the_plan.config.root)
     try:
-        artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
-                                   arch_cc(target.arch), the_plan.keyer.device_functions,
-                                   the_plan.keyer.stable_ids, apart, observer)
+        with launched_as(resolved.kernel, target.launch):
+            artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
+                                       arch_cc(target.arch), the_plan.keyer.device_functions,
+                                       the_plan.keyer.stable_ids, apart, observer)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \

@@ -415,6 +415,8 @@ class BuildReport:
         if row.status == "cached" and getattr(self.args, "watching", False):
             return  # a watch prints what each save changed, not the whole project again
         line = f"{self._paint(row.status)} {row.target} {row.signature} {row.arch}"
+        if row.launch is not None:
+            line += f" (grid {row.launch['grid']} block {row.launch['block']})"
         if row.status == "built":
             line += f"  {row.seconds:.2f}s" + _relinked(row)
         print(line, flush=self.stream)

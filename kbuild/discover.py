@@ -16,15 +16,21 @@ from .sources import record_imported_source
 
 @dataclass(frozen=True)
 class Target:
-    """One build target: a kernel x one signature x one arch."""
+    """One build target: a kernel x one signature x one arch (x the launch configuration
+    it is built for, for a launch-config-sensitive kernel: see keying/launch.py)."""
 
     name: str
     signature: str
     arch: str
+    launch: tuple | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.name} {self.signature} {self.arch}"
+        if self.launch is None:
+            return f"{self.name} {self.signature} {self.arch}"
+        from .keying.launch import launch_text
+
+        return f"{self.name} {self.signature} {self.arch} ({launch_text(self.launch)})"
 
 
 @dataclass

@@ -108,7 +108,9 @@ def _job(the_plan, target, bundle) -> dict:
             # Plain-valued plan settings (such as how to link) hold on the worker too.
             "options": {f.name: getattr(the_plan, f.name) for f in dataclasses.fields(the_plan)
                         if isinstance(getattr(the_plan, f.name), (bool, int, float, str))},
-            "target": [target.name, target.signature, target.arch],
+            "target": [target.name, target.signature, target.arch,
+                       [list(d) if isinstance(d, tuple) else d for d in target.launch]
+                       if target.launch is not None else None],
             "key": the_plan.keys[target].digest,
             "fingerprint": _fingerprint()}
 
@@ -229,7 +231,9 @@ def _run_job(files: dict, job: dict) -> dict:
                          "NUMBA_* settings",
                 "seconds": 0.0}
     the_plan = _plan(files, job)
-    target = Target(*job["target"])
+    name, signature, arch, launch = (list(job["target"]) + [None])[:4]
+    launch = (tuple(launch[0]), tuple(launch[1]), launch[2]) if launch else None
+    target = Target(name, signature, arch, launch)
     key = the_plan.keys[target].digest if target in the_plan.keys else None
     if key != job["key"]:
         return {"error": f"dask worker {_worker_name()} computes key {key} for {target.label}, "
