@@ -1,0 +1,106 @@
+"""Zero-config caching (`kbuild.enable()`), proved without a GPU.
+
+A program with lazy kernels whose device function lives in another file runs in fresh
+processes under kbuild's fake driver (the launch path is real down to the `cuda.core`
+call). What a run compiled is counted (NVVM compiles, nvJitLink links), never timed.
+"""
+
+import json
+import shutil
+
+import pytest
+
+from zeroconf_support import cubin_of, declare, kbuild, run, write_program
+
+SIG = "void(float32[::1], float32[::1])"
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return write_program(tmp_path_factory.mktemp("zc") / "prog")
+
+
+def _fresh_copy(program, tmp_path, name="prog"):
+    root = tmp_path / name
+    shutil.copytree(program, root)
+    return root
+
+
+def _loaded(report, entry_part):
+    return [digest for entry, kind, digest in report["loads"] if entry_part in entry]
+
+
+def test_three_processes_and_numba_cache_side_by_side(program, tmp_path):
+    """Issue 25, item 5. kbuild: the second process compiles nothing and loads the binary
+    a `kbuild build` of the same targets makes; after the callee's file is edited the
+    third loads a new binary. numba's own cache=True, the same program beside it, serves
+    the stale kernel in its third process."""
+    ours, theirs = _fresh_copy(program, tmp_path, "ours"), _fresh_copy(program, tmp_path, "numba")
+    store = tmp_path / "store"
+
+    first = run(ours, "kbuild", enable={"store": str(store)})
+    assert first["counts"] == {"built": 2, "served": 2}
+    assert first["nvvm"] > 0 and first["launches"] == 2
+    second = run(ours, "kbuild", enable={"store": str(store)})
+    assert (second["nvvm"], second["links"]) == (0, 0)
+    assert second["counts"] == {"hits": 2, "served": 2}
+    assert second["served"] == first["served"]
+    assert _loaded(second, "scale") == _loaded(first, "scale")
+
+    # The binary a `kbuild build` of the same targets makes: same keys, same cubin.
+    declare(ours, {"app_kernels:scale": [SIG], "app_kernels:shift": [SIG]})
+    aot = tmp_path / "aot"
+    done = kbuild(ours, "build", "--json", "--store", str(aot))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {r["target"]: r for r in json.loads(done.stdout)["targets"]}
+    served = {name: key for name, sig, arch, key in second["served"]}
+    for name in ("app_kernels:scale", "app_kernels:shift"):
+        assert rows[name]["key"] == served[name]
+        assert rows[name]["artifacts"]["cubin"] == cubin_of(store, served[name])
+    (ours / "kbuild.toml").unlink()
+
+    numba_first = run(theirs, "numba")
+    assert numba_first["nvvm"] > 0 and numba_first["numba_cache_hits"] == 0
+    numba_second = run(theirs, "numba")
+    assert numba_second["nvvm"] == 0 and numba_second["numba_cache_hits"] == 2
+
+    for root in (ours, theirs):  # the callee, in another file, changes
+        path = root / "mathlib.py"
+        path.write_text(path.read_text().replace("v * 2.0", "v * 3.0"))
+
+    third = run(ours, "kbuild", enable={"store": str(store)})
+    assert third["nvvm"] > 0 and third["counts"]["built"] == 1  # scale; shift is unchanged
+    new_scale, = _loaded(third, "scale")
+    assert new_scale not in _loaded(first, "scale")
+    assert _loaded(third, "shift") == _loaded(first, "shift")
+    assert {k for *_, k in third["served"]} != {k for *_, k in first["served"]}
+
+    numba_third = run(theirs, "numba")
+    # numba's index is keyed by app_kernels.py's timestamp alone: the edit in mathlib.py
+    # goes unseen and the kernel compiled for `v * 2.0` is loaded again.
+    assert numba_third["nvvm"] == 0 and numba_third["numba_cache_hits"] == 2
+    assert _loaded(numba_third, "scale") == _loaded(numba_first, "scale")
+
+
+def test_same_key_both_ways_for_classes_and_factories(program, tmp_path):
+    """A kernel in a class body and the kernels of a factory, declared in kbuild.toml and
+    launched under enable(): the same keys and cubins; the two closures of one factory
+    never share an entry."""
+    root = _fresh_copy(program, tmp_path)
+    store = tmp_path / "store"
+    report = run(root, "kbuild", ("smooth", "scale3", "scale5"),
+                 enable={"store": str(store)})
+    assert report["counts"] == {"built": 3, "served": 3}, report["stderr"]
+    served = {name: key for name, sig, arch, key in report["served"]}
+    assert set(served) == {"app_kernels:Filters.smooth", "app_kernels:scale3",
+                           "app_kernels:scale5"}
+    assert served["app_kernels:scale3"] != served["app_kernels:scale5"]
+    assert len(set(_loaded(report, "scaler"))) == 2  # two binaries, one per closure value
+
+    declare(root, {name: [SIG] for name in served})
+    done = kbuild(root, "keys", "--json", "--store", str(store))
+    assert done.returncode == 0, done.stdout + done.stderr
+    keys = {r["target"]: r["key"] for r in json.loads(done.stdout)["targets"]}
+    assert keys == served
+    built = kbuild(root, "build", "--json", "--store", str(store))
+    assert {r["status"] for r in json.loads(built.stdout)["targets"]} == {"cached"}
