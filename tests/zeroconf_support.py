@@ -143,18 +143,22 @@ with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 
         report["counts"] = dict(session.counts)
         report["served"] = [list(s) for s in session.served]
     import app_kernels
-    report["numba_cache_hits"] = sum(
-        sum(getattr(app_kernels, n).stats.cache_hits.values()) for n in ("scale", "shift"))
+    report["numba_cache_hits"] = sum(sum(v.stats.cache_hits.values())
+                                     for v in vars(app_kernels).values()
+                                     if hasattr(v, "stats") and hasattr(v, "py_func"))
 print("REPORT " + json.dumps(report))
 """
 
 
-def write_program(root: Path, kernels: str = KERNELS) -> Path:
+def write_program(root: Path, kernels: str = KERNELS, app: str = APP, **more) -> Path:
+    """The program in `root` (`more`: other modules, name -> source)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "mathlib.py").write_text(MATHLIB)
     (root / "app_kernels.py").write_text(kernels)
-    (root / "app.py").write_text(APP)
+    (root / "app.py").write_text(app)
     (root / "_harness.py").write_text(HARNESS)
+    for name, source in more.items():
+        (root / f"{name}.py").write_text(source)
     return root
 
 

@@ -22,7 +22,9 @@ from .encode import digest_of
 from .keys import KEY_SCHEMA, KeyNode, own_digest
 
 # Target inputs an object depends on besides its function; kernel options that reach NVVM.
-_CONTEXT_LABELS = ("arch", "toolchain", "config")
+# A target built for one launch configuration (keying/launch.py) may have callees typed
+# for it: their objects are that launch's too.
+_CONTEXT_LABELS = ("arch", "toolchain", "config", "launch")
 _NVVM_OPTIONS = ("option fastmath", "option opt")
 
 

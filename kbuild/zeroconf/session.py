@@ -136,6 +136,7 @@ class Session:
     def _serve(self, request, name: str, text: str):
         from ..build import current_digests
 
+        _check_source(request.py_func)
         device_arch = self._device_arch()
         plan, targets = self._plan(request, name, text, device_arch)
         target = targets[0]
@@ -259,9 +260,21 @@ class Session:
             return None
         if marks.sensitive and target.launch is None:
             target = _launch_target(plan, target, request.launch)
+            self._forget_launch_specific(plan, outcome)
         commit(self.store, plan, target, outcome, seconds, current)
         self.counts["built"] += 1
         return target
+
+    def _forget_launch_specific(self, plan, outcome) -> None:
+        """What a compile marked launch-config sensitive made for its launch alone: its
+        objects, and the device functions numba typed meanwhile (typed again for the next
+        launch configuration, as a fresh process types them)."""
+        from ..backend import dispatch, lto
+
+        lto.forget(o.key for o in outcome.objects)
+        for disp in plan.keyer.device_functions:
+            dispatch.forget_compiled(disp)
+            self._compiled.pop(disp.py_func, None)
 
     def _relinked(self, plan, target, current):
         """(Artifacts, seconds) linked from stored objects, or None: compile it."""
@@ -334,6 +347,19 @@ class Session:
     def _flush_store_warnings(self) -> None:
         while self.store.warnings:
             self.warn(f"kbuild: {self.store.warnings.pop(0)}")
+
+
+def _check_source(py_func) -> None:
+    """A kernel kbuild keys lives in a module with a source file: its key holds the source,
+    and its entry is bound to the module numba names in its symbols. One made by `exec`,
+    or typed at an interactive prompt, has neither (KeyingError: numba compiles it)."""
+    import os
+
+    module = sys.modules.get(py_func.__module__)
+    filename = py_func.__code__.co_filename
+    if module is None or not getattr(module, "__file__", None) or not os.path.isfile(filename):
+        raise KeyingError(f"it has no source file ({filename}: made with exec, or at an "
+                          "interactive prompt); define it in a module")
 
 
 def _launch_target(plan, target, launch):
