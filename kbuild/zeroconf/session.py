@@ -191,7 +191,11 @@ class Session:
         from ..build import fresh_entry
 
         key = plan.keys[target].digest
-        if not self.store.has_entry(key) and self.store.remote is None:
+        try:
+            held = self.store.has_entry(key)
+        except OSError:  # no store there (a file in its path): nothing held
+            held = False
+        if not held and self.store.remote is None:
             return None
         # The same types declared with another text (`f4[::1]`) have the same key: take the
         # entry's text rather than refuse (and remove) it as another target's.
