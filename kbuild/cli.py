@@ -36,13 +36,16 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv=None) -> int:
     # A build compiles for real: the simulator would hand us fake kernels.
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") not in (None, "", "0"):
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM")
+    if simulated not in (None, "", "0"):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     argv = sys.argv[1:] if argv is None else list(argv)
     args = argparse.Namespace(json="--json" in argv)  # what an error before parsing knows
     try:
         parser = _parser()
         args = parser.parse_args(argv)
+        if getattr(args, "command", None) == "run" and simulated is not None:
+            os.environ["NUMBA_ENABLE_CUDASIM"] = simulated  # `kbuild run` runs CMD as asked
         if args.version and not getattr(args, "command", None):
             return _print_versions()
         if not getattr(args, "command", None):
@@ -234,6 +237,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cat", parents=[common], help="write a blob's bytes to stdout")
     p.add_argument("hash", help="the blob's xxh3-128 hash (32 hex digits)")
     p.set_defaults(run=cmd_cat)
+
+    from .zeroconf import run as zeroconf_run
+
+    p = sub.add_parser("run", parents=[common], help="run a command with every kernel it "
+                       "compiles cached (--record: write them into kbuild.toml)")
+    zeroconf_run.add_arguments(p)
+    p.set_defaults(run=zeroconf_run.handle)
 
     p = sub.add_parser("bundle", parents=[common],
                        help="write the built kernels into a package directory (e.g. mypkg/_kbuild)")

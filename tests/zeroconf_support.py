@@ -131,7 +131,7 @@ with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 
         session = kbuild.enable(**json.loads(os.environ.get("HARNESS_ENABLE", "{}")))
     elif mode == "env":
         from kbuild import zeroconf
-        session = zeroconf.session()
+        session = zeroconf.current()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         import app

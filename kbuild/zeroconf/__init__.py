@@ -10,9 +10,7 @@ what happens at each compile and `settings` for where the store is.
 
 from __future__ import annotations
 
-from .session import ZeroConfigWarning
-
-__all__ = ["ZeroConfigWarning", "disable", "enable", "session"]
+__all__ = ["ZeroConfigWarning", "current", "disable", "enable"]
 
 _current = {"session": None}
 
@@ -66,6 +64,16 @@ def disable() -> None:
     _current["session"] = None
 
 
-def session():
+def current():
     """The current session (its `counts`, `served`, `store`), or None."""
     return _current["session"]
+
+
+def __getattr__(name):
+    # The start-up hook imports this package in every process KBUILD_ENABLE reaches: it
+    # stays cheap, and the session's code is imported when caching starts.
+    if name == "ZeroConfigWarning":
+        from .session import ZeroConfigWarning
+
+        return ZeroConfigWarning
+    raise AttributeError(name)

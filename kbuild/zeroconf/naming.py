@@ -75,9 +75,9 @@ def _is_kernel_of(obj, py_func) -> bool:
     """Whether `obj` is a dispatcher of `py_func` (numba-cuda's, or its simulator's)."""
     if obj is None:
         return False
-    if getattr(obj, "py_func", None) is py_func:
-        return hasattr(obj, "targetoptions")
-    return getattr(obj, "fn", None) is py_func and hasattr(obj, "_device")
+    if getattr(obj, "fn", None) is py_func and hasattr(obj, "_device"):
+        return True  # the simulator's FakeCUDAKernel (which has a py_func too)
+    return getattr(obj, "py_func", None) is py_func and hasattr(obj, "targetoptions")
 
 
 def _attribute(obj, name: str):

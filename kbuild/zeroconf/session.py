@@ -112,7 +112,8 @@ class Session:
             if self.recorder is not None:
                 sensitive = getattr(kernel, "launch_config_sensitive", False)
                 self.recorder.add(request.py_func, request.argtypes, name, text,
-                                  self._device_arch(), request.launch if sensitive else None)
+                                  self._device_arch_or_none(),
+                                  request.launch if sensitive else None)
 
     def _named(self, request):
         from . import naming, sigtext
@@ -326,6 +327,12 @@ class Session:
         self.served.append((served.name, served.signature, served.arch,
                             plan.keys[served].digest))
         return kernel
+
+    def _device_arch_or_none(self):
+        try:
+            return self._device_arch()
+        except Exception:  # noqa: BLE001 - no driver: numba says so when it compiles
+            return None
 
     def _device_arch(self) -> str:
         from ..backend import launcher
