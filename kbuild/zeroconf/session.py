@@ -44,7 +44,6 @@ class Session:
 
     def __init__(self, settings):
         from ..config import ProjectConfig
-        from ..sources import ProjectSources
         from ..store.local import Store
 
         self.settings = settings
@@ -56,7 +55,7 @@ class Session:
             archs=settings.archs or ("sm_80",), store=settings.store, kernels=(),
             remote_timeout=getattr(project, "remote_timeout", None))
         self.declared = {spec.name: spec for spec in getattr(project, "kernels", ())}
-        self.sources = ProjectSources(settings.roots, facts_dir=self.store.base / "facts")
+        self.sources = _Sources(settings.roots, facts_dir=self.store.base / "facts")
         self.counts: Counter = Counter()  # served, built, fallback (for tests and reports)
         self.served: list = []  # (target name, signature, arch, key) of what was handed over
         self.recorder = None
@@ -109,6 +108,7 @@ class Session:
             return self._fallback(name, f"{type(exc).__name__}: {exc}")
         finally:
             self._flush_store_warnings()
+            self._save_facts()
             if self.recorder is not None:
                 sensitive = getattr(kernel, "launch_config_sensitive", False)
                 self.recorder.add(request.py_func, request.argtypes, name, text,
@@ -355,9 +355,35 @@ class Session:
             self._warned.add(message)
             warnings.warn(message, ZeroConfigWarning, stacklevel=2)
 
+    def _save_facts(self) -> None:
+        # Only into a store that exists (looking a kernel up creates no store); a store
+        # that cannot be written only makes the next process parse again.
+        if self.store.base.is_dir():
+            self.sources.save_facts()
+
     def _flush_store_warnings(self) -> None:
         while self.store.warnings:
             self.warn(f"kbuild: {self.store.warnings.pop(0)}")
+
+
+def _sources_class():
+    from ..sources import ProjectSources, note_source
+
+    class Sources(ProjectSources):
+        """The project's sources as a program imported them: keying facts are kept by the
+        digest of each file as first keyed (see `sources.note_source`)."""
+
+        def remembered(self, func, kind, compute):
+            code = getattr(func, "__code__", None)
+            if code is not None:
+                note_source(code.co_filename)
+            return super().remembered(func, kind, compute)
+
+    return Sources
+
+
+def _Sources(roots, facts_dir):
+    return _sources_class()(roots, facts_dir=facts_dir)
 
 
 def _check_source(py_func) -> None:
