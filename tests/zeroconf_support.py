@@ -121,6 +121,8 @@ with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 
         report["loads"].append([entry, kind, digest(data)])
         return _load(binary, kind, entry)
     fake.load_kernel = _loading
+    from kbuild.backend import driver as _kbuild_driver
+    _kbuild_driver.load_kernel = _loading  # kbuild's own launcher loads through this
     # numba binds a kernel it compiled to the context (making its cubin) before its
     # cache=True saves it, as on a GPU; `targeting` makes bind a no-op: make it load.
     from numba.cuda import dispatcher as _dispatcher

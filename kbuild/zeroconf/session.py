@@ -315,12 +315,15 @@ class Session:
 
     def _load(self, manifest, served, request, device_arch, plan):
         from ..backend import dispatch
+        from ..backend.fastlaunch import serve_fast
         from ..backend.loader import rebuild_kernel
         from ..config import arch_cc
 
-        binary = self.store.read_blob(manifest["artifacts"]["cubin"])
+        blob = manifest["artifacts"]["cubin"]
+        binary = self.store.read_blob(blob)
         kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
                                 arch_cc(device_arch), request.options, py_func=request.py_func)
+        kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
         if served.launch is not None:
             dispatch.mark_sensitive(kernel)
         self.counts["served"] += 1
