@@ -104,3 +104,36 @@ def test_same_key_both_ways_for_classes_and_factories(program, tmp_path):
     assert keys == served
     built = kbuild(root, "build", "--json", "--store", str(store))
     assert {r["status"] for r in json.loads(built.stdout)["targets"]} == {"cached"}
+
+
+def test_closures_kept_nowhere_are_keyed_by_their_values(program, tmp_path):
+    """Two closures of one factory, never stored on a module attribute, share a name
+    (`app_kernels:make_scaler.<locals>.scaler`) but not a key: each closure value its own
+    entry, found again by a fresh process."""
+    root = _fresh_copy(program, tmp_path)
+    store = tmp_path / "store"
+    first = run(root, "kbuild", ("closures",), enable={"store": str(store)})
+    assert first["counts"] == {"built": 2, "served": 2}, first["stderr"]
+    names = {name for name, *_ in first["served"]}
+    assert names == {"app_kernels:make_scaler.<locals>.scaler"}
+    assert len({key for *_, key in first["served"]}) == 2
+    second = run(root, "kbuild", ("closures",), enable={"store": str(store)})
+    assert (second["nvvm"], second["counts"]) == (0, {"hits": 2, "served": 2})
+    assert second["served"] == first["served"]
+
+
+def test_extra_archs_are_built_for_a_fleet(program, tmp_path):
+    """`archs=`: each kernel is also built for the other GPUs sharing the store; the one
+    launched is the device's (sm_80 here)."""
+    root = _fresh_copy(program, tmp_path)
+    store = tmp_path / "store"
+    report = run(root, "kbuild", ("scale",), enable={"store": str(store), "archs": ["sm_90"]})
+    assert report["counts"] == {"built": 2, "served": 1}
+    assert [arch for _, _, arch, _ in report["served"]] == ["sm_80"]
+    declare(root, {"app_kernels:scale": [SIG]}, extra='')
+    (root / "kbuild.toml").write_text((root / "kbuild.toml").read_text().replace(
+        'arch = ["sm_80"]', 'arch = ["sm_80", "sm_90"]'))
+    done = kbuild(root, "status", "--json", "--store", str(store))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {(r["arch"], r["status"]) for r in json.loads(done.stdout)["targets"]} == \
+        {("sm_80", "up-to-date"), ("sm_90", "up-to-date")}
