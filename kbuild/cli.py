@@ -39,6 +39,9 @@ def main(argv=None) -> int:
     simulated = os.environ.get("NUMBA_ENABLE_CUDASIM")
     if simulated not in (None, "", "0"):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    from .zeroconf.startup import stand_down
+
+    stand_down()  # KBUILD_ENABLE is for programs, not for kbuild's own commands
     argv = sys.argv[1:] if argv is None else list(argv)
     args = argparse.Namespace(json="--json" in argv)  # what an error before parsing knows
     try:

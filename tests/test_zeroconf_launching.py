@@ -6,7 +6,6 @@ PTX's `.entry` (its `record=True` mode), down to the `cuda.core` call."""
 import json
 import subprocess
 import sys
-import textwrap
 
 from zeroconf_support import env_for
 

@@ -3,7 +3,6 @@ pytest plugin) and recording what a run launched into kbuild.toml (`kbuild run -
 on a real run (fake driver) and under numba's simulator, then building it ahead of time."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from importlib import metadata
 
 import pytest
 
-from zeroconf_support import REPO, env_for, kbuild, run, write_program
+from zeroconf_support import declare, env_for, kbuild, run, write_program
 
 SIG = "void(float32[::1], float32[::1])"
 ALL = ("scale", "shift", "smooth", "scale3", "scale5")
@@ -143,6 +142,10 @@ def test_kbuild_enable_variable_and_the_startup_hook(root, tmp_path):
     assert (second["nvvm"], second["counts"]) == (0, {"hits": 2, "served": 2})
     off = run(root, "env", env={"KBUILD_ENABLE": "0", "KBUILD_STORE": str(store)})
     assert "counts" not in off and off["nvvm"] > 0
+    # kbuild's own commands stand it down: `kbuild build` compiles for itself.
+    declare(root, {"app_kernels:scale": [SIG]})
+    built = kbuild(root, "build", "--store", str(tmp_path / "aot"), env={"KBUILD_ENABLE": "1"})
+    assert built.returncode == 0 and "kbuild:" not in built.stderr, built.stderr
     # A process that never imports numba.cuda never imports kbuild's zero-config code.
     done = subprocess.run([sys.executable, "-c", "import sys; print('kbuild.zeroconf.session'"
                            " in sys.modules, 'numba' in sys.modules)"],
@@ -180,7 +183,7 @@ def test_pytest_plugin(root, tmp_path, how):
         """))
     args = ["-p", "no:cacheprovider", "-q"]
     if how == ["ini"]:
-        (root / "pytest.ini").write_text(f"[pytest]\nkbuild = true\n")
+        (root / "pytest.ini").write_text("[pytest]\nkbuild = true\n")
         env = {"KBUILD_STORE": str(store)}
     else:
         args += how + ["--kbuild-store", str(store)] if how == ["--kbuild"] else how

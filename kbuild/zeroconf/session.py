@@ -33,10 +33,23 @@ from collections import Counter
 from dataclasses import replace
 
 from ..errors import KbuildError, KeyingError, LaunchError
+from ..sources import ProjectSources, note_source
 
 
 class ZeroConfigWarning(UserWarning):
     """A kernel compiled by numba instead of served by kbuild, and why."""
+
+
+class _ProgramSources(ProjectSources):
+    """The project's sources as the program imported them: keying facts are kept by the
+    digest of each file as first keyed (see `sources.note_source`), so a warm process
+    parses nothing."""
+
+    def remembered(self, func, kind, compute):
+        code = getattr(func, "__code__", None)
+        if code is not None:
+            note_source(code.co_filename)
+        return super().remembered(func, kind, compute)
 
 
 class Session:
@@ -55,7 +68,7 @@ class Session:
             archs=settings.archs or ("sm_80",), store=settings.store, kernels=(),
             remote_timeout=getattr(project, "remote_timeout", None))
         self.declared = {spec.name: spec for spec in getattr(project, "kernels", ())}
-        self.sources = _Sources(settings.roots, facts_dir=self.store.base / "facts")
+        self.sources = _ProgramSources(settings.roots, facts_dir=self.store.base / "facts")
         self.counts: Counter = Counter()  # served, built, fallback (for tests and reports)
         self.served: list = []  # (target name, signature, arch, key) of what was handed over
         self.recorder = None
@@ -367,26 +380,6 @@ class Session:
     def _flush_store_warnings(self) -> None:
         while self.store.warnings:
             self.warn(f"kbuild: {self.store.warnings.pop(0)}")
-
-
-def _sources_class():
-    from ..sources import ProjectSources, note_source
-
-    class Sources(ProjectSources):
-        """The project's sources as a program imported them: keying facts are kept by the
-        digest of each file as first keyed (see `sources.note_source`)."""
-
-        def remembered(self, func, kind, compute):
-            code = getattr(func, "__code__", None)
-            if code is not None:
-                note_source(code.co_filename)
-            return super().remembered(func, kind, compute)
-
-    return Sources
-
-
-def _Sources(roots, facts_dir):
-    return _sources_class()(roots, facts_dir=facts_dir)
 
 
 def _check_source(py_func) -> None:

@@ -39,6 +39,16 @@ def start() -> None:
         sys.meta_path.insert(0, _EnableOnImport(options))
 
 
+def stand_down() -> None:
+    """kbuild's own commands compile for themselves: KBUILD_ENABLE in their environment
+    (exported for a whole shell, say) must not route their compiles through a session."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _EnableOnImport)]
+    if "kbuild.zeroconf.session" in sys.modules:
+        from . import disable
+
+        disable()
+
+
 def _enable(options: dict) -> None:
     try:
         from . import enable
