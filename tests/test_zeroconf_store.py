@@ -150,3 +150,17 @@ def test_on_miss_error_and_jit(program, tmp_path):
     jit = run(root, "kbuild", ("scale",), enable={"store": str(store), "on_miss": "jit"})
     assert jit["counts"] == {"fallback": 1} and jit["launches"] == 1
     assert not (store / "v1" / "entries").exists()
+
+
+def test_a_remote_serves_a_machine_with_an_empty_store(program, tmp_path):
+    """Two machines (two stores) share a remote cache: what one compiled, the other loads
+    without compiling, keeping a verified copy in its own store."""
+    root = _copy(program, tmp_path)
+    remote = f"file://{tmp_path / 'remote'}"
+    first = run(root, "kbuild", enable={"store": str(tmp_path / "a"), "remote": remote})
+    assert first["counts"] == {"built": 2, "served": 2}
+    second = run(root, "kbuild", enable={"store": str(tmp_path / "b"), "remote": remote})
+    assert (second["nvvm"], second["links"]) == (0, 0)
+    assert second["counts"] == {"hits": 2, "served": 2}
+    assert second["served"] == first["served"]
+    assert len(list((tmp_path / "b" / "v1" / "entries").rglob("*.json"))) >= 2
