@@ -137,3 +137,20 @@ def test_extra_archs_are_built_for_a_fleet(program, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert {(r["arch"], r["status"]) for r in json.loads(done.stdout)["targets"]} == \
         {("sm_80", "up-to-date"), ("sm_90", "up-to-date")}
+
+
+def test_an_entry_declared_with_another_spelling_is_taken_not_refused(program, tmp_path):
+    """`void(f4[::1], f4[::1])` declared and built; the same types launched with no project
+    file in sight are the same key: the entry is served as it is, and stays."""
+    root = _fresh_copy(program, tmp_path)
+    store = tmp_path / "store"
+    declare(root, {"app_kernels:scale": ["void(f4[::1], f4[::1])"]})
+    assert kbuild(root, "build", "--store", str(store)).returncode == 0
+    toml = (root / "kbuild.toml").read_text()
+    (root / "kbuild.toml").unlink()
+    report = run(root, "kbuild", ("scale",), enable={"store": str(store)})
+    assert (report["nvvm"], report["counts"]) == (0, {"hits": 1, "served": 1})
+    assert report["served"][0][1] == "void(f4[::1], f4[::1])"
+    (root / "kbuild.toml").write_text(toml)
+    done = kbuild(root, "status", "--json", "--store", str(store))
+    assert [r["status"] for r in json.loads(done.stdout)["targets"]] == ["up-to-date"]

@@ -196,12 +196,13 @@ class Session:
             if request.launch_sensitive:
                 tried.reverse()  # numba already knows: its kernels depend on their launch
         for candidate in tried:
-            manifest = self._fresh(plan, candidate, current)
+            manifest, found = self._fresh(plan, candidate, current)
             if manifest is not None:
-                return manifest, candidate
+                return manifest, found
         return None, None
 
     def _fresh(self, plan, target, current):
+        """(the fresh entry of `target`'s key, the target as it names it) or (None, target)."""
         from ..build import fresh_entry
 
         key = plan.keys[target].digest
@@ -209,16 +210,34 @@ class Session:
             held = self.store.has_entry(key)
         except OSError:  # no store there (a file in its path): nothing held
             held = False
-        if not held and self.store.remote is None:
-            return None
+        if not held:
+            if self.store.remote is None:
+                return None, target
+            # Fetched from the remote (verified, kept here) whatever text it names.
+            if self.store.lookup(key, {"target": target.name, "arch": target.arch}) is None:
+                return None, target
         # The same types declared with another text (`f4[::1]`) have the same key: take the
         # entry's text rather than refuse (and remove) it as another target's.
-        peek = self.store.lookup(key, {"target": target.name, "arch": target.arch})
-        if peek is None:
+        stored = self._stored_signature(key)
+        if stored is not None and stored != target.signature:
+            target = _retexted(plan, target, stored)
+        return fresh_entry(plan, self.store, target, current), target
+
+    def _stored_signature(self, key: str):
+        """The signature text an entry names, read without checking the rest (the look-up
+        that follows checks everything)."""
+        import json
+
+        from ..store import tree
+        from ..store.local import LAYOUT, entry_relpath
+
+        try:
+            data, _ = tree.read_file(self.store.root, f"{LAYOUT}/{entry_relpath(key)}", 4 << 20)
+            found = json.loads(data)
+        except (OSError, ValueError, RecursionError):
             return None
-        if peek.get("signature") != target.signature:
-            target = _retexted(plan, target, peek["signature"])
-        return fresh_entry(plan, self.store, target, current)
+        signature = found.get("signature") if isinstance(found, dict) else None
+        return signature if isinstance(signature, str) else None
 
     def _writable(self) -> bool:
         if self._unwritable is None:
@@ -244,7 +263,7 @@ class Session:
                 served = self._compile_and_commit(plan, first, request, current)
                 if served is None:
                     return None, None
-                manifest = self._fresh(plan, served, current)
+                manifest, served = self._fresh(plan, served, current)
         if len(targets) > 1:
             self._build_others(plan, targets[1:], served, request, current)
         return manifest, served
@@ -258,7 +277,7 @@ class Session:
             if served.launch is not None:
                 other = _launch_target(plan, other, served.launch)
             with self.store.shared(), KeyLock(self.store.root, plan.keys[other].digest):
-                if self._fresh(plan, other, current) is None:
+                if self._fresh(plan, other, current)[0] is None:
                     self._compile_and_commit(plan, other, request, current)
         # Device functions now hold code for another arch: typed again when next needed.
         for disp in plan.keyer.device_functions:
