@@ -689,6 +689,15 @@ class _Relink:
     observed: tuple  # (kind, name, digest) rows, the union of the objects'
 
 
+def relink_recipe(the_plan: Plan, store: Store, target: Target, current):
+    """How to link `target` from stored objects whose observations all hold (a `_Relink`
+    for `link_target`), or None: it must be compiled. For one target at a time (the
+    zero-config session); a build plans its waves with `_recipe` itself."""
+    found = _recipe(the_plan, _Objects(store, target.arch, current), target,
+                    the_plan.nodes_by_ident())
+    return found if isinstance(found, _Relink) else None
+
+
 def _recipe(the_plan: Plan, lookup: _Objects, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")

@@ -224,6 +224,12 @@ def parse_signature(config: ProjectConfig, target: str, text: str, module):
     return tuple(argtypes)
 
 
+def signature_namespace(module) -> dict:
+    """What a signature string declared for a kernel of `module` is evaluated in:
+    numba.types, `from_dtype` and the module's globals (its record dtypes as records)."""
+    return _signature_namespace(module)
+
+
 def _signature_namespace(module) -> dict:
     import numpy as np
     from numba import from_dtype

@@ -154,3 +154,30 @@ def test_an_entry_declared_with_another_spelling_is_taken_not_refused(program, t
     (root / "kbuild.toml").write_text(toml)
     done = kbuild(root, "status", "--json", "--store", str(store))
     assert [r["status"] for r in json.loads(done.stdout)["targets"]] == ["up-to-date"]
+
+
+def test_an_edited_callee_is_compiled_once_and_its_other_callers_relinked(tmp_path):
+    """Separate compilation under enable(): after `twice` changes, the first kernel that
+    calls it is compiled (making twice's new object) and the second only relinked."""
+    from zeroconf_support import KERNELS
+
+    root = write_program(tmp_path / "prog", KERNELS + '''
+
+@cuda.jit
+def scale_too(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = mathlib.twice(x[i]) + 1.0
+''')
+    store = tmp_path / "store"
+    first = run(root, "kbuild", ("scale", "scale_too"), enable={"store": str(store)})
+    assert first["counts"] == {"built": 2, "served": 2}
+    path = root / "mathlib.py"
+    path.write_text(path.read_text().replace("v * 2.0", "v * 3.0"))
+    after = run(root, "kbuild", ("scale", "scale_too"), enable={"store": str(store)})
+    assert after["counts"] == {"built": 2, "served": 2}
+    links = {}
+    for name, sig, arch, key in after["served"]:
+        manifest = json.loads((store / "v1" / "entries" / key[:2] / f"{key}.json").read_text())
+        links[name] = manifest["link"]["mode"]
+    assert links == {"app_kernels:scale": "lto", "app_kernels:scale_too": "relink"}

@@ -315,15 +315,12 @@ class Session:
 
     def _relinked(self, plan, target, current):
         """(Artifacts, seconds) linked from stored objects, or None: compile it."""
-        from ..build import _Objects, _recipe, _Relink, link_target
+        from ..build import link_target, relink_recipe
 
         if target.launch is not None:
             return None
-        found = _recipe(plan, _Objects(self.store, target.arch, current), target,
-                        plan.nodes_by_ident())
-        if not isinstance(found, _Relink):
-            return None
-        return link_target(plan, self.store, target, found)
+        found = relink_recipe(plan, self.store, target, current)
+        return None if found is None else link_target(plan, self.store, target, found)
 
     def _compiled_now(self, plan, target, compile_target):
         """Compile in this process. A device function numba compiled earlier here holds

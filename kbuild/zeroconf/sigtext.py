@@ -23,10 +23,10 @@ def text(argtypes, namespace=None) -> str | None:
 
 def checked_text(argtypes, module) -> str | None:
     """`text()`, when it evaluates in `module`'s signature namespace back to `argtypes`."""
-    from ..discover import _signature_namespace
+    from ..discover import signature_namespace
     from numba.core import sigutils
 
-    namespace = _signature_namespace(module) if module is not None else dict(vars(types))
+    namespace = signature_namespace(module) if module is not None else dict(vars(types))
     found = text(argtypes, {k: v for k, v in (vars(module) if module else {}).items()})
     if found is None:
         return None
@@ -41,12 +41,12 @@ def checked_text(argtypes, module) -> str | None:
 def matching_text(texts, argtypes, module) -> str | None:
     """The first of `texts` (signatures as a project file writes them) that evaluates, in
     `module`'s signature namespace, to exactly `argtypes`; None."""
-    from ..discover import _signature_namespace
+    from ..discover import signature_namespace
     from numba.core import sigutils
 
     if module is None:
         return None
-    namespace = _signature_namespace(module)
+    namespace = signature_namespace(module)
     for candidate in texts:
         try:
             parsed, _ = sigutils.normalize_signature(
