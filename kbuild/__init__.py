@@ -2,7 +2,22 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["Project", "__version__"]
+__all__ = ["Project", "__version__", "disable", "enable"]
+
+
+def enable(*args, **kwargs):
+    """Zero-config caching: every numba-cuda kernel this process compiles comes from
+    kbuild's store from now on (see `kbuild.zeroconf.enable`)."""
+    from .zeroconf import enable as _enable
+
+    return _enable(*args, **kwargs)
+
+
+def disable():
+    """numba compiles on its own again (see `kbuild.zeroconf.disable`)."""
+    from .zeroconf import disable as _disable
+
+    _disable()
 
 
 def __getattr__(name):

@@ -22,7 +22,8 @@ SCHEMA = {
     "project": ("name", "paths", "arch", "store"),
     "store": ("max_size", "remote", "remote_timeout", "signing_key_env"),
     "build": ("target_timeout",),
-    "kernel": ("signatures", "arch"),
+    "kernel": ("signatures", "arch", "launch"),
+    "launch": ("grid", "block", "shared"),
 }
 
 # Real GPU architectures, for messages and for when the toolchain cannot be asked
@@ -40,6 +41,9 @@ class KernelSpec:
     name: str
     signatures: tuple[str, ...]
     archs: tuple[str, ...]
+    # Launch configurations to build each signature for (a launch-config-sensitive
+    # kernel, see keying/launch.py): ((grid x,y,z), (block x,y,z), shared bytes) each.
+    launches: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,10 @@ def _toml_error(path: Path, exc: Exception) -> str:
         return noticed
     return f"{message} at line {start + 1} (noticed at {noticed.rpartition('(at ')[2]}"
 
-def load_config(path: Path | str | None = None) -> ProjectConfig:
-    """Read and validate a project file (found as `find_config` does when `path` is None)."""
+
+def load_config(path: Path | str | None = None, *, kernels: bool = True) -> ProjectConfig:
+    """Read and validate a project file (found as `find_config` does when `path` is None).
+    `kernels=False` accepts a file that declares none yet (`kbuild run --record` fills it)."""
     path = Path(path).resolve() if path else find_config()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -126,10 +132,10 @@ def load_config(path: Path | str | None = None) -> ProjectConfig:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     if path.name == PYPROJECT:
-        return _parse(path, _tool_table(path, data), prefix="tool.kbuild.",
+        return _parse(path, _tool_table(path, data), prefix="tool.kbuild.", kernels=kernels,
                       default_name=_typed(_table(data, "project", path, required=False), "name",
                                           str, path, "project", default=path.parent.name))
-    return _parse(path, data)
+    return _parse(path, data, kernels=kernels)
 
 
 def _tool_table(path: Path, data: dict) -> dict:
@@ -143,7 +149,7 @@ def _tool_table(path: Path, data: dict) -> dict:
 
 
 def _parse(path: Path, data: dict, prefix: str = "",
-           default_name: str | None = None) -> ProjectConfig:
+           default_name: str | None = None, kernels: bool = True) -> ProjectConfig:
     _check_keys(path, data, SCHEMA[""], prefix.rstrip(".") or None, tables=True)
     project = _table(data, "project", path, required=False, prefix=prefix)
     _check_keys(path, project, SCHEMA["project"], f"{prefix}project")
@@ -168,8 +174,8 @@ def _parse(path: Path, data: dict, prefix: str = "",
     build_table = _table(data, "build", path, required=False, prefix=prefix)
     _check_keys(path, build_table, SCHEMA["build"], f"{prefix}build")
     target_timeout = _seconds(build_table, "target_timeout", path, f"{prefix}build")
-    kernels_table = _table(data, "kernels", path, required=True, prefix=prefix)
-    if not kernels_table:
+    kernels_table = _table(data, "kernels", path, required=kernels, prefix=prefix)
+    if not kernels_table and kernels:
         raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
                           f'add a table like [{prefix}kernels."pkg.module:kernel"]')
     kernels = tuple(_kernel(path, name_, spec, archs, prefix)
@@ -240,7 +246,46 @@ def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> Ker
     archs = tuple(validate_arch(a, f"{path}: target '{name}' arch")
                   for a in _string_list(spec, "arch", path, where, default=None)) \
         if archs is not None else default_archs
-    return KernelSpec(name=name, signatures=tuple(signatures), archs=archs)
+    launches = _launches(path, spec.get("launch"), f"{where} launch")
+    return KernelSpec(name=name, signatures=tuple(signatures), archs=archs, launches=launches)
+
+
+def _launches(path: Path, value, where: str) -> tuple:
+    """`launch = [{grid = 64, block = 128}, {grid = [8, 8], block = [16, 16], shared = 1024}]`:
+    the launch configurations a launch-config-sensitive kernel is built for, normalized as
+    numba normalizes them (3-tuples; shared memory in bytes, default 0)."""
+    if value is None:
+        return ()
+    example = "launch = [{grid = 64, block = 128}]"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{path}: [{where}] must be a non-empty list of tables like {example}")
+    found = []
+    for i, item in enumerate(value, 1):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{path}: [{where}] item {i} is {_kind(item)}; write {example}")
+        _check_keys(path, item, SCHEMA["launch"], f"{where} item {i}")
+        for key in ("grid", "block"):
+            if key not in item:
+                raise ConfigError(f"{path}: [{where}] item {i} has no '{key}'; write {example}")
+        shared = item.get("shared", 0)
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ConfigError(f"{path}: [{where}] item {i}: shared must be a number of bytes "
+                              f"(0 or more), not {shared!r}")
+        launch = (_dims(path, item["grid"], f"{where} item {i} grid"),
+                  _dims(path, item["block"], f"{where} item {i} block"), shared)
+        if launch not in found:
+            found.append(launch)
+    return tuple(found)
+
+
+def _dims(path: Path, value, where: str) -> tuple:
+    """A grid or block: a positive integer or a list of 1 to 3, as a 3-tuple (numba's form)."""
+    dims = value if isinstance(value, list) else [value]
+    if not 1 <= len(dims) <= 3 or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise ConfigError(f"{path}: [{where}] must be a positive integer or a list of 1 to 3 "
+                          f"of them (like 128 or [16, 16]), not {value!r}")
+    return tuple(dims) + (1,) * (3 - len(dims))
 
 
 def validate_arch(arch: str, where: str) -> str:

@@ -16,15 +16,21 @@ from .sources import record_imported_source
 
 @dataclass(frozen=True)
 class Target:
-    """One build target: a kernel x one signature x one arch."""
+    """One build target: a kernel x one signature x one arch (x the launch configuration
+    it is built for, for a launch-config-sensitive kernel: see keying/launch.py)."""
 
     name: str
     signature: str
     arch: str
+    launch: tuple | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.name} {self.signature} {self.arch}"
+        if self.launch is None:
+            return f"{self.name} {self.signature} {self.arch}"
+        from .keying.launch import launch_text
+
+        return f"{self.name} {self.signature} {self.arch} ({launch_text(self.launch)})"
 
 
 @dataclass
@@ -245,6 +251,12 @@ def _type_did_you_mean(exc: Exception, namespace: dict) -> str:
     close = difflib.get_close_matches(name, sorted(k for k in namespace if isinstance(k, str)
                                                    and not k.startswith("_")), n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def signature_namespace(module) -> dict:
+    """What a signature string declared for a kernel of `module` is evaluated in:
+    numba.types, `from_dtype` and the module's globals (its record dtypes as records)."""
+    return _signature_namespace(module)
 
 
 def _signature_namespace(module) -> dict:

@@ -52,6 +52,11 @@ class KernelLauncher:
         self._ready: dict = {}  # (signature, device arch) -> what launches it
         self._bound: dict = {}  # (device id, argument kinds) -> launch(args, config)
         self._simulated = _simulating()
+        if getattr(resolved.spec, "launches", ()):
+            raise LaunchError(
+                f"kernel '{self.name}' is declared for launch configurations (launch = "
+                "[...]): launch it through its own dispatcher after kbuild.enable(), which "
+                "takes the build made for each launch configuration")
 
     def __getitem__(self, config):
         if type(config) is not tuple or not 2 <= len(config) <= 4:

@@ -76,6 +76,8 @@ class Project:
         """
         installed = []
         for spec in _build.select_specs(self.config, names):
+            if spec.launches:
+                continue  # one build per launch configuration: kbuild.enable() serves them
             launcher = self.kernel(spec.name)
             for signature, argtypes in launcher.resolved.argtypes.items():
                 kernel = launcher.numba_kernel(signature)
@@ -160,6 +162,10 @@ class Project:
         node = the_plan.keys[target]
         row = {"target": target.name, "signature": target.signature, "arch": target.arch,
                "key": node.digest}
+        if target.launch is not None:
+            from .keying.launch import launch_json
+
+            row["launch"] = launch_json(target.launch)
         fresh = _build.fresh_entry(the_plan, self.store, target, current)
         if fresh is not None:
             # Cached; when a later build was of other inputs (a revert), say which.

@@ -5,7 +5,8 @@ one being set up) still gets its file, and nothing of it runs. Eager signatures
 (`@cuda.jit("void(float32[::1])")`) are declared as written; a lazy kernel is written
 commented out, for its signatures to be filled in. Kernels made at import time are found
 too: `k = cuda.jit(sig)(f)`, and `k = make_kernel(...)` where `make_kernel` is a module
-function that returns a kernel it defines (a factory).
+function that returns a kernel it defines (a factory); so are kernels in class bodies
+(`@staticmethod` + `@cuda.jit`, declared as `module:Class.kernel`).
 """
 
 from __future__ import annotations
@@ -83,11 +84,24 @@ def _kernels_in(root: Path, path: Path) -> list[FoundKernel]:
     spelling = _Spelling(_jit_names(tree), {n.name: n for n in statements if _is_def(n)})
     spelling.factories.update(_factories(statements, spelling))
     kernels = []
-    for node in statements:  # module level only: kbuild targets are module attributes
+    for node, prefix in _with_class_bodies(statements):  # kbuild targets are attributes
         for name, made in _declared_kernels(node, spelling):
             where = f"{path.relative_to(root)}:{node.lineno}"
-            kernels.append(FoundKernel(f"{module}:{name}", made.signatures, where, made.params))
+            kernels.append(FoundKernel(f"{module}:{prefix}{name}", made.signatures, where,
+                                       made.params))
     return kernels
+
+
+def _with_class_bodies(statements, prefix: str = ""):
+    """(statement, attribute prefix): the module's own, and those of the classes it defines
+    (`class Filters:` with a `@staticmethod @cuda.jit def smooth` gives `Filters.smooth`),
+    nested classes too."""
+    for node in statements:
+        if isinstance(node, ast.ClassDef):
+            yield from _with_class_bodies(_module_statements(node.body),
+                                          f"{prefix}{node.name}.")
+        else:
+            yield node, prefix
 
 
 @dataclass(frozen=True)

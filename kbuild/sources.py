@@ -26,6 +26,21 @@ def record_imported_source(path: str, data: bytes) -> None:
     _IMPORTED[os.path.realpath(path)] = digest(decoded_source(data).encode("utf-8"))
 
 
+def note_source(path: str) -> None:
+    """Remember the source of a module kbuild did not import itself (a program running
+    under `kbuild.enable()` imported it), as it is on disk now, the first time one of its
+    functions is keyed: its keying facts are then kept by that digest (so a warm process
+    parses nothing), and an edit made later in the process is seen as one (`_index_defs`)."""
+    real = _realpath(path)
+    if real in _IMPORTED:
+        return
+    try:
+        with open(real, "rb") as fh:
+            record_imported_source(real, fh.read())
+    except OSError:
+        pass
+
+
 def decoded_source(data: bytes) -> str:
     """Source bytes as Python reads them: BOM and coding cookie honoured, every line
     ending a newline. Digests of source are taken over this text, so a file that only

@@ -565,7 +565,7 @@ def test_a_store_path_that_is_a_file_fails_before_any_compile(built, run_kbuild,
                       **counting(compiles, NVVM_COMPILE))
     assert done.returncode == 2
     assert set(done.json) == {"error", "kind", "exit_code", "warnings"}  # the error, no rows
-    assert f"store {store} is not writable" in done.stderr
+    assert f"store {store} is not writable" in done.json["error"]
     assert warning_lines(done) == []  # one clear error, not a warning per target
     assert store.read_text() == "not a directory"
     assert counts(compiles) == {}  # before any compile

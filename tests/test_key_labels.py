@@ -33,6 +33,7 @@ CASES = [
     (LabelKind.ARCH.label(), "arch"),
     (LabelKind.TOOLCHAIN.label(), "toolchain"),
     (LabelKind.CONFIG.label(), "config"),
+    (LabelKind.LAUNCH.label(), "launch"),
     (record_label(LabelKind.ARGUMENT.label(1)), "argument 1 record"),
     (reached_as(LabelKind.CALLEE.label(NAME), "double"), f"callee {NAME} (as double)"),
 ]

@@ -82,6 +82,13 @@ _made: dict[str, Object] = {}
 _MADE_LIMIT = 4096
 
 
+def forget(keys) -> None:
+    """Objects made for one launch configuration (a compile marked launch-config sensitive,
+    whose target key did not hold it yet): never reused for another."""
+    for key in keys:
+        _made.pop(key, None)
+
+
 def _remember(obj: Object) -> Object:
     if len(_made) >= _MADE_LIMIT:
         _made.clear()

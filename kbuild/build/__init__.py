@@ -22,10 +22,10 @@ from .failures import (CompileFailed, CompileTimeout, forget_failure, recorded_f
                        remember_failure)
 from .planning import Plan, new_keyer, parse_archs, plan, select_specs, target_key
 from .row import Row
-from .run import Workers, build, default_jobs
+from .run import Workers, build, default_jobs, relink_recipe
 
 __all__ = ["CompileFailed", "CompileTimeout", "Plan", "Row", "Workers", "build", "commit",
            "compile_target", "current_digests", "default_jobs", "expected", "forget_failure",
            "fresh_entry", "launchable", "link_target", "new_keyer", "observation_changes",
-           "observed_record", "parse_archs", "plan", "recorded_failure", "remember_failure",
-           "select_specs", "target_key"]
+           "observed_record", "parse_archs", "plan", "recorded_failure", "relink_recipe",
+           "remember_failure", "select_specs", "target_key"]

@@ -16,6 +16,7 @@ import dataclasses
 from ..config import load_config
 from ..discover import Target
 from ..errors import CompileError
+from ..keying.launch import launch_json, launch_of
 from ..execute.distributed import serve_job, worker_name
 from .compile import compile_target
 from .planning import Plan, new_keyer, plan
@@ -27,7 +28,8 @@ def job_of(the_plan: Plan, target: Target) -> dict:
             # Plain-valued plan settings (such as how to link) hold on the worker too.
             "options": {f.name: getattr(the_plan, f.name) for f in dataclasses.fields(the_plan)
                         if isinstance(getattr(the_plan, f.name), (bool, int, float, str))},
-            "target": [target.name, target.signature, target.arch],
+            "target": [target.name, target.signature, target.arch,
+                       None if target.launch is None else launch_json(target.launch)],
             "key": the_plan.keys[target].digest}
 
 
@@ -41,7 +43,8 @@ def _compile_job(root, job: dict, memo: dict):
     """(Artifacts or CompileError, seconds) for the job's target, from the project at
     `root`; `memo` keeps this project's config, keyer and plans between jobs."""
     the_plan = _plan(root, job, memo)
-    target = Target(*job["target"])
+    name, signature, arch, launch = (list(job["target"]) + [None])[:4]
+    target = Target(name, signature, arch, None if launch is None else launch_of(launch))
     key = the_plan.keys[target].digest if target in the_plan.keys else None
     if key != job["key"]:
         return CompileError(f"dask worker {worker_name()} computes key {key} for "

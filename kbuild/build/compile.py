@@ -33,16 +33,21 @@ class Relink:
 def compile_target(the_plan: Plan, target: Target):
     """(Artifacts or CompileError, seconds) for one target, in this process."""
     from ..backend.compiler import compile_kernel
+    from ..backend.dispatch import forget_compiled, launched_as
     from ..backend.observe import Observer
 
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
     observer = _noting(Observer)(the_plan.keyer.nodes, the_plan.config.root)
+    if target.launch is not None:  # callees typed for another launch configuration
+        for disp in the_plan.keyer.device_functions:
+            forget_compiled(disp)
     try:
-        artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
-                                   arch_cc(target.arch), the_plan.keyer.device_functions,
-                                   the_plan.keyer.stable_ids, apart, observer)
+        with launched_as(resolved.kernel, target.launch):
+            artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
+                                       arch_cc(target.arch), the_plan.keyer.device_functions,
+                                       the_plan.keyer.stable_ids, apart, observer)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \

@@ -8,6 +8,7 @@ import time
 from ..backend.binaries import kernel_entry_prefix
 from ..discover import Target
 from ..keying import observed as obs
+from ..keying.launch import launch_json
 from ..store.local import CorruptBlob, Store
 from .planning import Plan
 
@@ -16,6 +17,8 @@ def expected(target: Target, kernel=None) -> dict:
     """What a target's entry must name (and, given its `kernel`, the kernel its entry
     symbol must be): the lookup of its key refuses any other's."""
     found = {"target": target.name, "signature": target.signature, "arch": target.arch}
+    if target.launch is not None:
+        found["launch"] = launch_json(target.launch)
     prefix = kernel_entry_prefix(kernel) if kernel is not None else None
     return dict(found, entry_prefix=prefix) if prefix else found
 
@@ -89,7 +92,9 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     current = current or current_digests(the_plan)
     observed = [obs.Observation(obs.Kind(k), n, d) for k, n, d in artifacts.observed]
-    for obj in artifacts.objects:
+    # A target built for one launch configuration may have objects made for it alone: none
+    # are kept (another launch configuration must never be linked from them).
+    for obj in (artifacts.objects if target.launch is None else ()):
         # Objects are keyed statically and carry what their compile observed, so a relink
         # can check it; one compiled again because an observation changed replaces the old.
         if _object_holds(store, obj.key, current):
@@ -112,11 +117,14 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     manifest = {
         "target": target.name, "signature": target.signature, "arch": target.arch,
         "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
-        "link": artifacts.link,
+        "link": artifacts.link if target.launch is None or "objects" not in artifacts.link
+        else dict(artifacts.link, objects=[]),
         "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     }
+    if target.launch is not None:
+        manifest["launch"] = launch_json(target.launch)
     store.commit(node.digest, manifest)
     return launchable(manifest)
 

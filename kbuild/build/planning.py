@@ -14,6 +14,7 @@ from ..discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
 from ..errors import KeyingError, TargetError
 from ..backend.objectmodel import NUMBA_CUDA
 from ..keying.keyer import Keyer
+from ..keying.launch import with_launch
 from ..keying.tree import KeyNode
 from ..sources import ProjectSources
 
@@ -57,9 +58,10 @@ class Plan:
         return {n.ident: n for n in self.keyer.nodes.values() if n.ident}
 
 
-def new_keyer(config: ProjectConfig, facts_dir=None) -> Keyer:
-    """A keyer for the project's targets: its sources, and numba-cuda's object model."""
-    return Keyer(ProjectSources(config.paths, facts_dir=facts_dir), NUMBA_CUDA)
+def new_keyer(config: ProjectConfig, facts_dir=None, sources=None) -> Keyer:
+    """A keyer for the project's targets: its sources (default: its import roots, facts
+    kept in `facts_dir`), and numba-cuda's object model."""
+    return Keyer(sources or ProjectSources(config.paths, facts_dir=facts_dir), NUMBA_CUDA)
 
 
 def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = None) -> Plan:
@@ -70,9 +72,10 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
     specs = select_specs(config, names)
     kernels, broken = _resolve_all(config, specs)
     # A signature or arch named twice is one target, built once.
-    every = list(dict.fromkeys(Target(spec.name, sig, arch)
+    every = list(dict.fromkeys(Target(spec.name, sig, arch, launch)
                                for spec in specs for sig in spec.signatures
-                               for arch in (archs or spec.archs)))
+                               for arch in (archs or spec.archs)
+                               for launch in (spec.launches or (None,))))
     targets = [t for t in every if t.name in kernels]
     keyer = keyer or new_keyer(config)
     keys, unkeyable = {}, {}
@@ -161,5 +164,6 @@ def parse_archs(text: str | None, where: str = "--arch"):
 
 
 def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNode:
-    return keyer.target_node(resolved.kernel, target.name, resolved.argtypes[target.signature],
+    node = keyer.target_node(resolved.kernel, target.name, resolved.argtypes[target.signature],
                              target.signature, target.arch, toolchain(), codegen_config())
+    return with_launch(node, target.launch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..keying.launch import launch_json
 from ..model import LinkMode, RowStatus
 
 
@@ -25,14 +26,18 @@ class Row:
     # Relinked rows: the device functions that alone changed since the target's nearest
     # earlier build (set by `Project.build`); None when unknown or not relinked.
     changed: list | None = None
+    # The launch configuration a launch-config-sensitive target is built for (JSON form).
+    launch: dict | None = None
 
     @classmethod
     def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:
-        """`target`'s row (a `discover.Target`: its name, signature and arch)."""
-        return cls(target.name, target.signature, target.arch, key, status, *args, **fields)
+        """`target`'s row (a `discover.Target`: its name, signature, arch and launch)."""
+        return cls(target.name, target.signature, target.arch, key, status, *args,
+                   launch=launch_json(target.launch), **fields)
 
     def as_json(self) -> dict:
-        return {"target": self.target, "signature": self.signature, "arch": self.arch,
-                "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
-                "artifacts": self.artifacts, "error": self.error, "link": self.link,
-                "note": self.note, "recorded": self.recorded, "changed": self.changed}
+        found = {"target": self.target, "signature": self.signature, "arch": self.arch,
+                 "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
+                 "artifacts": self.artifacts, "error": self.error, "link": self.link,
+                 "note": self.note, "recorded": self.recorded, "changed": self.changed}
+        return found if self.launch is None else dict(found, launch=self.launch)

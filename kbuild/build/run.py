@@ -278,9 +278,20 @@ class _Objects:
         return self.holding[key]
 
 
+def relink_recipe(the_plan: Plan, store: Store, target: Target, current):
+    """How to link `target` from stored objects whose observations all hold (a `Relink`
+    for `link_target`), or None: it must be compiled. For one target at a time (the
+    zero-config session); a build plans its waves with `_recipe` itself."""
+    found = _recipe(the_plan, _Objects(store, target.arch, current), target,
+                    the_plan.nodes_by_ident())
+    return found if isinstance(found, Relink) else None
+
+
 def _recipe(the_plan: Plan, lookup: _Objects, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
+    if target.launch is not None:
+        return Unresolved("built for one launch configuration")
     try:
         found = resolve(the_plan.keys[target], nodes, lookup)
     except (KeyError, TypeError, ValueError):

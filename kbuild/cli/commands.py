@@ -189,6 +189,22 @@ COMMANDS = (
             defaults={"show": "resources"}),
     Command("cat", "store_cmds.cmd_cat", "write a blob's bytes to stdout",
             (Opt("hash", help="the blob's xxh3-128 hash (32 hex digits)"),)),
+    Command("run", "project_cmds.cmd_run",
+            "run a command with every kernel it compiles cached (--record: write them into "
+            "kbuild.toml)", (
+                Opt("--record", action="store_true",
+                    help="write the (kernel, signature) pairs the command launched into "
+                         "kbuild.toml (created or merged), for `kbuild build` to build ahead "
+                         "of time"),
+                Opt("--on-miss", choices=("build", "error", "jit"),
+                    help="a kernel the store lacks: build it (default), raise an error, or "
+                         "let numba compile it uncached"),
+                Opt("--arch", help="also build each kernel for these architectures, "
+                                   "comma-separated (the device's always is)"),
+                Opt("--remote", metavar="URL", help="a shared cache behind the store"),
+                Opt("--no-remote", action="store_true", help="use no remote cache"),
+                Opt("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                    help="the command to run (after --)"))),
     Command("bundle", "project_cmds.cmd_bundle",
             "write the built kernels into a package directory (e.g. mypkg/_kbuild)", (
                 Opt("dir", help="the bundle directory, inside the package"),

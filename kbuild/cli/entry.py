@@ -22,13 +22,19 @@ from .common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error, flush_warning
 def main(argv=None) -> int:
     """Run one command line (default: `sys.argv[1:]`); its exit code."""
     # A build compiles for real: the simulator would hand us fake kernels.
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") not in (None, "", "0"):
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM")
+    if simulated not in (None, "", "0"):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    from ..zeroconf.startup import stand_down
+
+    stand_down()  # KBUILD_ENABLE is for programs, not for kbuild's own commands
     argv = sys.argv[1:] if argv is None else list(argv)
     args = argparse.Namespace(json="--json" in argv)  # what an error before parsing knows
     try:
         the_parser = parser()
         args = the_parser.parse_args(argv)
+        if getattr(args, "command", None) == "run" and simulated is not None:
+            os.environ["NUMBA_ENABLE_CUDASIM"] = simulated  # `kbuild run` runs CMD as asked
         if not getattr(args, "command", None):  # `kbuild --version`, or a bare `kbuild`
             return _print_versions() if args.version else _usage(the_parser)
         return handler(args.run)(args)

@@ -393,3 +393,11 @@ def cmd_bundle(args) -> int:
         print(f"bundled {report['targets']} targets ({', '.join(report['archs'])}) as "
               f"{report['blobs']} blobs ({size(report['bytes'])}) into {report['dir']}")
     return EXIT_OK
+
+
+# -- run: a program with zero-config caching ------------------------------------------------
+
+def cmd_run(args) -> int:
+    from ..zeroconf.run import handle
+
+    return handle(args)

@@ -109,6 +109,8 @@ class BuildReport:
         if row.status == RowStatus.CACHED and getattr(self.args, "watching", False):
             return  # a watch prints what each save changed, not the whole project again
         line = f"{self._paint(row.status)} {row.target} {row.signature} {row.arch}"
+        if row.launch is not None:
+            line += f" (grid {row.launch['grid']} block {row.launch['block']})"
         if row.status == RowStatus.BUILT:
             line += f"  {row.seconds:.2f}s" + relinked(row)
         print(line, flush=self.stream)

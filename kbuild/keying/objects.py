@@ -22,7 +22,9 @@ from .encode import digest_of
 from .tree import KEY_SCHEMA, KeyNode, LabelKind, own_digest
 
 # Target inputs an object depends on besides its function; kernel options that reach NVVM.
-_CONTEXT = (LabelKind.ARCH, LabelKind.TOOLCHAIN, LabelKind.CONFIG)
+# A target built for one launch configuration (keying/launch.py) may have callees typed
+# for it: their objects are that launch's too.
+_CONTEXT = (LabelKind.ARCH, LabelKind.TOOLCHAIN, LabelKind.CONFIG, LabelKind.LAUNCH)
 _NVVM_OPTIONS = (LabelKind.OPTION.label("fastmath"), LabelKind.OPTION.label("opt"))
 
 

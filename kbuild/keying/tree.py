@@ -26,7 +26,10 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
   and ``layout`` under ``argument N record``);
 - ``arch``: the target architecture;
 - ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema;
-- ``config``: numba config knobs that change generated code.
+- ``config``: numba config knobs that change generated code;
+- ``launch``: only for a kernel whose code depends on its launch configuration
+  (`mark_launch_config_sensitive`): the grid, block and dynamic shared memory it is
+  built for (see `keying/launch.py`); other targets key none.
 
 Keying is pure: side effects (reading source files and linked files, telling
 project modules from libraries) come in through a `Sources` object, and what a
@@ -77,6 +80,7 @@ class LabelKind(str, enum.Enum):
     ARCH = "arch"
     TOOLCHAIN = "toolchain"
     CONFIG = "config"
+    LAUNCH = "launch"  # the launch configuration a launch-config-sensitive target is built for
 
     def __str__(self) -> str:
         return self.value

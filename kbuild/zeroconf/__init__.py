@@ -1,0 +1,79 @@
+"""Zero-config caching: every kernel a program compiles, kept in kbuild's store and keyed as
+`kbuild build` keys it. One line turns it on::
+
+    import kbuild; kbuild.enable()
+
+or, with no change to the program, `kbuild run -- python app.py`, `KBUILD_ENABLE=1 python
+app.py` (a startup hook installed with kbuild) or `pytest -p kbuild`. See `session` for
+what happens at each compile and `settings` for where the store is.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ZeroConfigWarning", "current", "disable", "enable"]
+
+_current = {"session": None}
+
+
+def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, record=None):
+    """From now on every numba-cuda `@cuda.jit` kernel this process compiles comes from
+    kbuild's store: keyed as `kbuild build` keys a declared target, looked up (and in the
+    remote), else compiled by kbuild and stored (`on_miss="build"`, the default), else
+    an error (`"error"`) or numba's own compile, not stored (`"jit"`).
+
+    `store`: the store folder (default: the nearest kbuild.toml's, else $KBUILD_STORE, else
+    ~/.cache/kbuild); `archs`: also build each kernel for these architectures (the current
+    device's always is); `remote`: a shared cache URL, or False for none (default:
+    $KBUILD_REMOTE, else the project file's); `config`: the project file (default: the
+    nearest, if any); `record`: a folder where the (kernel, signature) pairs launched are
+    written, for `kbuild run --record`. Returns the session; calling it again replaces it.
+    """
+    from . import settings as _settings
+    from .session import Session
+
+    found = _settings.resolve(store=store, archs=archs, remote=remote, on_miss=on_miss,
+                              record=record, config=config)
+    session = Session(found)
+    from ..backend.compiler import simulating
+
+    if simulating():
+        _enable_simulated(session)
+    else:
+        from ..backend import dispatch
+
+        dispatch.install(session)
+    _current["session"] = session
+    return session
+
+
+def _enable_simulated(session) -> None:
+    """numba's simulator compiles nothing: only what is launched is recorded."""
+    from ..backend import dispatch
+
+    if session.recorder is None:
+        return
+    dispatch.install_recorder(session.recorder.launched)
+
+
+def disable() -> None:
+    """numba compiles on its own again (kernels already handed over stay loaded)."""
+    from ..backend import dispatch
+
+    dispatch.uninstall()
+    dispatch.uninstall_recorder()
+    _current["session"] = None
+
+
+def current():
+    """The current session (its `counts`, `served`, `store`), or None."""
+    return _current["session"]
+
+
+def __getattr__(name):
+    # The start-up hook imports this package in every process KBUILD_ENABLE reaches: it
+    # stays cheap, and the session's code is imported when caching starts.
+    if name == "ZeroConfigWarning":
+        from .session import ZeroConfigWarning
+
+        return ZeroConfigWarning
+    raise AttributeError(name)

@@ -1,0 +1,431 @@
+"""What `kbuild.enable()` does each time numba is about to compile a kernel.
+
+For a (kernel, argument types) on the current device, `Session.__call__`:
+
+1. names the target as `kbuild build` would (`naming`) and spells its signature
+   (the declared text when the project file declares these types, else `sigtext`);
+2. keys it with kbuild's own Keyer and `build.target_key`, the key a declared target
+   of that name, signature and arch gets (a fresh Keyer per compile: the program may
+   have changed a global since the last one, and the key must say what numba reads now);
+3. looks the key up in the store (and the remote behind it), checking what the
+   compile observed as a build does (`build.fresh_entry`); for a launch-triggered
+   compile, also under the key of the current launch configuration, where a kernel
+   that depends on it is kept (see keying/launch.py);
+4. on a miss (on_miss="build"), takes the key's lock, looks again (another process
+   may have built it meanwhile), relinks it from stored objects or compiles it
+   through kbuild's backend (separate compilation, what numba consulted observed),
+   and commits it; a compile marked launch-config sensitive is committed under the
+   key of its launch configuration, and keeps no objects;
+5. loads the stored cubin as numba-cuda's own kernel object, bound to its key, and
+   hands it to the dispatcher (`backend.dispatch`).
+
+Whatever it cannot do falls back to numba's own compile, with one warning naming the
+kernel and why: a kernel kbuild cannot key (a value it cannot hash by content), a store
+it cannot write, a compile kbuild's backend fails (numba then raises its own error).
+Never an entry keyed by identity.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections import Counter
+from dataclasses import replace
+
+from ..errors import KbuildError, KeyingError, LaunchError
+from ..sources import ProjectSources, note_source
+
+
+class ZeroConfigWarning(UserWarning):
+    """A kernel compiled by numba instead of served by kbuild, and why."""
+
+
+class _ProgramSources(ProjectSources):
+    """The project's sources as the program imported them: keying facts are kept by the
+    digest of each file as first keyed (see `sources.note_source`), so a warm process
+    parses nothing."""
+
+    def remembered(self, func, kind, compute):
+        code = getattr(func, "__code__", None)
+        if code is not None:
+            note_source(code.co_filename)
+        return super().remembered(func, kind, compute)
+
+
+class Session:
+    """The per-process state of zero-config caching (one per `enable()`)."""
+
+    def __init__(self, settings):
+        from ..config import ProjectConfig
+        from ..store.local import Store
+
+        self.settings = settings
+        self.store = Store(settings.store)
+        self.store.remote = self._remote(settings)
+        project = settings.config
+        self.config = ProjectConfig(
+            path=settings.root / "kbuild.toml", name=settings.name, paths=settings.roots,
+            archs=settings.archs or ("sm_80",), store=settings.store, kernels=(),
+            remote_timeout=getattr(project, "remote_timeout", None))
+        self.declared = {spec.name: spec for spec in getattr(project, "kernels", ())}
+        self.sources = _ProgramSources(settings.roots, facts_dir=self.store.base / "facts")
+        self.counts: Counter = Counter()  # served, built, fallback (for tests and reports)
+        self.served: list = []  # (target name, signature, arch, key) of what was handed over
+        self.recorder = None
+        if settings.record is not None:
+            from .record import Recorder
+
+            self.recorder = Recorder(settings.record, self.declared)
+        self._warned: set = set()
+        self._unwritable: str | None = None
+        self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
+        self._arch: dict = {}
+        for message in settings.warnings:
+            self.warn(message)
+
+    def _remote(self, settings):
+        from ..store.remote import open_remote, remote_settings
+
+        try:
+            return open_remote(remote_settings(settings.config,
+                                               url=settings.remote or None,
+                                               no_remote=settings.remote is False))
+        except KbuildError as exc:
+            self.__dict__.setdefault("_pending", []).append(
+                f"kbuild: no remote cache ({exc})")
+            return None
+
+    # -- the hook -------------------------------------------------------------------
+
+    def __call__(self, request):
+        """The kernel to hand to the dispatcher for `request`, or None: numba compiles."""
+        if request.options.get("device"):
+            return None
+        for message in self.__dict__.pop("_pending", ()):
+            self.warn(message)
+        try:
+            name, text = self._named(request)
+        except Exception as exc:  # noqa: BLE001 - naming must never stop a launch
+            return self._fallback(request.py_func.__qualname__, f"{type(exc).__name__}: {exc}")
+        kernel = None
+        try:
+            kernel = self._serve(request, name, text)
+            return kernel
+        except LaunchError:
+            raise  # on_miss="error": the program asked for it
+        except KeyingError as exc:
+            return self._fallback(name, f"kbuild cannot key it: {exc}")
+        except Exception as exc:  # noqa: BLE001 - numba's own compile still works
+            if isinstance(exc, KbuildError):
+                return self._fallback(name, str(exc))
+            return self._fallback(name, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._flush_store_warnings()
+            self._save_facts()
+            if self.recorder is not None:
+                sensitive = getattr(kernel, "launch_config_sensitive", False)
+                self.recorder.add(request.py_func, request.argtypes, name, text,
+                                  self._device_arch_or_none(),
+                                  request.launch if sensitive else None)
+
+    def _named(self, request):
+        from . import naming, sigtext
+
+        name = naming.target_name(request.py_func, self.declared)
+        module = sys.modules.get(request.py_func.__module__)
+        text = self._declared_text(name, request.argtypes, module) or \
+            sigtext.checked_text(request.argtypes, module) or \
+            sigtext.text(request.argtypes) or \
+            "void(" + ", ".join(str(t) for t in request.argtypes) + ")"
+        return name, text
+
+    def _declared_text(self, name, argtypes, module):
+        """The project file's own text for these types, if it declares them for `name`:
+        the entry it builds names that text."""
+        from .sigtext import matching_text
+
+        spec = self.declared.get(name)
+        return matching_text(spec.signatures, argtypes, module) if spec else None
+
+    def _serve(self, request, name: str, text: str):
+        from ..build import current_digests
+
+        _check_source(request.py_func)
+        device_arch = self._device_arch()
+        plan, targets = self._plan(request, name, text, device_arch)
+        target = targets[0]
+        current = current_digests(plan)
+        manifest, served = self._lookup(plan, target, request, current)
+        if manifest is None:
+            if self.settings.on_miss == "error":
+                raise LaunchError(f"kernel '{name}' {text} is not in store {self.store.root} "
+                                  f"for {device_arch} (on_miss='error')")
+            if self.settings.on_miss == "jit" or not self._writable():
+                self.counts["fallback"] += 1
+                return None
+            manifest, served = self._build(plan, targets, request, current)
+            if manifest is None:
+                self.counts["fallback"] += 1
+                return None  # kbuild's compile failed: numba compiles, and raises its error
+        else:
+            self.counts["hits"] += 1
+        return self._load(manifest, served, request, device_arch, plan)
+
+    def _plan(self, request, name: str, text: str, device_arch: str):
+        from ..build import Plan, new_keyer, target_key
+        from ..config import KernelSpec
+        from ..discover import ResolvedKernel, Target
+
+        archs = (device_arch,) + tuple(a for a in self.settings.archs if a != device_arch)
+        spec = KernelSpec(name, (text,), archs)
+        resolved = ResolvedKernel(spec, request.dispatcher, {text: tuple(request.argtypes)})
+        keyer = new_keyer(self.config, sources=self.sources)
+        targets = [Target(name, text, arch) for arch in archs]
+        keys = {t: target_key(keyer, resolved, t) for t in targets}
+        return Plan(self.config, {name: resolved}, list(targets), keys, keyer), targets
+
+    # -- the store --------------------------------------------------------------------
+
+    def _lookup(self, plan, target, request, current):
+        """(the fresh entry for `target`, the target it was found as), or (None, None):
+        its static key, then (in a launch) the key of the current launch configuration."""
+        tried = [target]
+        if request.launch is not None:
+            tried.append(_launch_target(plan, target, request.launch))
+            if request.launch_sensitive:
+                tried.reverse()  # numba already knows: its kernels depend on their launch
+        for candidate in tried:
+            manifest, found = self._fresh(plan, candidate, current)
+            if manifest is not None:
+                return manifest, found
+        return None, None
+
+    def _fresh(self, plan, target, current):
+        """(the fresh entry of `target`'s key, the target as it names it) or (None, target)."""
+        from ..build import fresh_entry
+
+        key = plan.keys[target].digest
+        try:
+            held = self.store.has_entry(key)
+        except OSError:  # no store there (a file in its path): nothing held
+            held = False
+        if not held:
+            if self.store.remote is None:
+                return None, target
+            # Fetched from the remote (verified, kept here) whatever text it names.
+            if self.store.lookup(key, {"target": target.name, "arch": target.arch}) is None:
+                return None, target
+        # The same types declared with another text (`f4[::1]`) have the same key: take the
+        # entry's text rather than refuse (and remove) it as another target's.
+        stored = self._stored_signature(key)
+        if stored is not None and stored != target.signature:
+            target = _retexted(plan, target, stored)
+        return fresh_entry(plan, self.store, target, current), target
+
+    def _stored_signature(self, key: str):
+        """The signature text an entry names, read without checking the rest (the look-up
+        that follows checks everything)."""
+        import json
+
+        from ..store import tree
+        from ..store.local import LAYOUT, entry_relpath
+
+        try:
+            data, _ = tree.read_file(self.store.root, f"{LAYOUT}/{entry_relpath(key)}", 4 << 20)
+            found = json.loads(data)
+        except (OSError, ValueError, RecursionError):
+            return None
+        signature = found.get("signature") if isinstance(found, dict) else None
+        return signature if isinstance(signature, str) else None
+
+    def _writable(self) -> bool:
+        if self._unwritable is None:
+            try:
+                self.store.check_root()
+                self.store.ensure_writable()
+                self._unwritable = ""
+            except KbuildError as exc:
+                self._unwritable = str(exc)
+                self.warn(f"kbuild: {exc}; kernels it does not hold are compiled by numba "
+                          "and not cached")
+        return not self._unwritable
+
+    def _build(self, plan, targets, request, current):
+        """Compile (or relink) and commit the targets, the device's first; (its entry, the
+        target it is stored as), or (None, None) when the compile failed."""
+        from ..store.locks import KeyLock
+
+        first = targets[0]
+        with self.store.shared(), KeyLock(self.store.root, plan.keys[first].digest):
+            manifest, served = self._lookup(plan, first, request, current)
+            if manifest is None:
+                served = self._compile_and_commit(plan, first, request, current)
+                if served is None:
+                    return None, None
+                manifest, served = self._fresh(plan, served, current)
+        if len(targets) > 1:
+            self._build_others(plan, targets[1:], served, request, current)
+        return manifest, served
+
+    def _build_others(self, plan, others, served, request, current):
+        """The same kernel for the other archs asked for (`archs=`): a store for a fleet."""
+        from ..backend import dispatch
+        from ..store.locks import KeyLock
+
+        for other in others:
+            if served.launch is not None:
+                other = _launch_target(plan, other, served.launch)
+            with self.store.shared(), KeyLock(self.store.root, plan.keys[other].digest):
+                if self._fresh(plan, other, current)[0] is None:
+                    self._compile_and_commit(plan, other, request, current)
+        # Device functions now hold code for another arch: typed again when next needed.
+        for disp in plan.keyer.device_functions:
+            dispatch.forget_compiled(disp)
+            self._compiled.pop(disp.py_func, None)
+
+    def _compile_and_commit(self, plan, target, request, current):
+        from ..backend import dispatch
+        from ..build import commit, compile_target
+
+        with dispatch.watching(request.config) as marks:
+            outcome, seconds = self._relinked(plan, target, current) or \
+                self._compiled_now(plan, target, compile_target)
+        if isinstance(outcome, Exception):
+            self.warn(f"kbuild: {target.label}: {str(outcome).splitlines()[0]}; "
+                      "numba compiles it")
+            return None
+        if marks.sensitive and target.launch is None:
+            target = _launch_target(plan, target, request.launch)
+            self._forget_launch_specific(plan, outcome)
+        commit(self.store, plan, target, outcome, seconds, current)
+        self.counts["built"] += 1
+        return target
+
+    def _forget_launch_specific(self, plan, outcome) -> None:
+        """What a compile marked launch-config sensitive made for its launch alone: its
+        objects, and the device functions numba typed meanwhile (typed again for the next
+        launch configuration, as a fresh process types them)."""
+        from ..backend import dispatch, lto
+
+        lto.forget(o.key for o in outcome.objects)
+        for disp in plan.keyer.device_functions:
+            dispatch.forget_compiled(disp)
+            self._compiled.pop(disp.py_func, None)
+
+    def _relinked(self, plan, target, current):
+        """(Artifacts, seconds) linked from stored objects, or None: compile it."""
+        from ..build import link_target, relink_recipe
+
+        if target.launch is not None:
+            return None
+        found = relink_recipe(plan, self.store, target, current)
+        return None if found is None else link_target(plan, self.store, target, found)
+
+    def _compiled_now(self, plan, target, compile_target):
+        """Compile in this process. A device function numba compiled earlier here holds
+        the values it read then: it is typed again if its key has changed since."""
+        from ..backend import dispatch
+
+        keyer = plan.keyer
+        for disp in keyer.device_functions:
+            node = keyer.nodes.get(disp.py_func)
+            if dispatch.holds_compiled(disp) and node is not None \
+                    and self._compiled.get(disp.py_func) != node.digest:
+                dispatch.forget_compiled(disp)
+        outcome = compile_target(plan, target)
+        for disp in keyer.device_functions:
+            node = keyer.nodes.get(disp.py_func)
+            if node is not None and dispatch.holds_compiled(disp):
+                self._compiled[disp.py_func] = node.digest
+        return outcome
+
+    # -- loading ----------------------------------------------------------------------
+
+    def _load(self, manifest, served, request, device_arch, plan):
+        from ..backend import dispatch
+        from ..backend.fastlaunch import serve_fast
+        from ..backend.loader import rebuild_kernel
+        from ..config import arch_cc
+
+        blob = manifest["artifacts"]["cubin"]
+        binary = self.store.read_blob(blob)
+        kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
+                                arch_cc(device_arch), request.options, py_func=request.py_func)
+        kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
+        if served.launch is not None:
+            dispatch.mark_sensitive(kernel)
+        self.counts["served"] += 1
+        self.served.append((served.name, served.signature, served.arch,
+                            plan.keys[served].digest))
+        return kernel
+
+    def _device_arch_or_none(self):
+        try:
+            return self._device_arch()
+        except Exception:  # noqa: BLE001 - no driver: numba says so when it compiles
+            return None
+
+    def _device_arch(self) -> str:
+        from ..backend import launcher
+
+        device = launcher.current_device()
+        if device not in self._arch:
+            self._arch[device] = launcher.device_arch(device)
+        return self._arch[device]
+
+    # -- telling the user --------------------------------------------------------------
+
+    def _fallback(self, name: str, why: str):
+        self.counts["fallback"] += 1
+        self.warn(f"kbuild: {name} is compiled by numba, not cached: {why}")
+        return None
+
+    def warn(self, message: str) -> None:
+        """Each message once per process."""
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, ZeroConfigWarning, stacklevel=2)
+
+    def _save_facts(self) -> None:
+        # Only into a store that exists (looking a kernel up creates no store); a store
+        # that cannot be written only makes the next process parse again.
+        if self.store.base.is_dir():
+            self.sources.save_facts()
+
+    def _flush_store_warnings(self) -> None:
+        while self.store.warnings:
+            self.warn(f"kbuild: {self.store.warnings.pop(0)}")
+
+
+def _check_source(py_func) -> None:
+    """A kernel kbuild keys lives in a module with a source file: its key holds the source,
+    and its entry is bound to the module numba names in its symbols. One made by `exec`,
+    or typed at an interactive prompt, has neither (KeyingError: numba compiles it)."""
+    import os
+
+    module = sys.modules.get(py_func.__module__)
+    filename = py_func.__code__.co_filename
+    if module is None or not getattr(module, "__file__", None) or not os.path.isfile(filename):
+        raise KeyingError(f"it has no source file ({filename}: made with exec, or at an "
+                          "interactive prompt); define it in a module")
+
+
+def _launch_target(plan, target, launch):
+    """`target` built for one launch configuration, keyed with it, added to the plan."""
+    from ..keying.launch import with_launch
+
+    found = replace(target, launch=launch)
+    if found not in plan.keys:
+        static = plan.keys[replace(target, launch=None)]
+        plan.keys[found] = with_launch(static, launch)
+        plan.targets.append(found)
+    return found
+
+
+def _retexted(plan, target, text: str):
+    """`target` under another text of its signature (the types, and the key, are the same)."""
+    resolved = plan.kernels[target.name]
+    resolved.argtypes.setdefault(text, resolved.argtypes[target.signature])
+    found = replace(target, signature=text)
+    plan.keys.setdefault(found, plan.keys[target])
+    return found
