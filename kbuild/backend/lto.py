@@ -60,15 +60,15 @@ def split(compiled, cc, device_functions, nodes, target_node):
     options = dict(library._nvvm_options)
     made = []
     for key, module, root, function, defines in units:
+        imports = [exports[fn.name].as_json() for fn in module.functions
+                   if fn.is_declaration and fn.name in exports]
+        manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
+                    "imports": imports}
+        if not defines:  # the kernel's own object
+            manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))
         obj = _made.get(key)
-        if obj is None:
-            imports = [exports[fn.name].as_json() for fn in module.functions
-                       if fn.is_declaration and fn.name in exports]
-            manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
-                        "imports": imports}
-            if not defines:  # the kernel's own object
-                manifest.update(entry=compiled.entry_name,
-                                cooperative=bool(compiled.cooperative))
+        # One key, another interface (a callee's return type changed): other code.
+        if obj is None or objects.interface(obj.manifest) != objects.interface(manifest):
             obj = _remember(Object(key, _ltoir(module, root, options, cc), manifest))
         made.append(obj)
     by_key = {o.key: o for o in made}

@@ -70,6 +70,17 @@ class Import:
         return cls(*item)
 
 
+def interface(manifest: dict) -> tuple:
+    """What an object's bytes were compiled against beyond its key: the symbols it
+    defines and calls, with their types (a callee's return type is not in the caller's
+    key: it is known only once the callee is typed), and a kernel object's entry.
+
+    Two objects under one key with other interfaces are other code: the one stored
+    is replaced by the newer, and never reused for a compile of the other."""
+    return tuple((name, manifest.get(name)) for name in ("exports", "imports", "entry",
+                                                         "cooperative"))
+
+
 @dataclass(frozen=True)
 class Recipe:
     """The objects to link for one target, kernel object first: (object key, LTO-IR blob)."""
