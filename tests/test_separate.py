@@ -68,9 +68,9 @@ for _name, _expr in [("k_shared_a", "shared(x[i])"), ("k_shared_b", "shared(x[i]
     exec(_body(_name, _expr))
 '''
 
-# NVVM compiles of a target whose only new object is one device function's: the kernel's
-# own object compiles again with it (its other objects are taken from this process).
-NVVM_OF_ONE_NEW_OBJECT = 2
+# NVVM compiles of a target whose only new object is one device function's: its other
+# objects are taken from the store.
+NVVM_OF_ONE_NEW_OBJECT = 1
 
 NAMES = ["k_shared_a", "k_shared_b", "k_outer", "k_inlined_a", "k_inlined_b", "k_typed_a",
          "k_typed_b", "k_lineinfo"]

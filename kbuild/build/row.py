@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..model import LinkMode, RowStatus
+from ..model import Cutoff, LinkMode, RowStatus
 
 
 @dataclass
@@ -25,6 +25,9 @@ class Row:
     # Relinked rows: the device functions that alone changed since the target's nearest
     # earlier build (set by `Project.build`); None when unknown or not relinked.
     changed: list | None = None
+    # Built rows: what early cutoff took from an earlier build of the same bytes (the link's
+    # output, or the cubin of the same PTX); None when every step ran.
+    cutoff: Cutoff | None = None
 
     @classmethod
     def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:
@@ -35,4 +38,5 @@ class Row:
         return {"target": self.target, "signature": self.signature, "arch": self.arch,
                 "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
                 "artifacts": self.artifacts, "error": self.error, "link": self.link,
-                "note": self.note, "recorded": self.recorded, "changed": self.changed}
+                "note": self.note, "recorded": self.recorded, "changed": self.changed,
+                "cutoff": self.cutoff}

@@ -16,11 +16,11 @@ from ..discover import Target
 from ..execute.parallel import TimedOut, run_in_workers
 from ..keying import observed as obs
 from ..keying.objects import Recipe, Unresolved, resolve
-from ..model import LinkMode, RowStatus
+from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
 from ..store.maintenance import record_build
-from . import cluster
+from . import cluster, cutoff
 from .compile import Relink, compile_target, link_target
 from .entries import commit, current_digests, fresh_entry, launchable, observed_record
 from .failures import CompileTimeout, forget_failure, recorded_failure, remember_failure
@@ -130,9 +130,11 @@ def _compile_batch(the_plan, store, batch, workers, keep_going, rows, progress,
             remember_failure(the_plan, store, target, outcome, seconds, current)
         else:
             artifacts = commit(store, the_plan, target, outcome, seconds, current)
+            cutoff.record(store, the_plan.config.name, target.arch, outcome, artifacts)
             forget_failure(store, key)
             row = Row.of(target, key, RowStatus.BUILT, seconds, artifacts,
-                         link=_link_mode(outcome.link), note=outcome.link.get("reason"))
+                         link=_link_mode(outcome.link), note=outcome.link.get("reason"),
+                         cutoff=Cutoff(outcome.cutoff) if outcome.cutoff else None)
         rows[target] = row
         _progress(progress, row, len(rows), the_plan.total)
         if row.status == RowStatus.FAILED and not keep_going:
@@ -329,5 +331,5 @@ def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None):
 def _job(the_plan, store, item):
     target, relink = item
     if relink is None:
-        return compile_target(the_plan, target)
+        return compile_target(the_plan, target, store)
     return link_target(the_plan, store, target, relink)

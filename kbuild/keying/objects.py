@@ -124,11 +124,15 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
             pending += found[key].get("imports", ())
         if [imp.symbol, imp.restype] not in found[key].get("exports", ()):
             return Unresolved(f"the interface of callee {imp.ident} changed")
-    ordered = tuple((key, found[key]["artifacts"]["ltoir"]) for key in link_order(first, found))
+    blobs = {key: found[key]["artifacts"]["ltoir"] for key in found}
+    ordered = tuple((key, blobs[key]) for key in link_order(first, blobs))
     return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]))
 
 
-def link_order(first: str, keys) -> list:
-    """Kernel object first, then the others by key: one order however the objects were
-    made or found (the linked bytes depend on it)."""
-    return [first] + sorted(k for k in keys if k != first)
+def link_order(first: str, blobs: dict) -> list:
+    """The objects' keys in link order, from key -> the digest of the object's LTO-IR:
+    the kernel object first, then the others by their bytes' digest (then key). One order
+    however the objects were made or found (the linked bytes depend on it), and the same
+    for the same bytes under other keys: an edit that recompiles a device function into
+    the bytes it had links as before (early cutoff, see `cutoff`)."""
+    return [first] + sorted((k for k in blobs if k != first), key=lambda k: (blobs[k], k))

@@ -20,7 +20,7 @@ import time
 from ..errors import ConfigError
 from ..model import RowStatus
 from . import facts, failures, tree
-from .local import LAYOUT, Store, is_object
+from .local import LAYOUT, Store, is_object, is_output, is_target
 from .manifest import EntryProblem, load_json
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
@@ -74,7 +74,7 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
             store.remove_entry(key)
             if is_object(manifest):
                 objects += 1
-            else:
+            elif is_target(manifest):  # early-cutoff records go uncounted
                 removed.append(manifest.get("target", key))
             for name in set(manifest["artifacts"].values()):
                 users[name].discard(key)
@@ -155,7 +155,7 @@ def record_build(store: Store, summary: dict) -> None:
 
 def stats(store: Store) -> dict:
     """Entries, blobs and bytes now, and hits/misses/builds over recent builds."""
-    kinds = [is_object(m) for _, m in store.entries()]
+    kinds = [is_object(m) for _, m in store.entries() if not is_output(m)]
     blobs, size = store.size()
     recent = _recent_builds(store)
     totals = {k: sum(_count(b.get(k)) for b in recent)
