@@ -59,7 +59,8 @@ LAYERS = (
     ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"sources"}, {"config"},
                   {"discover", "graph", "scaffold", "bundle"}, {"execute"}]),
     ("build", [{"build"}]),
-    ("api", [{"launch", "watch"}, {"packaged"}, {"project"}, {"__init__", "setuptools_hook"}]),
+    ("api", [{"launch", "watch"}, {"packaged"}, {"project"},
+             {"__init__", "hooks", "setuptools_hook", "hatch_hook"}]),
     ("cli", [{"cli"}, {"__main__"}]),
 )
 
