@@ -57,7 +57,7 @@ LAYERS = (
     ("core", [{"errors", "model"}]),
     ("keying", [{"keying"}]),
     ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"sources"}, {"config"},
-                  {"discover", "graph", "scaffold", "bundle"}, {"execute"}]),
+                  {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"execute"}]),
     ("build", [{"build"}]),
     ("api", [{"launch", "watch"}, {"packaged"}, {"project"},
              {"__init__", "hooks", "setuptools_hook", "hatch_hook"}]),

@@ -273,6 +273,70 @@ def test_an_edited_sibling_module_of_the_package_is_named(wheel_env):
         sibling.write_text(original)
 
 
+def _shadow_kernels_with_a_package(site: Path):
+    """The issue 26 case: `kbdemo/kernels/` beside the untouched kernels.py; Python
+    imports the folder."""
+    folder = site / "kbdemo" / "kernels"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(
+        (site / "kbdemo" / "kernels.py").read_text().replace("a * x + y", "a * x - y"))
+    return lambda: shutil.rmtree(folder)
+
+
+def _another_copy_first_on_sys_path(site: Path):
+    """A .pth putting another copy of the package (bundle and all, one module edited)
+    ahead of site-packages."""
+    other = site.parent / "elsewhere"
+    shutil.copytree(site / "kbdemo", other / "kbdemo", ignore=shutil.ignore_patterns("__pycache__"))
+    kernels = other / "kbdemo" / "kernels.py"
+    kernels.write_text(kernels.read_text().replace("a * x + y", "a * x - y"))
+    pth = site / "000-kbuild-test-first.pth"
+    pth.write_text(f"import sys; sys.path.insert(0, {str(other)!r})\n")
+
+    def undo():
+        pth.unlink()
+        shutil.rmtree(other)
+    return undo
+
+
+def _a_module_added(site: Path):
+    """A module the bundle never saw, which the package may now import."""
+    added = site / "kbdemo" / "extra.py"
+    added.write_text("SCALE = 2.0\n")
+    return added.unlink
+
+
+def _the_same_bytes_from_a_package_folder(site: Path):
+    """kernels.py's very bytes in `kbdemo/kernels/__init__.py`: another file is imported
+    (its `__file__`, relative imports and line tables differ), so it is not the bundle's."""
+    module = site / "kbdemo" / "kernels.py"
+    folder = site / "kbdemo" / "kernels"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(module.read_text())
+    return lambda: shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("change, named", [
+    (_shadow_kernels_with_a_package, "kbdemo.kernels"),
+    (_another_copy_first_on_sys_path, "kbdemo.kernels"),
+    (_a_module_added, "kbdemo.extra"),
+    (_the_same_bytes_from_a_package_folder, "kbdemo.kernels"),
+])
+def test_a_change_to_what_python_would_import_is_named(wheel_env, change, named):
+    """Freshness follows the import system's resolution, not a walk over files: any
+    change to what `import` would load for the package is caught (issue 26)."""
+    undo = change(wheel_env[3])
+    try:
+        done = _in_venv(wheel_env, SIMULATED)
+        assert done.returncode != 0, done.stdout
+        assert f"installed module(s) {named} differ from the ones bundled" in done.stderr, \
+            done.stderr
+    finally:
+        undo()
+    done = _in_venv(wheel_env, SIMULATED)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_path):
     wheel, _, env, _ = wheel_env
     root = wheel.parent.parent
