@@ -206,7 +206,7 @@ def _stored_cubin(library, cc: tuple, entry: str, outputs):
     # What get_cubin will hand to the linker; made (and cached by numba) here instead.
     inputs = [bytes(library.get_ltoir(cc=cc))] if lto else \
         [p.encode() for p in library.get_asm_strs(cc=cc)]
-    options = step_options(cc, library._max_registers) + (("lto", lto),)
+    options = step_options(cc, getattr(library, "_max_registers", None)) + (("lto", lto),)
     key, cubin = outputs.cubin(inputs, options, entry)
     if cubin is None:
         return None, (key,)
