@@ -17,7 +17,7 @@ from ..keying.objects import Recipe
 from ..model import LinkMode
 from ..store.local import Store
 from ..store.manifest import built_problem
-from .cutoff import Outputs
+from .cutoff import Outputs, StoredObjects
 from .entries import current_digests
 from .failures import CompileFailed
 from .planning import Plan
@@ -31,9 +31,11 @@ class Relink:
     observed: tuple  # (kind, name, digest) rows, the union of the objects'
 
 
-def compile_target(the_plan: Plan, target: Target, store: Store | None = None):
+def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
+                   objects: StoredObjects | None = None):
     """(Artifacts or CompileError, seconds) for one target, in this process; what `store`
-    holds from earlier builds of the same bytes is reused (see `cutoff`)."""
+    holds from earlier builds of the same bytes is reused (see `cutoff`; `objects`: the
+    build's memo of the arch's stored objects)."""
     from ..backend.compiler import compile_kernel
     from ..backend.observe import Observer
 
@@ -45,7 +47,7 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None):
         artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
                                    arch_cc(target.arch), the_plan.keyer.device_functions,
                                    the_plan.keyer.stable_ids, apart, observer,
-                                   outputs(the_plan, target, store))
+                                   outputs(the_plan, target, store, objects))
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \
@@ -98,7 +100,8 @@ def _noting(observer_class):
     return Noting
 
 
-def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
+def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
+                objects: StoredObjects | None = None):
     """(Artifacts, seconds) of a target linked from stored objects; compiled if that fails
     (a blob gone bad since the recipe was made, say). Objects byte-identical to an
     earlier link's take its output instead of linking (see `cutoff`)."""
@@ -111,11 +114,11 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
     try:
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
         linked = link(ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
-                      outputs=outputs(the_plan, target, store), entry=recipe.entry)
+                      outputs=outputs(the_plan, target, store, objects), entry=recipe.entry)
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
-        return compile_target(the_plan, target, store)
+        return compile_target(the_plan, target, store, objects)
     if built_problem(target.arch, recipe.entry, {"ptx": linked.ptx, "cubin": linked.cubin}):
-        return compile_target(the_plan, target, store)  # objects that link into another kernel
+        return compile_target(the_plan, target, store, objects)  # objects linking another kernel
     artifacts = Artifacts(ptx=linked.ptx, cubin=linked.cubin, entry=recipe.entry,
                           cooperative=recipe.cooperative,
                           link={"mode": LinkMode.RELINK, "objects": [k for k, _ in recipe.objects]},
@@ -123,10 +126,13 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
     return artifacts, time.perf_counter() - start
 
 
-def outputs(the_plan: Plan, target: Target, store: Store | None) -> Outputs:
+def outputs(the_plan: Plan, target: Target, store: Store | None,
+            objects: StoredObjects | None = None) -> Outputs:
     """The early-cutoff look-ups of `target`'s compile or link (keys only without a store)."""
-    return Outputs(the_plan.keys[target], target.arch, store,
-                   functools.partial(current_digests, the_plan))
+    if store is not None and objects is None:
+        objects = StoredObjects(store, target.arch,
+                                make_current=functools.partial(current_digests, the_plan))
+    return Outputs(the_plan.keys[target], target.arch, store, objects)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -5,7 +5,8 @@ run when what they read is byte-identical to what an earlier build's read (see
 `keying.cutoff`): a device function recompiled into the same LTO-IR object, linked
 with its callers' stored objects, gives the PTX and cubin the earlier link gave.
 `Outputs` is what a compile or link asks (`backend.compiler`, `backend.lto`), in
-this process or a worker: stored objects' LTO-IR, a link's output by the blob
+this process or a worker: stored objects' LTO-IR (through the build's `StoredObjects`,
+which its recipes share), a link's output by the blob
 names of its objects, a cubin by the blob name of its PTX. `record` writes, after a
 target's commit, its output under the cutoff keys its compile computed.
 
@@ -30,27 +31,65 @@ from ..store.local import CorruptBlob, Store
 from .entries import observed_record
 
 
-class Outputs:
-    """The early-cutoff look-ups of one target's compile or link, against `store`;
-    with no store (a cluster worker) it only computes the cutoff keys, which the
-    machine that commits records."""
+class StoredObjects:
+    """The lookup of one arch's stored objects for a build's recipes and compiles,
+    remembering hits: an object shared by many targets is read and verified once per
+    build, and so is its record of what its compile observed. Misses, and records that no
+    longer hold, are asked again (the first wave commits new objects). `current` is what
+    observed names digest to now (`entries.current_digests`), or `make_current()` makes
+    it when first needed."""
 
-    def __init__(self, node: KeyNode, arch: str, store: Store | None = None, current=None):
-        self.node, self.arch, self.store = node, arch, store
-        self._make_current, self._current = current, None  # () -> observed names' digests now
+    def __init__(self, store: Store, arch: str, current=None, make_current=None):
+        self.store, self.arch = store, arch
+        self._current, self._make_current = current, make_current
+        self.hits, self.holding = {}, {}
+
+    @property
+    def current(self):
+        if self._current is None:
+            self._current = self._make_current()
+        return self._current
+
+    def __call__(self, key: str, remote: bool = True) -> dict | None:
+        """The stored object `key` (asked of the remote tier on a local miss, unless
+        `remote` is false: a worker process never uses the parent's connection)."""
+        if key not in self.hits:
+            manifest = self.store.lookup(key, {"kind": "object", "arch": self.arch},
+                                         remote=remote)
+            if manifest is None:
+                return None
+            self.hits[key] = manifest
+        return self.hits[key]
+
+    def held(self, key: str):
+        """The observation set of the stored object `key` that still holds, or None."""
+        if key not in self.holding:
+            record = observed_record(self.store, self(key))
+            found = record and obs.matching_set(record, self.current)
+            if not found:
+                return None
+            self.holding[key] = found
+        return self.holding[key]
+
+
+class Outputs:
+    """The early-cutoff look-ups of one target's compile or link, against `store` and
+    its `objects` (the build's `StoredObjects` for the target's arch); with no store (a
+    cluster worker) it only computes the cutoff keys, which the machine that commits
+    records."""
+
+    def __init__(self, node: KeyNode, arch: str, store: Store | None = None,
+                 objects: StoredObjects | None = None):
+        self.node, self.arch, self.store, self.objects = node, arch, store, objects
 
     def ltoir(self, key: str, manifest: dict) -> bytes | None:
         """The LTO-IR of the stored object `key` when it was compiled against `manifest`'s
         interface and what its compile observed still holds (what a relink requires)."""
-        if self.store is None:
+        if self.store is None or self.objects is None:
             return None
-        stored = self.store.lookup(key, {"kind": "object", "arch": self.arch}, remote=False)
-        if stored is None or interface(stored) != interface(manifest):
-            return None
-        record = observed_record(self.store, stored)
-        if self._current is None:
-            self._current = self._make_current()
-        if not record or obs.matching_set(record, self._current) is None:
+        stored = self.objects(key, remote=False)
+        if stored is None or interface(stored) != interface(manifest) \
+                or not self.objects.held(key):
             return None
         return self._blob(stored["artifacts"]["ltoir"])
 

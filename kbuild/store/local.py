@@ -264,7 +264,10 @@ class Store:
             return None
         problem = self.artifacts_problem(manifest)
         if problem:
-            self._damaged(key, f"entry {key} ({_named(manifest)[:80]}) {problem}")
+            # An early-cutoff record names a target's blobs: their loss is the target's to
+            # report (once); the record just goes. Another problem is said of it too.
+            if not (is_output(manifest) and problem.startswith(_BLOB_GONE)):
+                self._damaged(key, f"entry {key} ({_named(manifest)[:80]}) {problem}")
             self.remove_entry(key)
             return None
         self._touch(key)
@@ -491,6 +494,9 @@ def _marked(root: Path, names) -> bool:
         tag = b""
     return (tag.startswith(_CACHEDIR_TAG.split(b"\n", 1)[0]) and b"created by kbuild" in tag) \
         or tree.plain_dir(root, f"{LAYOUT}/entries")
+
+
+_BLOB_GONE = ("names missing blob", "names corrupt blob", "names unreadable blob")
 
 
 def _named(manifest: dict) -> str:
