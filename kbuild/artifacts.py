@@ -26,6 +26,9 @@ TARGET_KINDS = ("ptx", "cubin")
 RECORD_KIND = "observed"
 # The `kind` of a separately compiled object's entry (its LTO-IR), not a target's.
 OBJECT_KIND = "object"
+# The `kind` of an early-cutoff record's entry: the PTX and cubin a link of LTO-IR objects
+# (or an assembly of PTX) made, under the key of its input bytes (`keying.cutoff`).
+OUTPUT_KIND = "output"
 
 _PTX_TARGET = re.compile(rb"^[ \t]*\.target[ \t]+(sm_\d+[a-z]?)", re.MULTILINE)
 _PTX_ENTRY = re.compile(rb"^[ \t]*(?:\.(?:visible|weak)[ \t]+)?\.entry[ \t]+([A-Za-z_$][\w$]*)",

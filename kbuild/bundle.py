@@ -3,22 +3,22 @@
 `write_bundle` copies the entries and blobs of the current targets (the kernels, not
 the separately compiled device-function objects: those are only needed to link) into
 `DIR/store`, and writes `DIR/bundle.json`: what was built (targets, signatures, archs,
-keys), with which toolchain, and the digest of every kernel module's bytes. An installed
-package checks those digests (cheap: no numba import, no re-keying) before it trusts
-the keys; see `packaged.py`. Blobs are content-addressed, so a PTX shared by two
+keys), with which toolchain, and for every module of the kernels' packages the digest of
+the bytes of the file Python's import system resolves it to, and that file's relative
+path (see `installed`). An installed package resolves its modules again and compares
+(cheap: no numba import, no re-keying, nothing imported) before it trusts the keys;
+see `packaged.py`. Blobs are content-addressed, so a PTX shared by two
 targets is stored once.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from .errors import ConfigError, StoreError
-from .keying.encode import digest
+from .installed import package_sources
 from .store.local import Store
 from .store.manifest import EntryProblem, load_json
 
@@ -48,6 +48,10 @@ def write_bundle(project, dest_dir, archs=None) -> dict:
     store = Store(dest / STORE_DIR)
     store.ensure_writable()
     targets = [_copy_target(project.store, store, t, entries[t]) for t in the_plan.targets]
+    sources = module_sources(the_plan.kernels)
+    if not sources.digests:
+        raise StoreError(f"cannot bundle into {dest}: the kernels' packages "
+                         f"({', '.join(sorted(the_plan.kernels))}) resolve to no source file")
     _prune(store)
     blobs, size = Store(dest / STORE_DIR, read_only=True).size()
     manifest = {
@@ -58,7 +62,8 @@ def write_bundle(project, dest_dir, archs=None) -> dict:
                      "archs": [a for a in (archs or s.archs)]}
                     for s in project.config.kernels],
         "targets": targets,
-        "modules": module_digests(name for name in the_plan.kernels),
+        "modules": sources.digests,
+        "origins": sources.origins,
         "toolchain": _toolchain(),
     }
     (dest / MANIFEST_NAME).write_text(json.dumps(manifest, sort_keys=True, indent=1))
@@ -95,8 +100,12 @@ def _manifest_problem(manifest) -> str | None:
         return "project is not a string"
     if not _strings(manifest.get("archs")):
         return "archs is not a list of strings"
-    if not isinstance(manifest.get("modules"), dict):
-        return "modules is not an object"
+    for field in ("modules", "origins"):
+        value = manifest.get(field, {})  # origins: bundles made before it was kept have none
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            return f"{field} is not an object of strings"
+    if "modules" not in manifest:
+        return "modules is missing"
     for field, shape in _LISTS.items():
         rows = manifest.get(field)
         if not isinstance(rows, list) or not all(
@@ -135,34 +144,13 @@ def _prune(store: Store) -> None:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def module_digests(target_names) -> dict:
-    """module name -> digest of its file's bytes, for every module of the top-level packages
-    that declare `target_names`: a device function or a constant in a sibling module is as
-    much a part of the kernels as their own module (numba #1833 is exactly that miss)."""
-    digests = {}
-    for top in sorted({name.partition(":")[0].partition(".")[0] for name in target_names}):
-        origin = module_file(top)
-        if origin.name != "__init__.py":  # a top-level module, not a package
-            digests[top] = digest(origin.read_bytes())
-            continue
-        for path in sorted(origin.parent.rglob("*.py")):
-            parts = [top, *path.relative_to(origin.parent).with_suffix("").parts]
-            if parts[-1] == "__init__":
-                parts.pop()
-            digests[".".join(parts)] = digest(path.read_bytes())
-    return digests
-
-
-def module_file(module_name: str) -> Path:
-    """The source file of a module (imported or not), without importing it."""
-    module = sys.modules.get(module_name)
-    origin = getattr(module, "__file__", None)
-    if origin is None:
-        spec = importlib.util.find_spec(module_name)
-        origin = spec.origin if spec is not None else None
-    if origin is None:
-        raise StoreError(f"module '{module_name}' has no source file to digest")
-    return Path(origin)
+def module_sources(target_names):
+    """The modules of the top-level packages that declare `target_names`, as the import
+    system resolves them (`installed.Sources`: each one's file digest and relative path):
+    a device function or a constant in a sibling module is as much a part of the kernels
+    as their own module (numba #1833 is exactly that miss), and whichever file Python
+    would import for a name is the one that counts."""
+    return package_sources(name.partition(":")[0].partition(".")[0] for name in target_names)
 
 
 def _toolchain():

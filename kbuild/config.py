@@ -72,14 +72,28 @@ def find_config(start: Path | None = None) -> Path:
     in each folder a kbuild.toml, else a pyproject.toml with a [tool.kbuild] table."""
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        candidate = folder / CONFIG_NAME
-        if candidate.is_file():
-            return candidate
-        if _has_tool_kbuild(folder / PYPROJECT):
-            return folder / PYPROJECT
+        found = _project_file_in(folder)
+        if found is not None:
+            return found
     raise ConfigError(f"no {CONFIG_NAME} (nor a {PYPROJECT} with [tool.kbuild]) in {here} or "
                       "any parent directory; run `kbuild init` to write one from the kernels in your "
                       "sources, or pass --config PATH")
+
+
+def project_file(folder: Path) -> Path:
+    """The project file of the package in `folder` (a build backend's source tree): its
+    kbuild.toml, else its pyproject.toml's [tool.kbuild]; never a parent folder's."""
+    found = _project_file_in(Path(folder).resolve())
+    if found is None:
+        raise ConfigError(f"no {CONFIG_NAME} (nor a {PYPROJECT} with [tool.kbuild]) in "
+                          f"{folder}: kbuild's build hook builds the kernels they declare")
+    return found
+
+
+def _project_file_in(folder: Path) -> Path | None:
+    if (folder / CONFIG_NAME).is_file():
+        return folder / CONFIG_NAME
+    return folder / PYPROJECT if _has_tool_kbuild(folder / PYPROJECT) else None
 
 
 def _has_tool_kbuild(path: Path) -> bool:

@@ -215,7 +215,8 @@ def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
 
 
 def parse_signature(config: ProjectConfig, target: str, text: str, module):
-    """Evaluate a numba signature string with numba.types and the module's globals."""
+    """Evaluate a numba signature string with numba.types and the module's globals, the
+    module's own types winning (see `_signature_namespace`)."""
     from numba.core import sigutils
 
     namespace = _signature_namespace(module)
@@ -260,15 +261,28 @@ def signature_namespace(module) -> dict:
 
 
 def _signature_namespace(module) -> dict:
+    """numba.types' names and the module's globals. A type the module defines (a numba
+    type, or a dtype: `void(Point[::1])`) wins over numba's of the same name, as the
+    module's own code sees it (a record named `Pair`, `Record` or `Tuple`); any other
+    module value (`float32 = np.float32`, a helper function) only fills in names
+    numba.types lacks, so the numba types a signature names stay numba's."""
     import numpy as np
     from numba import from_dtype
     from numba.core import types
 
-    namespace = {}
+    namespace, own_types = {}, {}
     for name, value in vars(module).items():
-        # A record dtype in the module can be named directly: void(Point[::1]).
-        namespace[name] = from_dtype(value) if isinstance(value, np.dtype) else value
+        if isinstance(value, np.dtype):
+            try:
+                own_types[name] = from_dtype(value)
+            except Exception:  # noqa: BLE001 - a dtype numba has no type for: not a type here
+                namespace[name] = value
+        elif isinstance(value, types.Type):
+            own_types[name] = value
+        else:
+            namespace[name] = value
     namespace.update(vars(types))
+    namespace.update(own_types)
     namespace["from_dtype"] = _from_dtype
     return namespace
 

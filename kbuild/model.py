@@ -43,3 +43,14 @@ class LinkMode(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class Cutoff(str, enum.Enum):
+    """What a built target took from an earlier build because the bytes going into its
+    last steps were identical (early cutoff; a row's `cutoff`, null when nothing)."""
+
+    LINK = "link"  # its LTO-IR objects were an earlier link's: that PTX and cubin, no link
+    CUBIN = "cubin"  # its PTX was an earlier build's: that cubin, no PTX -> cubin
+
+    def __str__(self) -> str:
+        return self.value

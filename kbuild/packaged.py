@@ -24,7 +24,7 @@ import importlib.resources
 from pathlib import Path
 
 from . import build as _build
-from .bundle import MANIFEST_NAME, STORE_DIR, module_digests, read_manifest
+from .bundle import MANIFEST_NAME, STORE_DIR, module_sources, read_manifest
 from .config import KernelSpec, ProjectConfig, default_store
 from .errors import ConfigError, LaunchError
 from .model import TargetState
@@ -109,10 +109,14 @@ class FromBundle:
         self._bundle_plans: dict = {}
 
     def edited_modules(self) -> list[str]:
-        """Installed kernel modules whose bytes differ from the bundled ones."""
-        bundled = self.manifest["modules"]
-        current = module_digests(k.name for k in self.config.kernels)
-        return sorted(m for m in bundled if current.get(m) != bundled[m])
+        """Modules of the kernels' packages that Python would now import from other bytes
+        than were bundled, or from another file (a package folder beside a module of
+        its name, another copy first on sys.path, ...), and modules added or gone."""
+        digests, origins = self.manifest["modules"], self.manifest.get("origins")
+        current = module_sources(k.name for k in self.config.kernels)
+        return sorted(m for m in set(digests) | set(current.digests)
+                      if current.digests.get(m) != digests.get(m)
+                      or (origins is not None and current.origins.get(m) != origins.get(m)))
 
     def fresh_entry(self, the_plan, target):
         if not self.bundled:

@@ -10,7 +10,7 @@ from .model import LinkMode, RowStatus, TargetState
 from .packaged import FromBundle, load_package
 from .store import failures
 from .store.history import History, RelinkReasons
-from .store.local import Store, is_object
+from .store.local import Store, is_object, is_target
 
 
 class Project:
@@ -239,7 +239,7 @@ class Project:
                 self.store.remove_entry(key)
                 if is_object(manifest):
                     objects += 1
-                else:
+                elif is_target(manifest):  # early-cutoff records go with them, uncounted
                     removed += 1
         blobs, freed = self.store.remove_orphan_blobs()
         failed = failures.remove_records(self.store, None if everything else self.config.name)

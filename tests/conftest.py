@@ -182,13 +182,14 @@ def blob_files(root: Path) -> dict:
 
 def entry_files(root: Path, kind: str = "target") -> dict:
     """key -> path for every target entry file in a store (kind="object": the
-    separately compiled objects' entries instead; None: all)."""
+    separately compiled objects' entries instead; "output": the early-cutoff records;
+    None: all)."""
     found = {}
     for path in (root / "v1" / "entries").glob("??/*.json"):
         try:
-            is_object = json.loads(path.read_text()).get("kind") == "object"
+            found_kind = json.loads(path.read_text()).get("kind", "target")
         except ValueError:  # a damaged entry is a target's as far as tests go
-            is_object = False
-        if kind is None or is_object == (kind == "object"):
+            found_kind = "target"
+        if kind is None or found_kind == kind:
             found[path.stem] = path
     return found

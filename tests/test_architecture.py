@@ -57,10 +57,10 @@ LAYERS = (
     ("core", [{"errors", "model"}]),
     ("keying", [{"keying"}]),
     ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"sources"}, {"config"},
-                  {"discover", "graph", "scaffold", "bundle"}, {"execute"}]),
+                  {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"execute"}]),
     ("build", [{"build"}]),
     ("api", [{"launch", "watch"}, {"packaged"}, {"project"}, {"zeroconf"},
-             {"__init__", "setuptools_hook", "pytest_plugin"}]),
+             {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin"}]),
     ("cli", [{"cli"}, {"__main__"}]),
 )
 

@@ -308,7 +308,8 @@ def test_clean_removes_what_it_reports_and_keeps_blobs_other_projects_use(
     kept_objects = {json.loads(p.read_text())["artifacts"]["ltoir"]
                     for p in entry_files(store_copy, kind="object").values()}
     kept_observed = {json.loads(p.read_text())["artifacts"]["observed"]
-                     for p in entry_files(store_copy, kind=None).values()}
+                     for kind in ("target", "object")
+                     for p in entry_files(store_copy, kind=kind).values()}
     assert set(blobs_after) == kept_blobs | kept_objects | kept_observed
     assert removed_blobs >= {h for r in built.rows for h in r["artifacts"].values()} - kept_blobs
 

@@ -71,9 +71,16 @@ with fakedriver.installed(cc, proj.store) as fake:
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory):
     """(built wheel, venv python, env) with kbdemo installed from the wheel."""
-    root = tmp_path_factory.mktemp("bundle")
+    return _installed_wheel(tmp_path_factory.mktemp("bundle"))
+
+
+def _installed_wheel(root: Path, variant=None):
+    """The example package copied to `root`/src (and changed by `variant(src)`), built into
+    a wheel by pip and installed into a fresh virtual environment; see `wheel_env`."""
     shutil.copytree(REPO / "examples" / "package", root / "src",
                     ignore=shutil.ignore_patterns("__pycache__", "_kbuild", "build", "*.egg-info"))
+    if variant is not None:
+        variant(root / "src")
     env = kbuild_env(root, store=root / "store",
                      env={"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -180,6 +187,62 @@ print(json.dumps({"out": out.tolist(), "describe": [r["artifact"] for r in proj.
 """
 
 
+def _tool_kbuild(src: Path) -> str:
+    """The example's kbuild.toml as pyproject's [tool.kbuild] tables (the file removed)."""
+    text = (src / "kbuild.toml").read_text()
+    (src / "kbuild.toml").unlink()
+    return "\n" + "".join(f"[tool.kbuild.{line[1:]}\n" if line.startswith("[") else line + "\n"
+                          for line in text.splitlines())
+
+
+def _setuptools_tool_kbuild(src: Path) -> None:
+    pyproject = src / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + _tool_kbuild(src))
+
+
+def _hatchling(src: Path) -> None:
+    pyproject = src / "pyproject.toml"
+    pyproject.write_text("""[build-system]
+requires = ["hatchling", "kbuild"]
+build-backend = "hatchling.build"
+
+[project]
+name = "kbdemo"
+version = "0.1.0"
+requires-python = ">=3.11"
+dependencies = ["kbuild", "numba-cuda"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["kbdemo"]
+
+[tool.hatch.build.hooks.kbuild]
+""" + _tool_kbuild(src))
+
+
+@pytest.fixture(scope="module", params=["setuptools, [tool.kbuild]", "hatchling, [tool.kbuild]"])
+def variant_env(request, tmp_path_factory):
+    """The example wheel built another way: the setuptools hook reading pyproject's
+    [tool.kbuild] (no kbuild.toml), and kbuild's hatchling build hook (issue 26)."""
+    variant = {"setuptools, [tool.kbuild]": _setuptools_tool_kbuild,
+               "hatchling, [tool.kbuild]": _hatchling}[request.param]
+    return _installed_wheel(tmp_path_factory.mktemp("variant"), variant)
+
+
+def test_a_wheel_built_from_tool_kbuild_or_by_hatchling_launches_its_bundle(variant_env):
+    import zipfile
+
+    wheel = variant_env[0]
+    manifest = json.loads(zipfile.ZipFile(wheel).read("kbdemo/_kbuild/bundle.json"))
+    assert manifest["project"] == "kbdemo" and manifest["archs"] == ["sm_80", "sm_90"]
+    assert len(manifest["targets"]) == 4
+    entries = [n for n in zipfile.ZipFile(wheel).namelist() if "/_kbuild/store/v1/entries/" in n]
+    assert len(entries) == 4
+    done = _in_venv(variant_env, SIMULATED)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert [r["artifact"] for r in result["describe"]] == ["cubin", "cubin"]
+
+
 def test_an_edited_installed_module_is_named_or_jitted(wheel_env):
     site = wheel_env[3]
     module = site / "kbdemo" / "kernels.py"
@@ -208,6 +271,70 @@ def test_an_edited_sibling_module_of_the_package_is_named(wheel_env):
         assert "installed module(s) kbdemo differ from the ones bundled" in done.stderr
     finally:
         sibling.write_text(original)
+
+
+def _shadow_kernels_with_a_package(site: Path):
+    """The issue 26 case: `kbdemo/kernels/` beside the untouched kernels.py; Python
+    imports the folder."""
+    folder = site / "kbdemo" / "kernels"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(
+        (site / "kbdemo" / "kernels.py").read_text().replace("a * x + y", "a * x - y"))
+    return lambda: shutil.rmtree(folder)
+
+
+def _another_copy_first_on_sys_path(site: Path):
+    """A .pth putting another copy of the package (bundle and all, one module edited)
+    ahead of site-packages."""
+    other = site.parent / "elsewhere"
+    shutil.copytree(site / "kbdemo", other / "kbdemo", ignore=shutil.ignore_patterns("__pycache__"))
+    kernels = other / "kbdemo" / "kernels.py"
+    kernels.write_text(kernels.read_text().replace("a * x + y", "a * x - y"))
+    pth = site / "000-kbuild-test-first.pth"
+    pth.write_text(f"import sys; sys.path.insert(0, {str(other)!r})\n")
+
+    def undo():
+        pth.unlink()
+        shutil.rmtree(other)
+    return undo
+
+
+def _a_module_added(site: Path):
+    """A module the bundle never saw, which the package may now import."""
+    added = site / "kbdemo" / "extra.py"
+    added.write_text("SCALE = 2.0\n")
+    return added.unlink
+
+
+def _the_same_bytes_from_a_package_folder(site: Path):
+    """kernels.py's very bytes in `kbdemo/kernels/__init__.py`: another file is imported
+    (its `__file__`, relative imports and line tables differ), so it is not the bundle's."""
+    module = site / "kbdemo" / "kernels.py"
+    folder = site / "kbdemo" / "kernels"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(module.read_text())
+    return lambda: shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("change, named", [
+    (_shadow_kernels_with_a_package, "kbdemo.kernels"),
+    (_another_copy_first_on_sys_path, "kbdemo.kernels"),
+    (_a_module_added, "kbdemo.extra"),
+    (_the_same_bytes_from_a_package_folder, "kbdemo.kernels"),
+])
+def test_a_change_to_what_python_would_import_is_named(wheel_env, change, named):
+    """Freshness follows the import system's resolution, not a walk over files: any
+    change to what `import` would load for the package is caught (issue 26)."""
+    undo = change(wheel_env[3])
+    try:
+        done = _in_venv(wheel_env, SIMULATED)
+        assert done.returncode != 0, done.stdout
+        assert f"installed module(s) {named} differ from the ones bundled" in done.stderr, \
+            done.stderr
+    finally:
+        undo()
+    done = _in_venv(wheel_env, SIMULATED)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_cli_bundle_deduplicates_and_refuses_what_is_not_built(wheel_env, tmp_path):

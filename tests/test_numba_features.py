@@ -165,3 +165,40 @@ def test_numba_cuda_own_cache_use_cases_build(tmp_path):
     # Two functions named ambiguous_function with different bodies; two closures of one factory.
     assert keys["renamed_function1.func"] != keys["renamed_function2.func"]
     assert keys["closure1.func"] != keys["closure2.func"]
+
+
+OWN_NAMES = '''
+import numpy as np
+from numba import cuda, from_dtype
+from numpy import float32  # not a numba type: numba's float32 stays the signature's
+
+Pair = from_dtype(np.dtype([("a", np.float32), ("b", np.float32)], align=True))
+Record = np.dtype([("x", np.int32), ("y", np.float64)], align=True)
+Tuple = from_dtype(np.dtype([("lo", np.int16), ("hi", np.int16)]))
+
+
+@cuda.jit
+def k(pairs, records, tuples, scale, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = (pairs[i].a + pairs[i].b + records[i].x + records[i].y
+                  + tuples[i].lo + tuples[i].hi) * scale
+'''
+
+
+def test_a_modules_own_types_win_over_numba_types_of_the_same_name(tmp_path, run_kbuild):
+    """`Pair`, `Record` and `Tuple` are numba.types members too; in a signature the kernel
+    module's own record types are meant (issue 26: "type 'Pair' is not subscriptable")."""
+    (tmp_path / "recs").mkdir()
+    (tmp_path / "recs" / "__init__.py").write_text("")
+    (tmp_path / "recs" / "kern.py").write_text(OWN_NAMES)
+    signature = "void(Pair[::1], Record[::1], Tuple[::1], float32, float64[::1])"
+    (tmp_path / "kbuild.toml").write_text(
+        '[project]\narch = ["sm_80"]\n\n[kernels."recs.kern:k"]\n'
+        f'signatures = ["{signature}"]\n')
+    result = run_kbuild("build", "--json", cwd=tmp_path, store=tmp_path / "store")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (row,) = result.json["targets"]
+    # Built: the kernel's field reads typed against the module's records, and `float32`
+    # (numpy's in the module) named numba's float32.
+    assert row["status"] == "built", row["error"]

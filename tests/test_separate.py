@@ -6,12 +6,14 @@ a relinked target must have exactly the artifacts a fresh build makes.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 
 import pytest
 
 from conftest import blob_files, entry_files
+from support import NVVM_COMPILE, counting, counts
 
 HELPERS = '''
 from numba import cuda
@@ -65,6 +67,10 @@ for _name, _expr in [("k_shared_a", "shared(x[i])"), ("k_shared_b", "shared(x[i]
                      ("k_typed_b", "helpers.typed(x[i]) + 1.0"), ("k_lineinfo", "shared(x[i])")]:
     exec(_body(_name, _expr))
 '''
+
+# NVVM compiles of a target whose only new object is one device function's: its other
+# objects are taken from the store.
+NVVM_OF_ONE_NEW_OBJECT = 1
 
 NAMES = ["k_shared_a", "k_shared_b", "k_outer", "k_inlined_a", "k_inlined_b", "k_typed_a",
          "k_typed_b", "k_lineinfo"]
@@ -153,6 +159,61 @@ def test_an_edited_device_function_relinks_exactly_what_a_fresh_build_would_make
     if relinked:
         # Only the edited function's object is new: its callers' objects were reused.
         assert len(set(entry_files(store, kind="object")) - objects_before) == 1
+
+
+def test_after_a_return_type_change_is_built_the_next_edit_relinks_its_callers(
+        project, tmp_path, run_kbuild):
+    """The callers' objects are keyed without their callees' return types: when the type
+    changes, the objects compiled against the new one replace the stored ones, so the
+    next edit of the callee relinks its callers as a fresh store would (issue 26)."""
+    store = tmp_path / "store"
+    _rows(run_kbuild("build", "--json", cwd=project, store=store))
+    _edit(project, "return x * 2.0\n", "return int(x) * 2\n")
+    rows = _rows(run_kbuild("build", "--json", cwd=project, store=store))
+    assert {n: r["link"] for n, r in rows.items() if r["status"] == "built"} == \
+        {"k_typed_a": "lto", "k_typed_b": "lto"}
+
+    _edit(project, "return int(x) * 2\n", "return int(x) * 3\n")
+    calls = tmp_path / "calls"
+    rows = _rows(run_kbuild("build", "--json", cwd=project, store=store,
+                            **counting(calls, NVVM_COMPILE)))
+    assert sorted(r["link"] for r in rows.values() if r["status"] == "built") == \
+        ["lto", "relink"]
+    # One compile makes the callee's new object; the other caller relinks with it.
+    assert counts(calls) == {NVVM_COMPILE: NVVM_OF_ONE_NEW_OBJECT}
+    assert {n: r["artifacts"] for n, r in rows.items()} == \
+        _fresh_artifacts(run_kbuild, project, tmp_path / "fresh")
+
+
+IN_ONE_PROCESS = """
+import json, sys
+from pathlib import Path
+from kbuild import Project
+from kbuild.discover import forget_project_modules
+
+toml, store, helpers = sys.argv[1:4]
+Project.load(toml, store=store).build()
+path = Path(helpers)
+path.write_text(path.read_text().replace("return x * 2.0\\n", "return int(x) * 2\\n"))
+forget_project_modules()
+rows = Project.load(toml, store=store).build()
+print(json.dumps({r.target.rpartition(":")[2]: r.artifacts for r in rows}))
+"""
+
+
+def test_a_process_that_compiled_an_object_for_other_callee_types_compiles_it_again(
+        project, tmp_path, run_kbuild):
+    """A resident process (`kbuild watch`) keeps the objects it made by key; a caller's
+    object made against a callee's old return type is other code, never linked with
+    the callee's new object."""
+    from support import run
+
+    out = run(project / "kbuild.toml", tmp_path / "store", project / "pkg" / "helpers.py",
+              launcher=("-c", IN_ONE_PROCESS), cwd=project, home=tmp_path / "home",
+              bytecode=False)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout.splitlines()[-1])
+    assert rows == _fresh_artifacts(run_kbuild, project, tmp_path / "fresh")
 
 
 def test_a_damaged_object_is_never_linked(project, tmp_path, run_kbuild):

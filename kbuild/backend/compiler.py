@@ -34,6 +34,11 @@ class Artifacts:
     # What the compile consulted beyond the static key: (kind, name, digest) rows, see
     # keying/observed.py; filled in by the build once the compile is over.
     observed: tuple = ()
+    # Early cutoff (see keying/cutoff.py): what was taken from an earlier build instead of
+    # made ("link": the PTX and cubin of the same objects' link; "cubin": the cubin of the
+    # same PTX; None: nothing), and the cutoff keys the build records these bytes under.
+    cutoff: str | None = None
+    outputs: tuple = ()
 
 
 class _TargetDevice:
@@ -126,7 +131,7 @@ def prepare() -> None:
 
 
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None,
-                   apart=None, observer=None) -> Artifacts:
+                   apart=None, observer=None, outputs=None) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
 
     `device_functions` are the lazily compiled dispatchers it reaches: numba
@@ -142,20 +147,25 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     built as one program, as numba builds it, and the reason is recorded.
 
     An `observe.Observer` records what numba consulted meanwhile (see `observe`).
+
+    `outputs` (the build's `cutoff.Outputs`, or None) offers what earlier builds made
+    from the same bytes: stored objects' LTO-IR, links' and assemblies' outputs (early
+    cutoff: see `lto.link`). What it gave is said in the artifacts' `cutoff`.
     """
     stable_ids = stable_ids or {}
     with targeting(cc), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids):
         if observer is None:
-            return _compile(kernel, argtypes, cc, device_functions, apart)[0]
+            return _compile(kernel, argtypes, cc, device_functions, apart, outputs)[0]
         from .observe import link_files, observing
 
         with observing(observer):
-            artifacts, library = _compile(kernel, argtypes, cc, device_functions, apart)
+            artifacts, library = _compile(kernel, argtypes, cc, device_functions, apart,
+                                          outputs)
         link_files(observer, library)
         return artifacts
 
 
-def _compile(kernel, argtypes, cc, device_functions, apart):
+def _compile(kernel, argtypes, cc, device_functions, apart, outputs=None):
     """(Artifacts, the kernel's code library) of one compile."""
     from numba.cuda.dispatcher import _Kernel
 
@@ -164,11 +174,12 @@ def _compile(kernel, argtypes, cc, device_functions, apart):
         compiled = _Kernel(kernel.py_func, tuple(argtypes), **kernel.targetoptions)
     library = compiled._codelibrary
     try:
-        made = _split(compiled, cc, device_functions, apart)
+        made = _split(compiled, cc, device_functions, apart, outputs)
         if isinstance(made, tuple):
-            return _linked(compiled, cc, made, kernel.targetoptions), library
+            return _linked(compiled, cc, made, kernel.targetoptions, outputs), library
     except Exception as exc:  # noqa: BLE001 - numba's own way still works
         made = f"separate compilation failed ({type(exc).__name__}: {exc})"
+    reused, keys = _stored_cubin(library, tuple(cc), compiled.entry_name, outputs)
     ptx = library.get_asm_str(cc=tuple(cc))
     cubin = library.get_cubin(cc=tuple(cc))
     return Artifacts(
@@ -177,25 +188,49 @@ def _compile(kernel, argtypes, cc, device_functions, apart):
         entry=compiled.entry_name,
         cooperative=bool(compiled.cooperative),
         link={"mode": "whole", "reason": made or "separate compilation not asked for"},
+        cutoff=reused, outputs=keys,
     ), library
 
 
-def _split(compiled, cc, device_functions, apart):
+def _stored_cubin(library, cc: tuple, entry: str, outputs):
+    """(cutoff, cutoff keys) of a whole program's cubin: when `outputs` holds the cubin an
+    earlier build made from the same bytes (the program's LTO-IR, which numba links with
+    nvJitLink when it can, else its PTX), the library is given it and numba's
+    `get_cubin` makes nothing. Only for a cubin made from the program alone: linked
+    files and cudadevrt put other bytes into it."""
+    if outputs is None or library._linking_files or library.needs_cudadevrt:
+        return None, ()
+    from ..keying.cutoff import step_options
+
+    lto = bool(getattr(library, "_lto", False))
+    # What get_cubin will hand to the linker; made (and cached by numba) here instead.
+    inputs = [bytes(library.get_ltoir(cc=cc))] if lto else \
+        [p.encode() for p in library.get_asm_strs(cc=cc)]
+    options = step_options(cc, getattr(library, "_max_registers", None)) + (("lto", lto),)
+    key, cubin = outputs.cubin(inputs, options, entry)
+    if cubin is None:
+        return None, (key,)
+    library._cubin_cache[cc] = cubin
+    return "cubin", (key,)
+
+
+def _split(compiled, cc, device_functions, apart, outputs=None):
     if not apart:
         return None
     from .lto import split
 
-    return split(compiled, cc, device_functions, *apart)
+    return split(compiled, cc, device_functions, *apart, outputs=outputs)
 
 
-def _linked(compiled, cc, made, options) -> Artifacts:
+def _linked(compiled, cc, made, options, outputs=None) -> Artifacts:
     from .lto import link
 
-    ptx, cubin = link([o.ltoir for o in made], cc,
-                      max_registers=options.get("max_registers"))
-    return Artifacts(ptx=ptx, cubin=cubin, entry=compiled.entry_name,
+    linked = link([o.ltoir for o in made], cc, max_registers=options.get("max_registers"),
+                  outputs=outputs, entry=compiled.entry_name)
+    return Artifacts(ptx=linked.ptx, cubin=linked.cubin, entry=compiled.entry_name,
                      cooperative=bool(compiled.cooperative),
-                     link={"mode": "lto", "objects": [o.key for o in made]}, objects=made)
+                     link={"mode": "lto", "objects": [o.key for o in made]}, objects=made,
+                     cutoff=linked.cutoff, outputs=linked.keys)
 
 
 @contextlib.contextmanager

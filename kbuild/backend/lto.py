@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..artifacts import OBJECT_KIND
 from ..keying import objects
-from ..keying.encode import Unencodable, digest_of
+from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.values import type_canonical
 
 
@@ -28,9 +28,11 @@ class Object:
     manifest: dict
 
 
-def split(compiled, cc, device_functions, nodes, target_node):
+def split(compiled, cc, device_functions, nodes, target_node, *, outputs=None):
     """The objects of a compiled `_Kernel`, kernel object first; or, as a string, why
-    it has to be built as one program."""
+    it has to be built as one program. An object this process made, or `outputs` has
+    stored, with the same key and interface is taken as it is: NVVM compiles only the
+    new ones."""
     library = compiled._codelibrary
     reason = _whole_program_reason(compiled, library)
     if reason:
@@ -60,19 +62,21 @@ def split(compiled, cc, device_functions, nodes, target_node):
     options = dict(library._nvvm_options)
     made = []
     for key, module, root, function, defines in units:
+        imports = [exports[fn.name].as_json() for fn in module.functions
+                   if fn.is_declaration and fn.name in exports]
+        manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
+                    "imports": imports}
+        if not defines:  # the kernel's own object
+            manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))
         obj = _made.get(key)
-        if obj is None:
-            imports = [exports[fn.name].as_json() for fn in module.functions
-                       if fn.is_declaration and fn.name in exports]
-            manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
-                        "imports": imports}
-            if not defines:  # the kernel's own object
-                manifest.update(entry=compiled.entry_name,
-                                cooperative=bool(compiled.cooperative))
-            obj = _remember(Object(key, _ltoir(module, root, options, cc), manifest))
+        # One key, another interface (a callee's return type changed): other code.
+        if obj is None or objects.interface(obj.manifest) != objects.interface(manifest):
+            stored = outputs.ltoir(key, manifest) if outputs is not None else None
+            obj = _remember(Object(key, stored or _ltoir(module, root, options, cc), manifest))
         made.append(obj)
     by_key = {o.key: o for o in made}
-    return tuple(by_key[k] for k in objects.link_order(made[0].key, by_key))
+    blobs = {o.key: digest(o.ltoir) for o in made}
+    return tuple(by_key[k] for k in objects.link_order(made[0].key, blobs))
 
 
 # Objects this process has made, by key. A device function reached by many kernels is
@@ -151,25 +155,64 @@ def _ltoir(module, root: str, nvvm_options: dict, cc) -> bytes:
     return bytes(nvvm.compile_ir([text], **options))
 
 
-def link(ltoirs, cc, *, max_registers=None) -> tuple[bytes, bytes]:
-    """(PTX, cubin) of LTO-IR objects, linked with link-time optimisation for `cc`.
+@dataclass(frozen=True)
+class Linked:
+    """What a link gave: PTX and cubin, what early cutoff took from an earlier build
+    (`model.Cutoff`'s value, or None) and the cutoff keys these bytes are recorded under."""
+
+    ptx: bytes
+    cubin: bytes
+    cutoff: str | None = None
+    keys: tuple = ()
+
+
+def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "") -> Linked:
+    """PTX and cubin of LTO-IR objects, linked with link-time optimisation for `cc`.
+
+    With `outputs` (the build's `cutoff.Outputs`), early cutoff: objects byte-identical
+    to an earlier link's take its PTX and cubin (no link), a linked PTX byte-identical
+    to an earlier one takes its cubin (no PTX -> cubin). `entry` is the kernel the
+    stored output must define."""
+    from ..keying.cutoff import step_options
+
+    cc2 = tuple(cc[:2])
+    options = step_options(cc2, max_registers)
+    if outputs is None:
+        ptx = link_ptx(ltoirs, cc2)
+        return Linked(ptx, ptx_to_cubin(ptx, cc2, max_registers))
+    link_key, found = outputs.linked(ltoirs, options, entry)
+    if found is not None:
+        return Linked(*found, cutoff="link", keys=(link_key,))
+    ptx = link_ptx(ltoirs, cc2)
+    cubin_key, cubin = outputs.cubin([ptx], options, entry)
+    if cubin is not None:
+        return Linked(ptx, cubin, cutoff="cubin", keys=(link_key, cubin_key))
+    return Linked(ptx, ptx_to_cubin(ptx, cc2, max_registers), keys=(link_key, cubin_key))
+
+
+def link_ptx(ltoirs, cc) -> bytes:
+    """nvJitLink's link-time-optimising link of LTO-IR objects into PTX for `cc`.
 
     A kernel's fastmath needs no link option: numba passes it to NVVM as ftz, fma,
     prec-div and prec-sqrt, the objects carry them, and nvJitLink refuses them as
     link options (the linked PTX shows they hold)."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
-    from numba.cuda.cudadrv.driver import _Linker
 
     arch = f"sm_{cc[0]}{cc[1]}"
     codes = [ObjectCode.from_ltoir(data, name=f"object{i}") for i, data in enumerate(ltoirs)]
     linker = Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=True,
                                                   ptx=True))
     try:
-        ptx = bytes(linker.link("ptx").code).rstrip(b"\x00").strip()
+        return bytes(linker.link("ptx").code).rstrip(b"\x00").strip()
     finally:
         linker.close()
-    # PTX to cubin exactly as numba links a whole-program kernel's PTX.
-    cubin_linker = _Linker(max_registers=max_registers, cc=tuple(cc[:2]))
-    cubin_linker.add_ptx(ptx)
-    cubin = cubin_linker.complete()
-    return ptx, bytes(getattr(cubin, "code", cubin))
+
+
+def ptx_to_cubin(ptx: bytes, cc, max_registers=None) -> bytes:
+    """PTX to cubin exactly as numba links a whole-program kernel's PTX."""
+    from numba.cuda.cudadrv.driver import _Linker
+
+    linker = _Linker(max_registers=max_registers, cc=tuple(cc[:2]))
+    linker.add_ptx(ptx)
+    cubin = linker.complete()
+    return bytes(getattr(cubin, "code", cubin))

@@ -17,6 +17,7 @@ from ..keying.objects import Recipe
 from ..model import LinkMode
 from ..store.local import Store
 from ..store.manifest import built_problem
+from .cutoff import Outputs, StoredObjects
 from .entries import current_digests
 from .failures import CompileFailed
 from .planning import Plan
@@ -30,8 +31,11 @@ class Relink:
     observed: tuple  # (kind, name, digest) rows, the union of the objects'
 
 
-def compile_target(the_plan: Plan, target: Target):
-    """(Artifacts or CompileError, seconds) for one target, in this process."""
+def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
+                   objects: StoredObjects | None = None):
+    """(Artifacts or CompileError, seconds) for one target, in this process; what `store`
+    holds from earlier builds of the same bytes is reused (see `cutoff`; `objects`: the
+    build's memo of the arch's stored objects)."""
     from ..backend.compiler import compile_kernel
     from ..backend.dispatch import forget_compiled, launched_as
     from ..backend.observe import Observer
@@ -47,7 +51,8 @@ def compile_target(the_plan: Plan, target: Target):
         with launched_as(resolved.kernel, target.launch):
             artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
                                        arch_cc(target.arch), the_plan.keyer.device_functions,
-                                       the_plan.keyer.stable_ids, apart, observer)
+                                       the_plan.keyer.stable_ids, apart, observer,
+                                       outputs(the_plan, target, store, objects))
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \
@@ -100,9 +105,11 @@ def _noting(observer_class):
     return Noting
 
 
-def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
+def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
+                objects: StoredObjects | None = None):
     """(Artifacts, seconds) of a target linked from stored objects; compiled if that fails
-    (a blob gone bad since the recipe was made, say)."""
+    (a blob gone bad since the recipe was made, say). Objects byte-identical to an
+    earlier link's take its output instead of linking (see `cutoff`)."""
     recipe = relink.recipe
     from ..backend.compiler import Artifacts
     from ..backend.lto import link
@@ -111,16 +118,26 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink):
     options = the_plan.kernels[target.name].kernel.targetoptions
     try:
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
-        ptx, cubin = link(ltoirs, arch_cc(target.arch),
-                          max_registers=options.get("max_registers"))
+        linked = link(ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
+                      outputs=outputs(the_plan, target, store, objects), entry=recipe.entry)
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
-        return compile_target(the_plan, target)
-    if built_problem(target.arch, recipe.entry, {"ptx": ptx, "cubin": cubin}):
-        return compile_target(the_plan, target)  # objects that link into another kernel
-    artifacts = Artifacts(ptx=ptx, cubin=cubin, entry=recipe.entry, cooperative=recipe.cooperative,
+        return compile_target(the_plan, target, store, objects)
+    if built_problem(target.arch, recipe.entry, {"ptx": linked.ptx, "cubin": linked.cubin}):
+        return compile_target(the_plan, target, store, objects)  # objects linking another kernel
+    artifacts = Artifacts(ptx=linked.ptx, cubin=linked.cubin, entry=recipe.entry,
+                          cooperative=recipe.cooperative,
                           link={"mode": LinkMode.RELINK, "objects": [k for k, _ in recipe.objects]},
-                          observed=relink.observed)
+                          observed=relink.observed, cutoff=linked.cutoff, outputs=linked.keys)
     return artifacts, time.perf_counter() - start
+
+
+def outputs(the_plan: Plan, target: Target, store: Store | None,
+            objects: StoredObjects | None = None) -> Outputs:
+    """The early-cutoff look-ups of `target`'s compile or link (keys only without a store)."""
+    if store is not None and objects is None:
+        objects = StoredObjects(store, target.arch,
+                                make_current=functools.partial(current_digests, the_plan))
+    return Outputs(the_plan.keys[target], target.arch, store, objects)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

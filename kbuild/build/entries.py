@@ -9,6 +9,7 @@ from ..backend.binaries import kernel_entry_prefix
 from ..discover import Target
 from ..keying import observed as obs
 from ..keying.launch import launch_json
+from ..keying.objects import interface
 from ..store.local import CorruptBlob, Store
 from .planning import Plan
 
@@ -97,7 +98,7 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     for obj in (artifacts.objects if target.launch is None else ()):
         # Objects are keyed statically and carry what their compile observed, so a relink
         # can check it; one compiled again because an observation changed replaces the old.
-        if _object_holds(store, obj.key, current):
+        if _object_holds(store, obj, current):
             continue
         record = obs.Record(obj.key, (obs.observation_set(obj.key, observed),))
         store.commit(obj.key, dict(obj.manifest, artifacts={
@@ -129,10 +130,15 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     return launchable(manifest)
 
 
-def _object_holds(store: Store, key: str, current) -> bool:
-    """Whether a stored object's record of what its compile observed still holds."""
-    if not store.has_entry(key):
+def _object_holds(store: Store, obj, current) -> bool:
+    """Whether the stored object under `obj`'s key is `obj`'s code: compiled against the
+    same interface (callees' return types), and its record of what its compile observed
+    still holds. Otherwise `obj` replaces it, or every later recipe would meet the old
+    interface and compile its kernels again instead of relinking them."""
+    if not store.has_entry(obj.key):
         return False
-    manifest = store.lookup(key)
-    record = manifest and observed_record(store, manifest)
+    manifest = store.lookup(obj.key)
+    if manifest is None or interface(manifest) != interface(obj.manifest):
+        return False
+    record = observed_record(store, manifest)
     return bool(record) and obs.matching_set(record, current) is not None

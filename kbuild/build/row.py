@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..keying.launch import launch_json
-from ..model import LinkMode, RowStatus
+from ..model import Cutoff, LinkMode, RowStatus
 
 
 @dataclass
@@ -28,6 +28,9 @@ class Row:
     changed: list | None = None
     # The launch configuration a launch-config-sensitive target is built for (JSON form).
     launch: dict | None = None
+    # Built rows: what early cutoff took from an earlier build of the same bytes (the link's
+    # output, or the cubin of the same PTX); None when every step ran.
+    cutoff: Cutoff | None = None
 
     @classmethod
     def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:
@@ -39,5 +42,6 @@ class Row:
         found = {"target": self.target, "signature": self.signature, "arch": self.arch,
                  "key": self.key, "status": self.status, "seconds": round(self.seconds, 4),
                  "artifacts": self.artifacts, "error": self.error, "link": self.link,
-                 "note": self.note, "recorded": self.recorded, "changed": self.changed}
+                 "note": self.note, "recorded": self.recorded, "changed": self.changed,
+                 "cutoff": self.cutoff}
         return found if self.launch is None else dict(found, launch=self.launch)

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from ..config import arch_cc
 from ..discover import Target
 from ..execute.parallel import TimedOut, run_in_workers
-from ..keying import observed as obs
 from ..keying.objects import Recipe, Unresolved, resolve
-from ..model import LinkMode, RowStatus
+from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
 from ..store.maintenance import record_build
-from . import cluster
+from . import cluster, cutoff
 from .compile import Relink, compile_target, link_target
-from .entries import commit, current_digests, fresh_entry, launchable, observed_record
+from .cutoff import StoredObjects
+from .entries import commit, current_digests, fresh_entry, launchable
 from .failures import CompileTimeout, forget_failure, recorded_failure, remember_failure
 from .planning import Plan
 from .row import Row
@@ -130,9 +130,11 @@ def _compile_batch(the_plan, store, batch, workers, keep_going, rows, progress,
             remember_failure(the_plan, store, target, outcome, seconds, current)
         else:
             artifacts = commit(store, the_plan, target, outcome, seconds, current)
+            cutoff.record(store, the_plan.config.name, target.arch, outcome, artifacts)
             forget_failure(store, key)
             row = Row.of(target, key, RowStatus.BUILT, seconds, artifacts,
-                         link=_link_mode(outcome.link), note=outcome.link.get("reason"))
+                         link=_link_mode(outcome.link), note=outcome.link.get("reason"),
+                         cutoff=Cutoff(outcome.cutoff) if outcome.cutoff else None)
         rows[target] = row
         _progress(progress, row, len(rows), the_plan.total)
         if row.status == RowStatus.FAILED and not keep_going:
@@ -226,7 +228,7 @@ def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
     lookups = {}
     current = current or current_digests(the_plan)
     for target in todo:
-        lookup = lookups.setdefault(target.arch, _Objects(store, target.arch, current))
+        lookup = lookups.setdefault(target.arch, StoredObjects(store, target.arch, current))
         found = _recipe(the_plan, lookup, target, nodes)
         if isinstance(found, Relink):
             recipes[target] = found
@@ -237,7 +239,7 @@ def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
             waiting.append(target)
         else:
             first.append(target)
-    yield from _run(the_plan, [(t, None) for t in first], workers, store, executor)
+    yield from _run(the_plan, [(t, None) for t in first], workers, store, executor, lookups)
     later = []
     for target in waiting:
         found = _recipe(the_plan, lookups[target.arch], target, nodes)
@@ -246,48 +248,19 @@ def _waves(the_plan: Plan, store: Store, todo, workers, executor, current=None):
         else:
             later.append(target)
     yield from _run(the_plan, [(t, recipes[t]) for t in todo if t in recipes]
-                    + [(t, None) for t in later], workers, store, executor)
-
-
-class _Objects:
-    """The lookup of one arch's stored objects for a build's recipes, remembering hits: an
-    object shared by many targets is read and verified once per build, and so is its record
-    of what its compile observed. Misses, and records that no longer hold, are asked again
-    (the first wave commits new objects)."""
-
-    def __init__(self, store: Store, arch: str, current):
-        self.store, self.arch, self.current = store, arch, current
-        self.hits, self.holding = {}, {}
-
-    def __call__(self, key: str) -> dict | None:
-        if key not in self.hits:
-            manifest = self.store.lookup(key, {"kind": "object", "arch": self.arch})
-            if manifest is None:
-                return None
-            self.hits[key] = manifest
-        return self.hits[key]
-
-    def held(self, key: str):
-        """The observation set of the stored object `key` that still holds, or None."""
-        if key not in self.holding:
-            record = observed_record(self.store, self(key))
-            found = record and obs.matching_set(record, self.current)
-            if not found:
-                return None
-            self.holding[key] = found
-        return self.holding[key]
+                    + [(t, None) for t in later], workers, store, executor, lookups)
 
 
 def relink_recipe(the_plan: Plan, store: Store, target: Target, current):
     """How to link `target` from stored objects whose observations all hold (a `Relink`
     for `link_target`), or None: it must be compiled. For one target at a time (the
     zero-config session); a build plans its waves with `_recipe` itself."""
-    found = _recipe(the_plan, _Objects(store, target.arch, current), target,
+    found = _recipe(the_plan, StoredObjects(store, target.arch, current), target,
                     the_plan.nodes_by_ident())
     return found if isinstance(found, Relink) else None
 
 
-def _recipe(the_plan: Plan, lookup: _Objects, target: Target, nodes: dict):
+def _recipe(the_plan: Plan, lookup: StoredObjects, target: Target, nodes: dict):
     if not the_plan.separate:
         return Unresolved("separate compilation is off")
     if target.launch is not None:
@@ -309,9 +282,12 @@ def _recipe(the_plan: Plan, lookup: _Objects, target: Target, nodes: dict):
     return Relink(found, tuple((k, n, d) for (k, n), d in sorted(rows.items())))
 
 
-def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None):
+def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None, lookups=None):
     """Run (target, recipe or None) jobs: a link where there is a recipe, else a compile.
-    Links read objects from this store, so they always run on this machine."""
+    Links read objects from this store, so they always run on this machine. `lookups`
+    (arch -> `StoredObjects`) are the build's memos of stored objects, shared with the
+    compiles and links here."""
+    lookups = lookups or {}
     if executor is not None:
         compiles = [t for t, recipe in items if recipe is None]
         if compiles:
@@ -326,7 +302,7 @@ def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None):
             prepare()  # once here, not once in every worker
 
         for (target, _), outcome, seconds in run_in_workers(
-                lambda item: _job(the_plan, store, item), items, workers.jobs,
+                lambda item: _job(the_plan, store, item, lookups), items, workers.jobs,
                 timeout=workers.timeout, started=lambda item: started(item[0])):
             if isinstance(outcome, TimedOut):
                 outcome = CompileTimeout(outcome.limit, outcome.notes)
@@ -334,11 +310,12 @@ def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None):
         return
     for item in items:
         started(item[0])
-        yield (item[0],) + _job(the_plan, store, item)
+        yield (item[0],) + _job(the_plan, store, item, lookups)
 
 
-def _job(the_plan, store, item):
+def _job(the_plan, store, item, lookups):
     target, relink = item
+    objects = lookups.get(target.arch)
     if relink is None:
-        return compile_target(the_plan, target)
-    return link_target(the_plan, store, target, relink)
+        return compile_target(the_plan, target, store, objects)
+    return link_target(the_plan, store, target, relink, objects)

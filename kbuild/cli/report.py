@@ -10,7 +10,7 @@ import re
 import shutil
 import sys
 
-from ..model import LinkMode, RowStatus
+from ..model import Cutoff, LinkMode, RowStatus
 from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error, print_json, warnings
 
 _COLOURS = {RowStatus.BUILT: "32", RowStatus.CACHED: "2", RowStatus.FAILED: "1;31",
@@ -112,7 +112,7 @@ class BuildReport:
         if row.launch is not None:
             line += f" (grid {row.launch['grid']} block {row.launch['block']})"
         if row.status == RowStatus.BUILT:
-            line += f"  {row.seconds:.2f}s" + relinked(row)
+            line += f"  {row.seconds:.2f}s" + relinked(row) + unchanged(row)
         print(line, flush=self.stream)
         self._print_details(row)
 
@@ -155,6 +155,15 @@ def relinked(row) -> str:
         return "  relinked"
     plural = "s" if len(row.changed) > 1 else ""
     return f"  relinked: only device function{plural} {', '.join(row.changed)} changed"
+
+
+_CUTOFF = {Cutoff.LINK: "unchanged objects: an earlier link's PTX and cubin reused",
+           Cutoff.CUBIN: "unchanged PTX: an earlier cubin reused"}
+
+
+def unchanged(row) -> str:
+    """'  (unchanged objects: an earlier link's PTX and cubin reused)': early cutoff."""
+    return f"  ({_CUTOFF[row.cutoff]})" if row.cutoff else ""
 
 
 class ProgressBar:

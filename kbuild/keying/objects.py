@@ -72,6 +72,17 @@ class Import:
         return cls(*item)
 
 
+def interface(manifest: dict) -> tuple:
+    """What an object's bytes were compiled against beyond its key: the symbols it
+    defines and calls, with their types (a callee's return type is not in the caller's
+    key: it is known only once the callee is typed), and a kernel object's entry.
+
+    Two objects under one key with other interfaces are other code: the one stored
+    is replaced by the newer, and never reused for a compile of the other."""
+    return tuple((name, manifest.get(name)) for name in ("exports", "imports", "entry",
+                                                         "cooperative"))
+
+
 @dataclass(frozen=True)
 class Recipe:
     """The objects to link for one target, kernel object first: (object key, LTO-IR blob)."""
@@ -115,11 +126,15 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
             pending += found[key].get("imports", ())
         if [imp.symbol, imp.restype] not in found[key].get("exports", ()):
             return Unresolved(f"the interface of callee {imp.ident} changed")
-    ordered = tuple((key, found[key]["artifacts"]["ltoir"]) for key in link_order(first, found))
+    blobs = {key: found[key]["artifacts"]["ltoir"] for key in found}
+    ordered = tuple((key, blobs[key]) for key in link_order(first, blobs))
     return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]))
 
 
-def link_order(first: str, keys) -> list:
-    """Kernel object first, then the others by key: one order however the objects were
-    made or found (the linked bytes depend on it)."""
-    return [first] + sorted(k for k in keys if k != first)
+def link_order(first: str, blobs: dict) -> list:
+    """The objects' keys in link order, from key -> the digest of the object's LTO-IR:
+    the kernel object first, then the others by their bytes' digest (then key). One order
+    however the objects were made or found (the linked bytes depend on it), and the same
+    for the same bytes under other keys: an edit that recompiles a device function into
+    the bytes it had links as before (early cutoff, see `cutoff`)."""
+    return [first] + sorted((k for k in blobs if k != first), key=lambda k: (blobs[k], k))

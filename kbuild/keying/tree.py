@@ -45,11 +45,13 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 4  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 5  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
 #                   by the program
+#                5: objects link in the order of their bytes, not their keys (the same
+#                   key gives the bytes it gave before only from this schema on)
 
 
 class LabelKind(str, enum.Enum):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..keying.explain import Reason, diff
 from ..keying.tree import LabelKind, function_name, label_kind
-from .local import Store, is_object
+from .local import Store, is_target
 
 
 _SCANNED: dict[str, dict] = {}  # store root -> `Store.entries` memo
@@ -43,7 +43,7 @@ class History:
         memo, seen = _SCANNED.get(str(store.root), {}), set()
         for key, manifest in store.entries(memo):
             seen.add(key)
-            if not is_object(manifest):
+            if is_target(manifest):
                 ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
                 by_ident.setdefault(ident, []).append(manifest)
         _SCANNED[str(store.root)] = {k: v for k, v in memo.items() if k in seen}

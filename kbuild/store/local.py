@@ -35,7 +35,7 @@ from ..keying.encode import digest
 from . import tree
 from .locks import StoreLock
 from .manifest import (HEX32, MANIFEST_SCHEMA, EntryProblem, artifact_problem, is_object,
-                       load_json, parse_manifest)
+                       is_output, is_target, load_json, parse_manifest)
 
 LAYOUT = "v1"
 MAX_BLOB = 256 << 20  # a blob whose entry records no size is read up to this
@@ -46,7 +46,7 @@ _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
 _FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
 
 __all__ = ["LAYOUT", "MANIFEST_SCHEMA", "CorruptBlob", "Store", "atomic_write",
-           "blob_relpath", "entry_relpath", "is_object"]
+           "blob_relpath", "entry_relpath", "is_object", "is_output", "is_target"]
 
 
 def blob_relpath(name: str) -> str:
@@ -243,12 +243,13 @@ class Store:
     def has_entry(self, key: str) -> bool:
         return _regular(tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}"))
 
-    def lookup(self, key: str, expect: dict | None = None) -> dict | None:
+    def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
         `expect` holds fields it must have (target, signature, arch; kind for objects).
-        A local miss is asked of the remote tier, whose verified hit is committed here first."""
+        A local miss is asked of the remote tier (unless `remote` is false), whose verified
+        hit is committed here first."""
         manifest = self._lookup_local(key, expect)
-        if manifest is None and self.remote is not None and not self.read_only:
+        if manifest is None and remote and self.remote is not None and not self.read_only:
             manifest = self.remote.fetch(self, key, expect)
         return manifest
 
@@ -263,7 +264,10 @@ class Store:
             return None
         problem = self.artifacts_problem(manifest)
         if problem:
-            self._damaged(key, f"entry {key} ({str(manifest.get('target'))[:80]}) {problem}")
+            # An early-cutoff record names a target's blobs: their loss is the target's to
+            # report (once); the record just goes. Another problem is said of it too.
+            if not (is_output(manifest) and problem.startswith(_BLOB_GONE)):
+                self._damaged(key, f"entry {key} ({_named(manifest)[:80]}) {problem}")
             self.remove_entry(key)
             return None
         self._touch(key)
@@ -490,6 +494,16 @@ def _marked(root: Path, names) -> bool:
         tag = b""
     return (tag.startswith(_CACHEDIR_TAG.split(b"\n", 1)[0]) and b"created by kbuild" in tag) \
         or tree.plain_dir(root, f"{LAYOUT}/entries")
+
+
+_BLOB_GONE = ("names missing blob", "names corrupt blob", "names unreadable blob")
+
+
+def _named(manifest: dict) -> str:
+    """What an entry is of, for a warning: its target, object's function, or record's kernel."""
+    if is_output(manifest):
+        return f"early-cutoff record of {manifest.get('entry')}"
+    return str(manifest.get("target") or manifest.get("function"))
 
 
 def _regular(info) -> bool:

@@ -20,7 +20,7 @@ import time
 from ..errors import ConfigError
 from ..model import RowStatus
 from . import facts, failures, tree
-from .local import LAYOUT, Store, is_object
+from .local import LAYOUT, Store, is_object, is_output
 from .manifest import EntryProblem, load_json
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
@@ -62,6 +62,10 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
         sizes = {name: store.blob_size(name) for name in store.blob_names()}
         total = sum(sizes.values())
         entries = sorted(store.entries(), key=lambda kv: store.last_used(kv[0]))
+        # Early-cutoff records keep no blob: they name a target's PTX and cubin, and go
+        # with them (a record is only a shortcut to what a build would make again).
+        records = _blob_users([(k, m) for k, m in entries if is_output(m)])
+        entries = [(k, m) for k, m in entries if not is_output(m)]
         # The objects a kept target links from stay too, so it can still be relinked.
         keep |= {k for key, m in entries if key in keep
                  for k in _linked_objects(m)}
@@ -82,6 +86,8 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
                     total -= sizes[name]
                     freed += sizes[name]
                     orphans += 1
+                    for record in records.get(name, ()):
+                        store.remove_entry(record)
     temp = _remove_stale_temp(store)
     removed_facts = facts.prune(store)
     failed = failures.prune(store, FAILURE_MAX_AGE)
@@ -155,7 +161,7 @@ def record_build(store: Store, summary: dict) -> None:
 
 def stats(store: Store) -> dict:
     """Entries, blobs and bytes now, and hits/misses/builds over recent builds."""
-    kinds = [is_object(m) for _, m in store.entries()]
+    kinds = [is_object(m) for _, m in store.entries() if not is_output(m)]
     blobs, size = store.size()
     recent = _recent_builds(store)
     totals = {k: sum(_count(b.get(k)) for b in recent)

@@ -18,8 +18,8 @@ import json
 import re
 from itertools import accumulate
 
-from ..artifacts import (OBJECT_KIND, RECORD_KIND, TARGET_KINDS, BinaryError, Facts, arch_number,
-                         artifact_facts, names_kernel)
+from ..artifacts import (OBJECT_KIND, OUTPUT_KIND, RECORD_KIND, TARGET_KINDS, BinaryError, Facts,
+                         arch_number, artifact_facts, names_kernel)
 
 MANIFEST_SCHEMA = 1
 MAX_JSON_BYTES = 4 << 20
@@ -35,6 +35,16 @@ class EntryProblem(ValueError):
 
 def is_object(manifest: dict) -> bool:
     return manifest.get("kind") == OBJECT_KIND
+
+
+def is_output(manifest: dict) -> bool:
+    """An early-cutoff record: a step's output under the key of its input bytes."""
+    return manifest.get("kind") == OUTPUT_KIND
+
+
+def is_target(manifest: dict) -> bool:
+    """A target's entry (not an object, not an early-cutoff record)."""
+    return "kind" not in manifest
 
 
 def load_json(text: str, what: str = "JSON", limit: int = MAX_JSON_BYTES):
@@ -94,6 +104,10 @@ def _shape_problem(key: str, manifest) -> str | None:
             return f"{field} is not a {kind.__name__}"
     if is_object(manifest):
         return _object_problem(manifest)
+    if is_output(manifest):
+        return _output_problem(manifest)
+    if "kind" in manifest:
+        return f"unknown kind {str(manifest['kind'])[:40]!r}"
     if sorted(set(artifacts) - {RECORD_KIND}) != sorted(TARGET_KINDS):
         return f"artifacts are {sorted(artifacts)}, not a PTX and a cubin"
     for field in ("target", "signature", "entry"):
@@ -138,6 +152,16 @@ def _object_problem(manifest: dict) -> str | None:
     return None
 
 
+def _output_problem(manifest: dict) -> str | None:
+    """An early-cutoff record: exactly a PTX and a cubin, and the kernel they define (its
+    artifacts are then checked to define it for the arch, as a target's are)."""
+    if sorted(manifest["artifacts"]) != sorted(TARGET_KINDS):
+        return "output without exactly a PTX and a cubin"
+    if not isinstance(manifest.get("entry"), str):
+        return "no entry symbol"
+    return None
+
+
 def _binding_problem(manifest: dict, expect: dict) -> str | None:
     """`expect`: fields the manifest must hold, and `entry_prefix` (the kernel's mangled
     module and name, see `backend.binaries.entry_prefix`) its entry symbol must start with."""
@@ -178,4 +202,4 @@ def built_problem(arch: str, entry: str, artifacts: dict) -> str | None:
 
 
 __all__ = ["EntryProblem", "HEX32", "MANIFEST_SCHEMA", "artifact_problem", "built_problem",
-           "is_object", "load_json", "parse_manifest"]
+           "is_object", "is_output", "is_target", "load_json", "parse_manifest"]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What a GPU session runs through the device tool, in one call: the GPU tests (real
+# launches compared with numba's JIT), the launch benchmark, and zero-config on a device.
+# The device's Python has numpy 2.5, which numba cannot import: cp312 wheels of numpy 2.4,
+# numba-cuda 0.30.4, cuda-core and filecheck travel in .whl/ (see the device tool's README).
+set -uo pipefail
+OUT=${OUT:-/tmp/kbuild-gpu-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
+python3 -c "import sys, numba, numba_cuda, numpy, cuda.core; print(sys.version.split()[0], \
+'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__, \
+'cuda.core', cuda.core.__version__)"
+python3 -m kbuild --version
+echo "== GPU tests"
+KBUILD_GPU_TESTS=1 timeout 360 python3 -m pytest -q -p no:cacheprovider -m gpu -n 0 \
+    -o addopts="" tests/ 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+echo "== launch benchmark"
+timeout 150 python3 benchmarks/launch.py --out "$OUT/launch.json" 2>&1 | tail -30
+echo "== zero-config benchmark"
+timeout 120 python3 benchmarks/zeroconfig.py --kernels 16 --repeats 3 \
+    --out "$OUT/zeroconfig.json" 2>&1 | tail -20
