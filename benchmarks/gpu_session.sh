@@ -6,9 +6,11 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/kbuild-gpu-out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# Into the interpreter's own site-packages (the machine is bare and given back after):
+# tests and benchmarks start subprocesses with a PYTHONPATH of their own.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --force-reinstall .whl/*.whl 2>&1 | grep -v "^WARNING" || true
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
 python3 -c "import sys, numba, numba_cuda, numpy, cuda.core; print(sys.version.split()[0], \
 'numba', numba.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__, \
