@@ -51,7 +51,9 @@ def proj(tmp_path_factory):
     from kbuild import Project
 
     root = _build(tmp_path_factory.mktemp("gpu-launch"), _device_arch())
-    return Project.load(root / "kbuild.toml", store=root / "store", on_miss="error")
+    project = Project.load(root / "kbuild.toml", store=root / "store", on_miss="error")
+    project.plan()  # puts the project's import roots on sys.path: the tests import `lk`
+    return project
 
 
 @pytest.fixture(scope="module")

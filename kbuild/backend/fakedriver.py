@@ -22,6 +22,7 @@ itself, and its copy back is recorded. Used by tests/test_launch_driver.py and
 from __future__ import annotations
 
 import contextlib
+import os
 import ctypes
 import re
 import time
@@ -112,7 +113,14 @@ class FakeDriver:
         return self.cc
 
     def load_kernel(self, binary, kind: str, entry: str) -> FakeKernel:
-        data = binary.encode() if isinstance(binary, str) else bytes(binary)
+        if isinstance(binary, str):
+            # cuda.core's ObjectCode reads a str as the path of a file holding the code
+            # (cuModuleLoad): code held in memory must be bytes.
+            assert os.path.isfile(binary), ("CUDA_ERROR_FILE_NOT_FOUND: ObjectCode names a "
+                                            f"file {binary[:40]!r}...; pass the code as bytes")
+            with open(binary, "rb") as fh:
+                binary = fh.read()
+        data = bytes(binary)
         if kind == "cubin":
             assert data[:4] == b"\x7fELF", "a cubin must be an ELF image"
             assert entry.encode() in data, f"the cubin has no symbol {entry}"

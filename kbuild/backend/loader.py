@@ -43,8 +43,9 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
     cooperative = bool(manifest.get("cooperative"))
     if binary_kind == "ptx" and (cooperative or links):
         binary, binary_kind = link_ptx(binary, device_cc, links, cooperative), "cubin"
-    code = ObjectCode.from_cubin(binary) if binary_kind == "cubin" \
-        else ObjectCode.from_ptx(binary.decode() if isinstance(binary, bytes) else binary)
+    # Bytes, never str: cuda.core reads a str as the path of a file holding the code.
+    data = binary if isinstance(binary, bytes) else binary.encode()
+    code = ObjectCode.from_cubin(data) if binary_kind == "cubin" else ObjectCode.from_ptx(data)
     library = CUDACodeLibrary._rebuild(
         codegen=None, name=entry, entry_name=entry, llvm_strs=[],
         ptx_cache={}, cubin_cache={library_cc(device_cc): code}, linkerinfo_cache={},
