@@ -1,4 +1,8 @@
-"""Turn a project's declared targets into live kernels and numba signatures."""
+"""Turn a project's declared targets into live kernels and numba signatures.
+
+Each kernel is compiled by the backend whose object it is (a numba-cuda dispatcher, or
+numba-cuda-mlir's `MLIRDispatcher`), which must be the one kbuild.toml names for it,
+if it names one; its signatures are parsed in that backend's types."""
 
 from __future__ import annotations
 
@@ -34,6 +38,13 @@ class ResolvedKernel:
     spec: KernelSpec
     kernel: object
     argtypes: dict  # signature text -> tuple of numba types
+    backend: object = None  # the `backend.base.Backend` that compiles it (None: numba-cuda)
+
+    def __post_init__(self):
+        if self.backend is None:
+            from .backend.backends import DEFAULT, get
+
+            self.backend = get(DEFAULT)
 
 
 def add_import_paths(config: ProjectConfig) -> None:
@@ -115,9 +126,10 @@ def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
             raise TargetError(f"unknown target '{spec.name}' in {config.path.name}: "
                               f"{what} '{owner}' has no attribute '{part}'")
         obj = getattr(obj, part)
-    _check_kernel(config, spec.name, obj)
-    argtypes = {s: parse_signature(config, spec.name, s, module) for s in spec.signatures}
-    return ResolvedKernel(spec=spec, kernel=obj, argtypes=argtypes)
+    backend = _check_kernel(config, spec, obj)
+    argtypes = {s: parse_signature(config, spec.name, s, module, backend)
+                for s in spec.signatures}
+    return ResolvedKernel(spec=spec, kernel=obj, argtypes=argtypes, backend=backend)
 
 
 class ImportFailure(TargetError):
@@ -139,12 +151,15 @@ class ImportFailure(TargetError):
 
 
 def _import(config: ProjectConfig, target: str, module_name: str):
-    from .backend.compiler import targeting
+    from .backend import backends
 
     add_import_paths(config)
     try:
-        # Eager @cuda.jit("sig") compiles at import: give it an architecture.
-        with targeting(arch_cc(config.archs[0])):
+        # Eager @cuda.jit("sig") compiles at import: give it an architecture, for every
+        # backend the project may use (one it names, or whose package is imported).
+        names = [backends.DEFAULT, *config.backends, *(
+            k.name for k in backends.KNOWN.values() if k.package in sys.modules)]
+        with backends.targeting(dict.fromkeys(names), arch_cc(config.archs[0])):
             return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and _is_prefix(exc.name, module_name):
@@ -163,9 +178,17 @@ def _is_prefix(package: str, module_name: str) -> bool:
 
 
 def _import_cause(config: ProjectConfig, exc) -> str:
-    """One line: the exception's first line and where in the project it was raised."""
+    """One line: the exception's first line and where in the project it was raised (and,
+    for a backend's package that is not installed, the pip extra that installs it)."""
+    from .backend.backends import KNOWN
+
     first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first} ({_where(config, exc)})"
+    cause = f"{type(exc).__name__}: {first} ({_where(config, exc)})"
+    for known in KNOWN.values():
+        if isinstance(exc, ModuleNotFoundError) and known.extra and exc.name \
+                and _is_prefix(known.package, exc.name):
+            cause += f'; backend {known.name!r} is installed with: pip install "kbuild[{known.extra}]"'
+    return cause
 
 
 def _where(config: ProjectConfig, exc) -> str:
@@ -186,11 +209,15 @@ def _where(config: ProjectConfig, exc) -> str:
     return f"{filename}:{frame.lineno}"
 
 
-def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
-    from .backend.objectmodel import NUMBA_CUDA
+def _check_kernel(config: ProjectConfig, spec: KernelSpec, obj):
+    """The backend that compiles `obj`, which must be a kernel of the backend kbuild.toml
+    names for it (when it names one)."""
+    from .backend import backends
     from .keying.interfaces import Role
 
-    fn = NUMBA_CUDA.function_of(obj)
+    target = spec.name
+    backend = backends.of_object(obj)
+    fn = backend.objects.function_of(obj) if backend is not None and backend.owns(obj) else None
     if fn is None or fn.role is Role.FUNCTION:
         raise TargetError(f"target '{target}' in {config.path.name} is a "
                           f"{type(obj).__name__}, not a numba-cuda kernel; "
@@ -198,45 +225,27 @@ def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
     if fn.role is Role.DEVICE:
         raise TargetError(f"target '{target}' in {config.path.name} is a device function "
                           "(device=True); declare the kernels that call it instead")
+    if spec.backend is not None and spec.backend != backend.name:
+        raise TargetError(f"target '{target}' in {config.path.name} is a {backend.name} kernel "
+                          f"({type(obj).__name__}), but kbuild.toml names backend "
+                          f"{spec.backend!r} for it; import cuda from the package of "
+                          f"{spec.backend} or set backend = {backend.name!r}")
+    return backend
 
 
-def parse_signature(config: ProjectConfig, target: str, text: str, module):
-    """Evaluate a numba signature string with numba.types and the module's globals."""
-    from numba.core import sigutils
+def parse_signature(config: ProjectConfig, target: str, text: str, module, backend=None):
+    """Evaluate a signature string with the backend's types (numba's: numba.types) and the
+    module's globals."""
+    if backend is None:
+        from .backend.backends import DEFAULT, get
 
-    namespace = _signature_namespace(module)
+        backend = get(DEFAULT)
     try:
-        sig = eval(text, {"__builtins__": {}}, namespace)  # noqa: S307 - numba's own format
-        argtypes, restype = sigutils.normalize_signature(sig)
+        argtypes, restype = backend.parse_signature(text, module)
     except Exception as exc:  # noqa: BLE001
         raise TargetError(f"target '{target}' in {config.path.name}: bad signature "
                           f"{text!r}: {type(exc).__name__}: {exc}") from None
-    from numba.core import types
-
-    if restype not in (None, types.void, types.none):
+    if restype is not None:
         raise TargetError(f"target '{target}' in {config.path.name}: signature {text!r} "
                           f"returns {restype}; kernels return void")
     return tuple(argtypes)
-
-
-def _signature_namespace(module) -> dict:
-    import numpy as np
-    from numba import from_dtype
-    from numba.core import types
-
-    namespace = {}
-    for name, value in vars(module).items():
-        # A record dtype in the module can be named directly: void(Point[::1]).
-        namespace[name] = from_dtype(value) if isinstance(value, np.dtype) else value
-    namespace.update(vars(types))
-    namespace["from_dtype"] = _from_dtype
-    return namespace
-
-
-def _from_dtype(value):
-    """numba's `from_dtype`, also given a dtype the namespace already converted:
-    `from_dtype(POINT)[::1]` (numba's own idiom) and `POINT[::1]` both work."""
-    from numba import from_dtype
-    from numba.core import types
-
-    return value if isinstance(value, types.Type) else from_dtype(value)

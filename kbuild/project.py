@@ -77,10 +77,9 @@ class Project:
         installed = []
         for spec in _build.select_specs(self.config, names):
             launcher = self.kernel(spec.name)
-            for signature, argtypes in launcher.resolved.argtypes.items():
-                kernel = launcher.numba_kernel(signature)
-                if kernel is not None:  # None: numba compiles it (simulator, on_miss="jit")
-                    launcher.resolved.kernel.add_overload(kernel, tuple(argtypes))
+            for signature in launcher.resolved.argtypes:
+                # False: the dispatcher compiles it itself (simulator, on_miss="jit")
+                launcher.install(signature)
                 installed.append(f"{spec.name} {signature}")
         return installed
 

@@ -32,7 +32,6 @@ class Relink:
 
 def compile_target(the_plan: Plan, target: Target):
     """(Artifacts or CompileError, seconds) for one target, in this process."""
-    from ..backend.compiler import compile_kernel
     from ..backend.observe import Observer
 
     resolved = the_plan.kernels[target.name]
@@ -40,9 +39,10 @@ def compile_target(the_plan: Plan, target: Target):
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
     observer = _noting(Observer)(the_plan.keyer.nodes, the_plan.config.root)
     try:
-        artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
-                                   arch_cc(target.arch), the_plan.keyer.device_functions,
-                                   the_plan.keyer.stable_ids, apart, observer)
+        artifacts = resolved.backend.compile(
+            resolved.kernel, resolved.argtypes[target.signature], arch_cc(target.arch),
+            device_functions=the_plan.keyer.device_functions,
+            stable_ids=the_plan.keyer.stable_ids, apart=apart, observer=observer)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \
