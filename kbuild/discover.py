@@ -158,7 +158,7 @@ def _import(config: ProjectConfig, target: str, module_name: str):
         # Eager @cuda.jit("sig") compiles at import: give it an architecture, for every
         # backend the project may use (one it names, or whose package is imported).
         names = [backends.DEFAULT, *config.backends, *(
-            k.name for k in backends.KNOWN.values() if k.package in sys.modules)]
+            k.name for k in backends.KNOWN.values() if backends.imported(k.package))]
         with backends.targeting(dict.fromkeys(names), arch_cc(config.archs[0])):
             return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -50,14 +50,19 @@ def missing_message(name: str, who: str) -> str:
             f'installed; install it with: pip install "kbuild[{known.extra}]"')
 
 
+def imported(package: str) -> bool:
+    """Whether this process has imported `package`."""
+    return sys.modules.get(package) is not None
+
+
 def installed(name: str) -> bool:
     """Whether the backend's package can be imported (without importing it)."""
     package = KNOWN[name].package
-    if package in sys.modules:
+    if imported(package):
         return True
     try:
         return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
+    except (ImportError, ValueError):  # ValueError: a package blocked in sys.modules
         return False
 
 
@@ -72,8 +77,7 @@ def get(name: str, who: str = "the project"):
 def loaded() -> list:
     """The backends whose compiler this process has imported (numba-cuda always: kbuild
     itself depends on it), in `KNOWN` order."""
-    return [get(k.name) for k in KNOWN.values()
-            if k.extra is None or k.package in sys.modules]
+    return [get(k.name) for k in KNOWN.values() if k.extra is None or imported(k.package)]
 
 
 def of_object(obj):
@@ -81,7 +85,7 @@ def of_object(obj):
     a declared extern, a type), or None for an object of no compiler's."""
     root = type(obj).__module__.partition(".")[0]
     for known in KNOWN.values():
-        if root == known.package and known.package in sys.modules:
+        if root == known.package and imported(known.package):
             return get(known.name)
     return None
 
