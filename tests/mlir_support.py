@@ -55,15 +55,17 @@ def port_sources(root: Path) -> None:
             path.write_text(ported)
 
 
-def port_config(config: Path, drop=()) -> None:
-    """kbuild.toml for numba-cuda-mlir: the backend named, the tables of `drop` removed."""
+def port_config(config: Path, drop=(), name_backend: bool = True) -> None:
+    """kbuild.toml for numba-cuda-mlir: the backend named (unless not `name_backend`), the
+    tables of `drop` removed."""
     text = config.read_text()
     for name in drop:
         text = re.sub(rf'\n\[kernels\."{re.escape(name)}"\]\n(?:(?!\n\[).)*', "\n", text,
                       flags=re.DOTALL)
         assert f'"{name}"' not in text, f"{name} still declared in {config}"
-    text = re.sub(r"^\[project\]\n", f'[project]\nbackend = "{MLIR}"\n', text, count=1,
-                  flags=re.MULTILINE)
+    if name_backend:
+        text = re.sub(r"^\[project\]\n", f'[project]\nbackend = "{MLIR}"\n', text, count=1,
+                      flags=re.MULTILINE)
     config.write_text(text)
 
 
