@@ -539,3 +539,74 @@ def test_its_own_cache_serves_the_stale_kernel_after_the_callee_is_edited_kbuild
     assert stale[:4] == ["hits", "1", "misses", "0"] and one in " ".join(stale) \
         and two not in " ".join(stale)
     assert kbuild_ptx() == ("built", [two])
+
+
+# -- what makes its compiles build on any machine, and the same bytes in any process -------
+
+NEVER_INLINED = '''from numba_cuda_mlir import cuda
+
+
+@cuda.jit(device=True, inline="never")
+def helper(x):
+    return x * 2.0 + 1.0
+
+
+@cuda.jit
+def k(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = helper(x[i])
+'''
+
+
+@needs_mlir
+def test_a_device_function_it_does_not_inline_has_the_same_bytes_in_every_process(
+        tmp_path, run_kbuild):
+    """Upstream names it after its dispatcher's address; kbuild builds the same PTX and cubin
+    in processes of other hash seeds, its symbol numbered instead."""
+    project = _write(tmp_path / "p", {
+        "dn/__init__.py": "", "dn/k.py": NEVER_INLINED,
+        "kbuild.toml": '[project]\nname = "det"\narch = ["sm_80"]\n\n'
+                       '[kernels."dn.k:k"]\nsignatures = ["void(float32[::1])"]\n'})
+    built = []
+    for seed in ("1", "2"):
+        result = run_kbuild("build", "--json", cwd=project, store=tmp_path / f"store{seed}",
+                            env={"PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        built.append(result.json["targets"][0]["artifacts"])
+    assert built[0] == built[1]
+    ptx = next((tmp_path / "store1" / "v1" / "blobs").glob(f"??/??/{built[0]['ptx']}")).read_text()
+    assert re.search(r"\.func .*_Z8helper_1f\(", ptx)
+
+
+@needs_mlir
+def test_the_host_arch_workaround_applies_only_while_upstream_asks_the_driver(monkeypatch):
+    from numba_cuda_mlir import tools
+
+    from kbuild.backend.mlir import nodriver
+
+    nodriver.upstream_asks_the_host.cache_clear()
+    assert nodriver.upstream_asks_the_host() is True  # 0.6.0 asks even when the arch is given
+    before = tools._cached_cc
+    # The host taken for the arch being built: no driver asked, and the cubin linked for
+    # that arch (a newer host would have it linked for the host's: upstream's other half).
+    with nodriver.pinned_target((8, 0)):
+        assert tools.resolve_gpu_target({"chip": "sm_80"})["linker_arch"] == "sm_80"
+        assert tools._cached_cc == (8, 0)
+    with nodriver.pinned_target((9, 0)):
+        assert tools.resolve_gpu_target({"chip": "sm_80"})["linker_arch"] == "sm_90"
+    assert tools._cached_cc == before
+
+    def fixed(targetoptions=None):  # an upstream that resolves a given arch by itself
+        chip = (targetoptions or {})["chip"]
+        return {"chip": chip, "cc": tools.parse_compute_capability(chip)}
+
+    monkeypatch.setattr(tools, "resolve_gpu_target", fixed)
+    nodriver.upstream_asks_the_host.cache_clear()
+    try:
+        assert nodriver.upstream_asks_the_host() is False
+        with nodriver.pinned_target((9, 0)):
+            assert tools._cached_cc == before  # nothing pinned
+    finally:
+        monkeypatch.undo()
+        nodriver.upstream_asks_the_host.cache_clear()

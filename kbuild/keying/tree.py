@@ -25,8 +25,9 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 - ``signature``: each ``argument N`` type by content (records by layout: ``field 'NAME'``
   and ``layout`` under ``argument N record``);
 - ``arch``: the target architecture;
-- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema;
-- ``config``: numba config knobs that change generated code.
+- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema (the
+  backend's: numba-cuda-mlir's names itself, its version and its libraries instead);
+- ``config``: numba config knobs that change generated code (the backend's).
 
 Keying is pure: side effects (reading source files and linked files, telling
 project modules from libraries) come in through a `Sources` object, and what a
