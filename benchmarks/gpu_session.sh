@@ -6,6 +6,9 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/kbuild-gpu-out}
 mkdir -p "$OUT"
+# The first part of numba-cuda-mlir's wheel (over one call's 64 MiB with the rest), kept
+# on the machine for benchmarks/gpu_mlir.sh, which brings the second part.
+if [ -d .mlir1 ]; then cp .mlir1/* /tmp/; fi
 # Into the interpreter's own site-packages (the machine is bare and given back after):
 # tests and benchmarks start subprocesses with a PYTHONPATH of their own.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \

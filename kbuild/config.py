@@ -19,10 +19,10 @@ PYPROJECT = "pyproject.toml"  # its [tool.kbuild] table, when no kbuild.toml is 
 # Every table and key a project file may hold; anything else is a typo to report.
 SCHEMA = {
     "": ("project", "store", "build", "kernels"),
-    "project": ("name", "paths", "arch", "store"),
+    "project": ("name", "paths", "arch", "store", "backend"),
     "store": ("max_size", "remote", "remote_timeout", "signing_key_env"),
     "build": ("target_timeout",),
-    "kernel": ("signatures", "arch", "launch"),
+    "kernel": ("signatures", "arch", "launch", "backend"),
     "launch": ("grid", "block", "shared"),
 }
 
@@ -44,6 +44,9 @@ class KernelSpec:
     # Launch configurations to build each signature for (a launch-config-sensitive
     # kernel, see keying/launch.py): ((grid x,y,z), (block x,y,z), shared bytes) each.
     launches: tuple = ()
+    # The backend kbuild.toml names for it (its own `backend`, else the project's); None:
+    # not named, the kernel object says (numba-cuda's or numba-cuda-mlir's dispatcher).
+    backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,13 @@ class ProjectConfig:
     remote_timeout: float | None = None  # [store] remote_timeout, seconds per remote call
     signing_key_env: str | None = None  # [store] signing_key_env: the variable holding the key
     target_timeout: float | None = None  # [build] target_timeout: seconds a compile may take
+    backend: str | None = None  # [project] backend, when the file names one
+
+    @property
+    def backends(self) -> tuple:
+        """Every backend the file names (project's and kernels'), in a fixed order."""
+        return tuple(dict.fromkeys(n for n in (self.backend, *(k.backend for k in self.kernels))
+                                   if n))
 
     @property
     def root(self) -> Path:
@@ -175,6 +185,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
     archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch") for a in
                   _string_list(project, "arch", path, f"{prefix}project", default=["sm_80"]))
     store = _typed(project, "store", str, path, f"{prefix}project", default=None)
+    backend = _backend(path, project, f"{prefix}project", f"{path.name} ([{prefix}project])")
     max_size = _max_size(path, store_table)
     remote = _typed(store_table, "remote", str, path, f"{prefix}store", default=None)
     remote_timeout = store_table.get("remote_timeout")
@@ -192,7 +203,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
     if not kernels_table and kernels:
         raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
                           f'add a table like [{prefix}kernels."pkg.module:kernel"]')
-    kernels = tuple(_kernel(path, name_, spec, archs, prefix)
+    kernels = tuple(_kernel(path, name_, spec, archs, prefix, backend)
                     for name_, spec in kernels_table.items())
     return ProjectConfig(
         path=path, name=name,
@@ -205,6 +216,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
         remote_timeout=remote_timeout,
         signing_key_env=signing_key_env or None,
         target_timeout=target_timeout,
+        backend=backend,
     )
 
 
@@ -242,7 +254,8 @@ def _max_size(path: Path, table: dict) -> int | None:
     return parse_size(value, f"{path}: [store] max_size")
 
 
-def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> KernelSpec:
+def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "",
+            default_backend: str | None = None) -> KernelSpec:
     where = f'{prefix}kernels."{name}"'
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: {where} must be a table with 'signatures'")
@@ -261,7 +274,9 @@ def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> Ker
                   for a in _string_list(spec, "arch", path, where, default=None)) \
         if archs is not None else default_archs
     launches = _launches(path, spec.get("launch"), f"{where} launch")
-    return KernelSpec(name=name, signatures=tuple(signatures), archs=archs, launches=launches)
+    backend = _backend(path, spec, where, f"target '{name}' in {path.name}") or default_backend
+    return KernelSpec(name=name, signatures=tuple(signatures), archs=archs, launches=launches,
+                      backend=backend)
 
 
 def _launches(path: Path, value, where: str) -> tuple:
@@ -300,6 +315,24 @@ def _dims(path: Path, value, where: str) -> tuple:
         raise ConfigError(f"{path}: [{where}] must be a positive integer or a list of 1 to 3 "
                           f"of them (like 128 or [16, 16]), not {value!r}")
     return tuple(dims) + (1,) * (3 - len(dims))
+
+
+def _backend(path: Path, table: dict, where: str, who: str) -> str | None:
+    """A `backend = "..."` key: a backend kbuild knows whose package is installed (else
+    one error naming the pip extra that installs it), or None when absent."""
+    from .backend.backends import KNOWN, installed, missing_message
+
+    name = _typed(table, "backend", str, path, where, default=None)
+    if name is None:
+        return None
+    if name not in KNOWN:
+        close = difflib.get_close_matches(name, list(KNOWN), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else \
+            f"known: {', '.join(repr(k) for k in KNOWN)}"
+        raise ConfigError(f"{path}: [{where}] unknown backend {name!r}; {hint}")
+    if not installed(name):
+        raise ConfigError(missing_message(name, who))
+    return name
 
 
 def validate_arch(arch: str, where: str) -> str:

@@ -1,4 +1,8 @@
-"""Turn a project's declared targets into live kernels and numba signatures."""
+"""Turn a project's declared targets into live kernels and numba signatures.
+
+Each kernel is compiled by the backend whose object it is (a numba-cuda dispatcher, or
+numba-cuda-mlir's `MLIRDispatcher`), which must be the one kbuild.toml names for it,
+if it names one; its signatures are parsed in that backend's types."""
 
 from __future__ import annotations
 
@@ -43,6 +47,13 @@ class ResolvedKernel:
     # Signatures that do not parse (a typo, a type the module lacks): each fails its own
     # targets, never the kernel's other signatures nor other kernels.
     bad_signatures: dict = field(default_factory=dict)  # signature text -> TargetError
+    backend: object = None  # the `backend.base.Backend` that compiles it (None: numba-cuda)
+
+    def __post_init__(self):
+        if self.backend is None:
+            from .backend.backends import DEFAULT, get
+
+            self.backend = get(DEFAULT)
 
 
 def add_import_paths(config: ProjectConfig) -> None:
@@ -124,11 +135,11 @@ def resolve_kernel(config: ProjectConfig, spec: KernelSpec) -> ResolvedKernel:
             raise TargetError(f"unknown target '{spec.name}' in {config.path.name}: "
                               f"{what} '{owner}' has no attribute '{part}'")
         obj = getattr(obj, part)
-    _check_kernel(config, spec.name, obj)
-    resolved = ResolvedKernel(spec=spec, kernel=obj, argtypes={})
+    backend = _check_kernel(config, spec, obj)
+    resolved = ResolvedKernel(spec=spec, kernel=obj, argtypes={}, backend=backend)
     for text in spec.signatures:
         try:
-            resolved.argtypes[text] = parse_signature(config, spec.name, text, module)
+            resolved.argtypes[text] = parse_signature(config, spec.name, text, module, backend)
         except BadSignature as exc:
             resolved.bad_signatures[text] = exc
     return resolved
@@ -153,12 +164,15 @@ class ImportFailure(TargetError):
 
 
 def _import(config: ProjectConfig, target: str, module_name: str):
-    from .backend.compiler import targeting
+    from .backend import backends
 
     add_import_paths(config)
     try:
-        # Eager @cuda.jit("sig") compiles at import: give it an architecture.
-        with targeting(arch_cc(config.archs[0])):
+        # Eager @cuda.jit("sig") compiles at import: give it an architecture, for every
+        # backend the project may use (one it names, or whose package is imported).
+        names = [backends.DEFAULT, *config.backends, *(
+            k.name for k in backends.KNOWN.values() if backends.imported(k.package))]
+        with backends.targeting(dict.fromkeys(names), arch_cc(config.archs[0])):
             return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and _is_prefix(exc.name, module_name):
@@ -177,9 +191,17 @@ def _is_prefix(package: str, module_name: str) -> bool:
 
 
 def _import_cause(config: ProjectConfig, exc) -> str:
-    """One line: the exception's first line and where in the project it was raised."""
+    """One line: the exception's first line and where in the project it was raised (and,
+    for a backend's package that is not installed, the pip extra that installs it)."""
+    from .backend.backends import KNOWN
+
     first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first} ({_where(config, exc)})"
+    cause = f"{type(exc).__name__}: {first} ({_where(config, exc)})"
+    for known in KNOWN.values():
+        if isinstance(exc, ModuleNotFoundError) and known.extra and exc.name \
+                and _is_prefix(known.package, exc.name):
+            cause += f'; backend {known.name!r} is installed with: pip install "kbuild[{known.extra}]"'
+    return cause
 
 
 def _where(config: ProjectConfig, exc) -> str:
@@ -200,11 +222,15 @@ def _where(config: ProjectConfig, exc) -> str:
     return f"{filename}:{frame.lineno}"
 
 
-def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
-    from .backend.objectmodel import NUMBA_CUDA
+def _check_kernel(config: ProjectConfig, spec: KernelSpec, obj):
+    """The backend that compiles `obj`, which must be a kernel of the backend kbuild.toml
+    names for it (when it names one)."""
+    from .backend import backends
     from .keying.interfaces import Role
 
-    fn = NUMBA_CUDA.function_of(obj)
+    target = spec.name
+    backend = backends.of_object(obj)
+    fn = backend.objects.function_of(obj) if backend is not None and backend.owns(obj) else None
     if fn is None or fn.role is Role.FUNCTION:
         raise TargetError(f"target '{target}' in {config.path.name} is a "
                           f"{type(obj).__name__}, not a numba-cuda kernel; "
@@ -212,24 +238,25 @@ def _check_kernel(config: ProjectConfig, target: str, obj) -> None:
     if fn.role is Role.DEVICE:
         raise TargetError(f"target '{target}' in {config.path.name} is a device function "
                           "(device=True); declare the kernels that call it instead")
+    if spec.backend is not None and spec.backend != backend.name:
+        raise TargetError(f"target '{target}' in {config.path.name} is a {backend.name} kernel "
+                          f"({type(obj).__name__}), but kbuild.toml names backend "
+                          f"{spec.backend!r} for it; import cuda from the package of "
+                          f"{spec.backend} or set backend = {backend.name!r}")
+    return backend
 
 
-def parse_signature(config: ProjectConfig, target: str, text: str, module):
-    """Evaluate a numba signature string with numba.types and the module's globals, the
-    module's own types winning (see `_signature_namespace`)."""
-    from numba.core import sigutils
-
-    namespace = _signature_namespace(module)
+def parse_signature(config: ProjectConfig, target: str, text: str, module, backend=None):
+    """Evaluate a signature string with the backend's types (numba's: numba.types) and the
+    module's globals, the module's own types winning (see `backend.base.type_namespace`)."""
+    backend = backend or _default_backend()
     try:
-        sig = eval(text, {"__builtins__": {}}, namespace)  # noqa: S307 - numba's own format
-        argtypes, restype = sigutils.normalize_signature(sig)
+        argtypes, restype = backend.parse_signature(text, module)
     except Exception as exc:  # noqa: BLE001
         raise BadSignature(f"target '{target}' in {config.path.name}: bad signature "
                            f"{text!r}: {type(exc).__name__}: {exc}"
-                           f"{_type_did_you_mean(exc, namespace)}") from None
-    from numba.core import types
-
-    if restype not in (None, types.void, types.none):
+                           f"{_type_did_you_mean(exc, backend, module)}") from None
+    if restype is not None:
         raise BadSignature(f"target '{target}' in {config.path.name}: signature {text!r} "
                            f"returns {restype}; kernels return void")
     return tuple(argtypes)
@@ -242,55 +269,26 @@ class BadSignature(TargetError):
     exit_code = 1
 
 
-def _type_did_you_mean(exc: Exception, namespace: dict) -> str:
+def _type_did_you_mean(exc: Exception, backend, module) -> str:
     """'; did you mean 'float32'?' for a name the signature misspelt (`flaot32`)."""
     import difflib
 
     name = getattr(exc, "name", None) if isinstance(exc, NameError) else None
     if not isinstance(name, str):
         return ""
-    close = difflib.get_close_matches(name, sorted(k for k in namespace if isinstance(k, str)
-                                                   and not k.startswith("_")), n=1, cutoff=0.6)
+    names = sorted(k for k in signature_namespace(module, backend)
+                   if isinstance(k, str) and not k.startswith("_"))
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def signature_namespace(module) -> dict:
-    """What a signature string declared for a kernel of `module` is evaluated in:
-    numba.types, `from_dtype` and the module's globals (its record dtypes as records)."""
-    return _signature_namespace(module)
+def signature_namespace(module, backend=None) -> dict:
+    """What a signature string declared for a kernel of `module` is evaluated in: the
+    backend's types (numba.types), `from_dtype` and the module's globals."""
+    return (backend or _default_backend()).signature_namespace(module)
 
 
-def _signature_namespace(module) -> dict:
-    """numba.types' names and the module's globals. A type the module defines (a numba
-    type, or a dtype: `void(Point[::1])`) wins over numba's of the same name, as the
-    module's own code sees it (a record named `Pair`, `Record` or `Tuple`); any other
-    module value (`float32 = np.float32`, a helper function) only fills in names
-    numba.types lacks, so the numba types a signature names stay numba's."""
-    import numpy as np
-    from numba import from_dtype
-    from numba.core import types
+def _default_backend():
+    from .backend.backends import DEFAULT, get
 
-    namespace, own_types = {}, {}
-    for name, value in vars(module).items():
-        if isinstance(value, np.dtype):
-            try:
-                own_types[name] = from_dtype(value)
-            except Exception:  # noqa: BLE001 - a dtype numba has no type for: not a type here
-                namespace[name] = value
-        elif isinstance(value, types.Type):
-            own_types[name] = value
-        else:
-            namespace[name] = value
-    namespace.update(vars(types))
-    namespace.update(own_types)
-    namespace["from_dtype"] = _from_dtype
-    return namespace
-
-
-def _from_dtype(value):
-    """numba's `from_dtype`, also given a dtype the namespace already converted:
-    `from_dtype(POINT)[::1]` (numba's own idiom) and `POINT[::1]` both work."""
-    from numba import from_dtype
-    from numba.core import types
-
-    return value if isinstance(value, types.Type) else from_dtype(value)
+    return get(DEFAULT)

@@ -51,7 +51,8 @@ class KernelLauncher:
         self.on_miss = on_miss
         self._ready: dict = {}  # (signature, device arch) -> what launches it
         self._bound: dict = {}  # (device id, argument kinds) -> launch(args, config)
-        self._simulated = _simulating()
+        self._simulated = resolved.backend.simulating()
+        self._launching = None  # the backend's launcher module, imported on first use
         if getattr(resolved.spec, "launches", ()):
             raise LaunchError(
                 f"kernel '{self.name}' is declared for launch configurations (launch = "
@@ -70,15 +71,22 @@ class KernelLauncher:
     def launch(self, config: tuple, args: tuple) -> None:
         """Launch with `config` = (griddim, blockdim[, stream[, sharedmem]]): after the
         first launch with arguments of these kinds, a dict look-up and the packing."""
-        backend = _loaded_backend or _backend()
+        backend = self._launching or self._backend()
         key = (None if self._simulated else backend.current_device(), backend.kinds_of(args))
         bound = self._bound.get(key)
         if bound is None:
             bound = self._first_launch(key, args)
         bound(args, config)
 
+    def _backend(self):
+        """The launcher module of the kernel's backend (`backend.launcher` for numba-cuda),
+        imported on first use (it imports cuda.core)."""
+        if self._launching is None:
+            self._launching = self.resolved.backend.launcher()
+        return self._launching
+
     def _first_launch(self, key, args):
-        backend = _backend()
+        backend = self._backend()
         device, kinds = key
         signature = self.signature_for(args, kinds)
         device_arch = current_arch(self.resolved.spec.archs, device)
@@ -93,7 +101,7 @@ class KernelLauncher:
 
     def signature_for(self, args, kinds=None) -> str:
         """The declared signature matching the arguments' numba types."""
-        backend = _backend()
+        backend = self._backend()
         actual = backend.argument_types(args, kinds or backend.kinds_of(args))
         declared = self.resolved.argtypes
         for text, types_ in declared.items():
@@ -227,7 +235,7 @@ class KernelLauncher:
     # -- loading ----------------------------------------------------------------
 
     def _launchable(self, found: Found, signature: str, device_arch: str):
-        backend = _backend()
+        backend = self._backend()
         if backend.needs_numba_kernel(self._options()):
             return backend.NumbaKernel(self._numba_kernel(found, signature, device_arch))
         cooperative = bool(found.manifest.get("cooperative"))
@@ -235,6 +243,18 @@ class KernelLauncher:
                               found.manifest["entry"], cooperative, arch_cc(device_arch),
                               found.links)
         return backend.StoredKernel(kernel, self.resolved.argtypes[signature], cooperative)
+
+    def install(self, signature: str) -> bool:
+        """Hand the stored kernel of `signature` to the project's own dispatcher (what
+        `Project.install()` does per signature); False when the dispatcher compiles it
+        itself (the simulator, on_miss="jit")."""
+        device_arch = current_arch(self.resolved.spec.archs)
+        found = self.artifact(signature, device_arch)
+        if found is None or self._simulated:
+            return False
+        self._backend().install(self.resolved.kernel, found, self.resolved.argtypes[signature],
+                                arch_cc(device_arch), self._options())
+        return True
 
     def numba_kernel(self, signature: str):
         """numba-cuda's own `_Kernel` for a declared signature, from the store (what
@@ -299,7 +319,7 @@ def current_arch(declared_archs, device: int | None = None) -> str:
     declared arch."""
     if _simulating():
         return max(declared_archs, key=arch_cc)
-    backend = _backend()
+    backend = _driver_side()
     return backend.device_arch(backend.current_device() if device is None else device)
 
 
@@ -309,13 +329,9 @@ def _simulating() -> bool:
     return simulating()
 
 
-_loaded_backend = None
-
-
-def _backend():
-    """backend/launcher.py, imported on first use (it imports cuda.core)."""
-    global _loaded_backend
+def _driver_side():
+    """backend/launcher.py (devices and their archs, whatever the backend), imported on
+    first use (it imports cuda.core)."""
     from .backend import launcher
 
-    _loaded_backend = launcher
     return launcher

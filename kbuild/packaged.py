@@ -122,7 +122,8 @@ class FromBundle:
         if not self.bundled:
             return super().fresh_entry(the_plan, target)
         key = the_plan.keys[target].digest
-        bound = _build.expected(target, the_plan.kernels[target.name].kernel)
+        resolved = the_plan.kernels[target.name]
+        bound = _build.expected(target, resolved.kernel, resolved.backend)
         return self.store.lookup(key, bound) if key else None
 
     def plan(self, names=None, archs=None):

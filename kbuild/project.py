@@ -79,10 +79,9 @@ class Project:
             if spec.launches:
                 continue  # one build per launch configuration: kbuild.enable() serves them
             launcher = self.kernel(spec.name)
-            for signature, argtypes in launcher.resolved.argtypes.items():
-                kernel = launcher.numba_kernel(signature)
-                if kernel is not None:  # None: numba compiles it (simulator, on_miss="jit")
-                    launcher.resolved.kernel.add_overload(kernel, tuple(argtypes))
+            for signature in launcher.resolved.argtypes:
+                # False: the dispatcher compiles it itself (simulator, on_miss="jit")
+                launcher.install(signature)
                 installed.append(f"{spec.name} {signature}")
         return installed
 

@@ -6,7 +6,9 @@ one being set up) still gets its file, and nothing of it runs. Eager signatures
 commented out, for its signatures to be filled in. Kernels made at import time are found
 too: `k = cuda.jit(sig)(f)`, and `k = make_kernel(...)` where `make_kernel` is a module
 function that returns a kernel it defines (a factory); so are kernels in class bodies
-(`@staticmethod` + `@cuda.jit`, declared as `module:Class.kernel`).
+(`@staticmethod` + `@cuda.jit`, declared as `module:Class.kernel`). A module whose `cuda` is
+numba-cuda-mlir's (`from numba_cuda_mlir import cuda`) holds numba-cuda-mlir kernels: the
+file names that backend for them (for the project when every kernel found is one).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from pathlib import Path
 
 from .config import CONFIG_NAME
 from .errors import ConfigError
+
+MLIR_BACKEND = "numba-cuda-mlir"
+_MLIR_PACKAGE = "numba_cuda_mlir"
 
 # Folders that hold no project kernels, or that a walk must not enter.
 SKIP_DIRS = {"build", "dist", "node_modules", "site-packages", "tests", "test", "benchmarks",
@@ -32,6 +37,7 @@ class FoundKernel:
     signatures: tuple[str, ...]
     where: str  # file:line, relative to the root
     params: int | None = None  # how many arguments the kernel takes, when known
+    backend: str | None = None  # MLIR_BACKEND for a numba-cuda-mlir kernel (None: numba-cuda)
 
 
 def find_kernels(root: Path, folders=()) -> list[FoundKernel]:
@@ -83,12 +89,13 @@ def _kernels_in(root: Path, path: Path) -> list[FoundKernel]:
     statements = list(_module_statements(tree.body))
     spelling = _Spelling(_jit_names(tree), {n.name: n for n in statements if _is_def(n)})
     spelling.factories.update(_factories(statements, spelling))
+    backend = MLIR_BACKEND if _imports_mlir(tree) else None
     kernels = []
     for node, prefix in _with_class_bodies(statements):  # kbuild targets are attributes
         for name, made in _declared_kernels(node, spelling):
             where = f"{path.relative_to(root)}:{node.lineno}"
             kernels.append(FoundKernel(f"{module}:{prefix}{name}", made.signatures, where,
-                                       made.params))
+                                       made.params, backend))
     return kernels
 
 
@@ -102,6 +109,18 @@ def _with_class_bodies(statements, prefix: str = ""):
                                           f"{prefix}{node.name}.")
         else:
             yield node, prefix
+
+
+def _imports_mlir(tree) -> bool:
+    """Whether the module takes its `cuda` (or `jit`) from numba-cuda-mlir."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").partition(".")[0] \
+                == _MLIR_PACKAGE:
+            return True
+        if isinstance(node, ast.Import) and any(a.name.partition(".")[0] == _MLIR_PACKAGE
+                                                for a in node.names):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -212,10 +231,11 @@ def _module_name(root: Path, path: Path) -> str | None:
 
 def _jit_names(tree) -> set[str]:
     """How this module spells numba-cuda's jit: `cuda.jit`, `numba.cuda.jit`, or an
-    imported `jit` (`from numba.cuda import jit`)."""
-    names = {"cuda.jit", "numba.cuda.jit"}
+    imported `jit` (`from numba.cuda import jit`); numba-cuda-mlir's likewise."""
+    names = {"cuda.jit", "numba.cuda.jit", f"{_MLIR_PACKAGE}.cuda.jit"}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "numba.cuda":
+        if isinstance(node, ast.ImportFrom) and node.module in ("numba.cuda",
+                                                                f"{_MLIR_PACKAGE}.cuda"):
             names.update(a.asname or a.name for a in node.names if a.name == "jit")
     return names
 
@@ -252,9 +272,15 @@ def _dotted(node) -> str:
 def render(name: str, archs, kernels) -> str:
     """The kbuild.toml text for `kernels`: eager ones declared, lazy ones commented out."""
     lines = ["[project]", f"name = {_quote(name)}", 'paths = ["."]',
-             f"arch = [{', '.join(_quote(a) for a in archs)}]", ""]
+             f"arch = [{', '.join(_quote(a) for a in archs)}]"]
+    everyone = {kernel.backend for kernel in kernels}
+    if everyone == {MLIR_BACKEND}:
+        lines.append(f"backend = {_quote(MLIR_BACKEND)}")
+    lines.append("")
     for kernel in kernels:
         body = [f'[kernels."{kernel.name}"]']
+        if kernel.backend and len(everyone) > 1:
+            body.append(f"backend = {_quote(kernel.backend)}")
         if kernel.signatures:
             body.append("signatures = [" + ", ".join(_quote(s) for s in kernel.signatures)
                         + "]")
@@ -262,7 +288,7 @@ def render(name: str, archs, kernels) -> str:
         else:
             example = ", ".join(["float32[::1]"] * (kernel.params or 1))
             lines += [f"# {kernel.where}: a lazy kernel; declare the signatures it is "
-                      "launched with", "# " + body[0],
+                      "launched with", *("# " + line for line in body),
                       f'# signatures = ["void({example})"]']
         lines.append("")
     return "\n".join(lines)

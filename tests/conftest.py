@@ -127,6 +127,20 @@ def editproj_template(tmp_path_factory) -> Template:
                     lambda project, store: kbuild_result(copy_project(project), store, "build"))
 
 
+@pytest.fixture(scope="session")
+def editproj_mlir_template(tmp_path_factory) -> Template:
+    """tests/editproj ported to numba-cuda-mlir (`mlir_support.port`) and the store of its
+    one cold build, made once per test run. Read-only: take copies."""
+    import mlir_support
+    from editmatrix_support import copy_project, kbuild_result
+
+    if not mlir_support.INSTALLED:
+        pytest.skip(mlir_support.NOT_INSTALLED)
+    return template(shared_dir(tmp_path_factory), "editproj-mlir",
+                    lambda project, store: kbuild_result(
+                        mlir_support.port(copy_project(project)), store, "build"))
+
+
 class BuiltExamples:
     """A copy of the examples, its store and the rows of the cold build that filled it
     (the session's template: `built_project` and `built_store` are where that build ran),

@@ -7,6 +7,11 @@ edit that keeps a file's size within the same second must never meet a stale
 
 `SOUNDNESS` and `PRECISION` are the edit matrix shared by test_edit_matrix.py
 (which targets rebuild) and test_explain.py (what `kbuild explain` says).
+
+`VARIANTS`: the matrices run for each backend. The numba-cuda-mlir variant is the same
+project ported as a migrating user ports it (`mlir_support.port`, applied after each
+edit), without the kernels numba-cuda-mlir cannot compile; a case only about those is
+skipped with the compiler's reason.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import mlir_support
 from support import Result, run
 
 PROJECT = Path(__file__).resolve().parent / "editproj"
@@ -30,6 +36,50 @@ TARGETS = {
 }
 ALL = frozenset(TARGETS)
 RECORD_KERNELS = frozenset({"k_points", "k_origin"})
+
+
+# -- the backends the matrices run for ------------------------------------------------
+
+@dataclass(frozen=True)
+class Variant:
+    """A backend the matrices run for: how a project is ported to it, which targets it
+    cannot compile (short name -> reason)."""
+
+    backend: str
+    unsupported: dict = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.backend
+
+    def port(self, project: Path, vendor: Path | None = None) -> Path:
+        """The checkout at `project` (and a package of its beside it) for this backend."""
+        if self.backend == mlir_support.MLIR:
+            mlir_support.port(project)
+            if vendor is not None:
+                mlir_support.port_sources(vendor)
+        return project
+
+    def supported(self, names) -> frozenset:
+        return frozenset(n for n in names if n not in self.unsupported)
+
+    def skip_reason(self, rebuilt) -> str | None:
+        """Why a case that rebuilds exactly `rebuilt` says nothing under this backend."""
+        if rebuilt and not self.supported(rebuilt):
+            reasons = "; ".join(f"{n}: {self.unsupported[n]}" for n in sorted(rebuilt))
+            return f"{self.backend} 0.6.0 cannot compile {reasons}"
+        return None
+
+    def require(self) -> "Variant":
+        """This variant, or the test skipped when its backend is not installed."""
+        import pytest
+
+        if self.backend == mlir_support.MLIR and not mlir_support.INSTALLED:
+            pytest.skip(mlir_support.NOT_INSTALLED)
+        return self
+
+
+VARIANTS = (Variant("numba-cuda"), Variant(mlir_support.MLIR, mlir_support.UNSUPPORTED_SHORT))
 
 
 # -- running kbuild -------------------------------------------------------------

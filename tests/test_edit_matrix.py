@@ -4,6 +4,9 @@ The baseline (tests/editproj built into a temp store) is made once per test run;
 each case copies the project to a new path and the store beside it, applies one
 edit, runs the real `kbuild build --json` once and compares the set of targets
 with a "built" row to the expected set: nothing missed, nothing extra.
+
+Every test runs for each backend (`editmatrix_support.VARIANTS`): numba-cuda, and
+numba-cuda-mlir on the same project ported to it (skipped where it is not installed).
 """
 
 from __future__ import annotations
@@ -11,64 +14,79 @@ from __future__ import annotations
 import pytest
 
 from editmatrix_support import (
-    ALL, PRECISION, SOUNDNESS, TARGETS, build, checkout, copy_project, copy_tree, keys_of,
-    make_baseline, replace, with_status,
+    ALL, PRECISION, SOUNDNESS, TARGETS, VARIANTS, build, checkout, copy_project, copy_tree,
+    keys_of, make_baseline, replace, with_status,
 )
 
 
+@pytest.fixture(scope="module", params=VARIANTS, ids=lambda v: v.id)
+def variant(request):
+    """The backend this module's tests run for (skipped where it is not installed)."""
+    return request.param.require()
+
+
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory, editproj_template):
-    """(project, store, build JSON) of a clean build of tests/editproj."""
-    return make_baseline(tmp_path_factory.mktemp("baseline"), editproj_template)
+def baseline(tmp_path_factory, request, variant):
+    """(project, store, build JSON) of a clean build of tests/editproj (ported to the
+    variant's backend)."""
+    template = request.getfixturevalue(
+        "editproj_mlir_template" if variant.backend == "numba-cuda-mlir" else "editproj_template")
+    return make_baseline(tmp_path_factory.mktemp("baseline"), template)
 
 
-def test_baseline_builds_every_target(baseline):
+def test_baseline_builds_every_target(baseline, variant):
     _, _, result = baseline
-    assert with_status(result, "built") == ALL
-    assert len(result["targets"]) == sum(TARGETS.values())
+    assert with_status(result, "built") == variant.supported(ALL)
+    assert len(result["targets"]) == sum(n for k, n in TARGETS.items()
+                                         if k in variant.supported(ALL))
     assert result["summary"]["failed"] == 0
 
 
-def test_copied_checkout_and_store_are_a_full_hit(baseline, tmp_path):
+def test_copied_checkout_and_store_are_a_full_hit(baseline, variant, tmp_path):
     """Keys never depend on the checkout path: a copy elsewhere is entirely cached."""
     project, store, first = baseline
-    result = build(copy_project(tmp_path / "elsewhere" / "proj"), copy_tree(store, tmp_path / "store"))
-    assert with_status(result, "cached") == ALL
+    result = build(variant.port(copy_project(tmp_path / "elsewhere" / "proj")),
+                   copy_tree(store, tmp_path / "store"))
+    assert with_status(result, "cached") == variant.supported(ALL)
     assert result["summary"]["built"] == 0
     assert keys_of(result) == keys_of(first)
 
 
-def _run_case(baseline, tmp_path, case):
+def _run_case(baseline, variant, tmp_path, case):
+    reason = variant.skip_reason(case.rebuilt)
+    if reason:
+        pytest.skip(reason)
     project, store = checkout(baseline, tmp_path)
     case.apply(project)
+    variant.port(project)
     result = build(project, store, *case.args, env_extra=case.env)
     assert result["summary"]["failed"] == 0, [r["error"] for r in result["targets"] if r["error"]]
     return result
 
 
 @pytest.mark.parametrize("case", SOUNDNESS, ids=lambda c: c.id)
-def test_soundness(baseline, tmp_path, case):
-    result = _run_case(baseline, tmp_path, case)
-    assert with_status(result, "built") == case.rebuilt
-    assert with_status(result, "cached") == ALL - case.rebuilt
+def test_soundness(baseline, variant, tmp_path, case):
+    result = _run_case(baseline, variant, tmp_path, case)
+    assert with_status(result, "built") == variant.supported(case.rebuilt)
+    assert with_status(result, "cached") == variant.supported(ALL - case.rebuilt)
 
 
 @pytest.mark.parametrize("case", PRECISION, ids=lambda c: c.id)
-def test_precision(baseline, tmp_path, case):
-    result = _run_case(baseline, tmp_path, case)
-    assert with_status(result, "built") == case.rebuilt
+def test_precision(baseline, variant, tmp_path, case):
+    result = _run_case(baseline, variant, tmp_path, case)
+    assert with_status(result, "built") == variant.supported(case.rebuilt)
     unchanged = ALL - case.rebuilt
     assert {k: v for k, v in keys_of(result).items() if k[0].rpartition(":")[2] in unchanged} \
         == {k: v for k, v in keys_of(baseline[2]).items() if k[0].rpartition(":")[2] in unchanged}
 
 
-def test_signature_edit_rebuilds_only_the_new_signature(baseline, tmp_path):
+def test_signature_edit_rebuilds_only_the_new_signature(baseline, variant, tmp_path):
     """Of k_plain's two signatures, only the edited one is a new target."""
     _, store, _ = baseline
     project = copy_project(tmp_path / "editproj")
     replace("kbuild.toml", '"void(float64[::1], float64[::1])"',
             '"void(float64[::1], float64[:])"')(project)
-    result = build(project, copy_tree(store, tmp_path / "store"))
+    result = build(variant.port(project), copy_tree(store, tmp_path / "store"))
     built = [(r["target"], r["signature"]) for r in result["targets"] if r["status"] == "built"]
     assert built == [("lab.kernels:k_plain", "void(float64[::1], float64[:])")]
 
@@ -80,7 +98,7 @@ def _write(root, files: dict) -> None:
         path.write_text(text)
 
 
-def test_library_outside_the_project_is_keyed_by_value(tmp_path):
+def test_library_outside_the_project_is_keyed_by_value(variant, tmp_path):
     """A constant read through a module that is not under the project's paths.
 
     `extlib` sits on PYTHONPATH beside the project (a sibling checkout, a vendored
@@ -96,6 +114,7 @@ def test_library_outside_the_project_is_keyed_by_value(tmp_path):
         "app/k.py": "from numba import cuda\n\nfrom extlib import gains\n\n\n"
                     "@cuda.jit\ndef k_gain(x):\n    x[0] = x[0] * gains.GAIN\n",
     })
+    variant.port(project)
     env = {"PYTHONPATH": str(vendor)}
     store = tmp_path / "store"
     assert with_status(build(project, store, env_extra=env), "built") == {"k_gain"}

@@ -316,11 +316,14 @@ def test_a_debug_kernel_reports_a_device_exception_as_numba_does(launch):
 def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch):
     from numba.cuda import dispatcher
 
-    from kbuild.backend import fakedriver
+    from kbuild.backend import fakedriver, launcher
 
-    compiles = []
+    compiles, packed = [], []
     real = dispatcher.compile_cuda
     monkeypatch.setattr(dispatcher, "compile_cuda", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    real_bind = launcher.StoredKernel.bind
+    monkeypatch.setattr(launcher.StoredKernel, "bind",
+                        lambda self, kinds: packed.append(kinds) or real_bind(self, kinds))
     proj = _load(built)
     with fakedriver.installed(cc, proj.store) as fake:
         installed = proj.install(["lk.bench:saxpy", "lk.kinds:grid_reverse"])
@@ -335,6 +338,9 @@ def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch
     assert [k.kind for k in fake.loads] == (["cubin", "cubin"] if cc == (8, 0)
                                             else ["ptx", "cubin"])
     assert compiles == []
+    # A stored cubin's launches are packed by kbuild's launcher behind numba's dispatcher;
+    # a PTX fallback keeps numba's launch.
+    assert len(packed) == (2 if cc == (8, 0) else 0)
 
 
 # -- a kernel linked with a CUDA C file, on a device its cubin is not for ---------------

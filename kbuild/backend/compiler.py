@@ -13,32 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import dataclass, field
+
+from .base import Artifacts  # noqa: F401 - where the build has always imported it from
 
 _lock = threading.RLock()
 _state = {"cc": None, "depth": 0, "saved": None}
-
-
-@dataclass(frozen=True)
-class Artifacts:
-    """What one compiled target produced."""
-
-    ptx: bytes
-    cubin: bytes
-    entry: str
-    cooperative: bool
-    # How it was linked: {"mode": "lto", "objects": [keys]} from separately compiled
-    # objects, or {"mode": "whole", "reason": ...} as one program.
-    link: dict = field(default_factory=dict)
-    objects: tuple = ()  # the lto.Object files a separate compile made
-    # What the compile consulted beyond the static key: (kind, name, digest) rows, see
-    # keying/observed.py; filled in by the build once the compile is over.
-    observed: tuple = ()
-    # Early cutoff (see keying/cutoff.py): what was taken from an earlier build instead of
-    # made ("link": the PTX and cubin of the same objects' link; "cubin": the cubin of the
-    # same PTX; None: nothing), and the cutoff keys the build records these bytes under.
-    cutoff: str | None = None
-    outputs: tuple = ()
 
 
 class _TargetDevice:

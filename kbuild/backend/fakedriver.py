@@ -12,7 +12,12 @@ fakes that check what they are handed the way the real calls would, and record i
   exactly when the kernel's code synchronises the grid;
 - the parameters accepted by cuda.core's own ParamHolder, as many as the kernel's
   `.entry` declares, each as large as its `.param` (read from the stored PTX, the
-  compiler's word on the kernel's ABI, not from kbuild's packer).
+  compiler's word on the kernel's ABI, not from kbuild's packer);
+- for a numba-cuda-mlir kernel (its PTX declares `__numba_cuda_mlir_error_code`), every
+  array it is handed as that ABI's memref descriptor: allocated and aligned pointers the
+  data of an array the fake handed out or was given (a host array's "device" copy, a
+  `device_array`, `CudaArray` or `DLPackArray` here), offset 0, its shape, and its
+  strides counted in elements; a numba-cuda kernel never gets one.
 
 "Device" memory is host memory: a host array's copy to the device is the array
 itself, and its copy back is recorded. Used by tests/test_launch_driver.py and
@@ -33,6 +38,8 @@ import numpy as np
 from . import driver
 from ..artifacts import ptx_unresolved
 
+NUMBA_ABI, MLIR_ABI = "numba-cuda", "numba-cuda-mlir"
+_MLIR_MARK = "__numba_cuda_mlir_error_code"  # every numba-cuda-mlir module declares it
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
 _TYPE = re.compile(r"\.[bsuf](\d+)$")  # .u64, .f32, .b8 ... (not .align / .ptr)
 _COUNT = re.compile(r"\[(\d+)\]$")
@@ -61,6 +68,7 @@ class FakeKernel:
     kind: str  # "cubin" or "ptx" (as handed to the driver)
     ptx_target: str | None  # `.target` of loaded PTX
     cooperative: bool  # the code calls cudadevrt's grid sync
+    abi: str = NUMBA_ABI  # whose kernel ABI its parameters follow (MLIR_ABI: memrefs)
 
 
 @dataclass
@@ -84,6 +92,7 @@ class FakeDriver:
     cc: tuple = (8, 0)
     abi: dict = field(default_factory=dict)
     cooperative_entries: set = field(default_factory=set)
+    mlir_entries: set = field(default_factory=set)  # entries of numba-cuda-mlir's ABI
     loads: list = field(default_factory=list)
     launches: list = field(default_factory=list)
     copies_back: int = 0
@@ -102,6 +111,8 @@ class FakeDriver:
                 self.abi.update(ptx_entries(text))
                 if _synchronises_grid(text):
                     self.cooperative_entries.update(ptx_entries(text))
+                if _MLIR_MARK in text:
+                    self.mlir_entries.update(ptx_entries(text))
 
     # -- the fakes -------------------------------------------------------------------
 
@@ -136,7 +147,8 @@ class FakeDriver:
             target = re.search(r"\.target\s+(\w+)", text).group(1)
         assert entry in self.abi or not self.record, f"no stored PTX declares .entry {entry}"
         kernel = FakeKernel(entry, self.abi.get(entry), kind, target,
-                            entry in self.cooperative_entries)
+                            entry in self.cooperative_entries,
+                            MLIR_ABI if entry in self.mlir_entries else NUMBA_ABI)
         self.loads.append(kernel)
         return kernel
 
@@ -172,19 +184,28 @@ class FakeDriver:
         sizes = [packed_size(a) for a in args]
         assert sizes == kernel.params, \
             f"{kernel.entry}: parameters of {sizes} bytes, the kernel takes {kernel.params}"
+        found = memrefs(args)
+        if kernel.abi == MLIR_ABI:
+            for at, array in found:
+                expected = memref_of(array)
+                got = tuple(int(a) for a in args[at:at + len(expected)])
+                assert got == expected, (f"{kernel.entry}: parameters {at}.. are {got}, the "
+                                         f"memref descriptor of its array is {expected}")
+        else:
+            assert not found, f"{kernel.entry}: a numba-cuda kernel handed a memref at {found[0][0]}"
 
     def to_device(self, value, stream, retr):
         from numba.cuda.args import ArgHint
 
         host = np.asanyarray(value.value if isinstance(value, ArgHint) else value)
         retr.append(lambda: self._copied_back(host))
-        return HostView(host)
+        return HostView(_known(host))
 
     def _copied_back(self, host):
         self.copies_back += 1
 
     def array_view(self, obj, stream):
-        return HostView(np.from_dlpack(obj))
+        return HostView(_known(np.from_dlpack(obj)))
 
     def sync_stream(self, handle) -> None:
         self.synced_streams.append(handle)
@@ -208,6 +229,39 @@ def _param_holder():
 
 
 _ParamHolder = None
+
+
+# Arrays whose memory a fake launch may be handed, by data pointer (kept alive here).
+_arrays: dict = {}
+_ARRAYS_LIMIT = 4096
+
+
+def _known(host: np.ndarray) -> np.ndarray:
+    if host.ndim and host.size:
+        if len(_arrays) >= _ARRAYS_LIMIT:
+            _arrays.clear()
+        _arrays[host.ctypes.data] = host
+    return host
+
+
+def memref_of(array: np.ndarray) -> tuple:
+    """numba-cuda-mlir's memref descriptor of an array: allocated and aligned pointers,
+    offset, sizes, strides in elements."""
+    item = array.itemsize
+    return (array.ctypes.data, array.ctypes.data, 0, *array.shape,
+            *(s // item for s in array.strides))
+
+
+def memrefs(args) -> list:
+    """(index, array) for each place in `args` where a memref descriptor of a known array
+    starts: two equal pointers to its data, then offset 0."""
+    found = []
+    for i in range(len(args) - 2):
+        a, b, c = args[i:i + 3]
+        if type(a) is int and type(b) is int and type(c) is int and a == b and c == 0 \
+                and a in _arrays:
+            found.append((i, _arrays[a]))
+    return found
 
 
 def _synchronises_grid(ptx: str) -> bool:
@@ -326,7 +380,8 @@ def device_array(host: np.ndarray):
     """A numba DeviceNDArray whose "device" memory is `host` (kept alive by it)."""
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-    return DeviceNDArray(host.shape, host.strides, host.dtype, gpu_data=_HostMemory(host))
+    return DeviceNDArray(host.shape, host.strides, host.dtype,
+                         gpu_data=_HostMemory(_known(host)))
 
 
 class _HostMemory:
@@ -340,7 +395,7 @@ class CudaArray:
     only `__cuda_array_interface__`."""
 
     def __init__(self, host: np.ndarray, stream: int | None = None):
-        self.host, self.stream = host, stream
+        self.host, self.stream = _known(host), stream
 
     @property
     def __cuda_array_interface__(self):
@@ -355,7 +410,7 @@ class DLPackArray:
     """A foreign array that only speaks DLPack."""
 
     def __init__(self, host: np.ndarray):
-        self.host = host
+        self.host = _known(host)
 
     def __dlpack__(self, *args, **kwargs):
         return self.host.__dlpack__()

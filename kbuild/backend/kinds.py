@@ -146,9 +146,11 @@ def _argument_type(value, kind):
     return typeof(value, Purpose.argument)
 
 
-def compatible(actual, declared) -> bool:
-    """Whether numba would pass `actual` where `declared` is expected, without a recompile."""
-    from numba.core import types
+def compatible(actual, declared, types=None) -> bool:
+    """Whether numba would pass `actual` where `declared` is expected, without a recompile.
+    `types`: the module of their type classes (default numba's; a vendored copy's)."""
+    if types is None:
+        from numba.core import types
 
     if actual == declared:
         return True

@@ -1,7 +1,10 @@
 """Observe what numba consults while it types and lowers a target, and digest it by name.
 
-`observing(observer)` hooks numba for the duration of one compile (in the process
-that compiles, a forked worker usually):
+`observing(observer, front_end)` hooks a numba front end for the duration of one
+compile (in the process that compiles, a forked worker usually). A front end is named
+by its module roots (`FrontEnd`): numba-cuda's is numba's and numba-cuda's
+(`NUMBA_CUDA_FRONT_END`); a backend that vendors numba's front end under other module
+names (numba-cuda-mlir) passes its own, and the same hooks fire there:
 
 - `Interpreter.interpret` / `get_global_value`: every Python function numba turns
   into IR and every global (or builtin) it freezes from it;
@@ -33,6 +36,7 @@ import sysconfig
 import tempfile
 import types as pytypes
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KeyingError
@@ -43,10 +47,25 @@ from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, quoted_includes, \
     value_digest
 from ..keying.values import canonical
-from .objectmodel import NUMBA_CUDA
+from .backends import ALL_OBJECTS, loaded
 
 # Packages whose versions are in the toolchain key: what they read is theirs, not the project's.
-_LIBRARIES = frozenset({"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kbuild"})
+_LIBRARIES = frozenset({"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kbuild",
+                        "numba_cuda_mlir"})
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """Where a numba front end's hooked classes live: for each copy of numba's core, the
+    package holding `interpreter` and the one holding `typing.context`, `typing.enumdecl`
+    and `typing.templates` (numba and numba-cuda each have one of each)."""
+
+    cores: tuple  # packages with an `interpreter` module
+    typings: tuple  # packages with `context`, `enumdecl` and `templates` modules
+
+
+NUMBA_CUDA_FRONT_END = FrontEnd(cores=("numba.core", "numba.cuda.core"),
+                                typings=("numba.core.typing", "numba.cuda.typing"))
 
 
 def is_library(module_name) -> bool:
@@ -171,23 +190,21 @@ _PLUMBING = frozenset({"os", "_collections_abc", __name__})
 # -- hooks ------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def observing(observer: Observer):
-    """Within the block, what numba consults is recorded in `observer`."""
+def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
+    """Within the block, what the front end consults is recorded in `observer`."""
     with contextlib.ExitStack() as stack:
-        for cls, name, wrap in _hooks(observer):
+        for cls, name, wrap in _hooks(observer, front_end):
             stack.enter_context(_wrapped(cls, name, wrap))
         stack.enter_context(_environ(observer))
         stack.enter_context(_open(observer))
         yield observer
 
 
-def _hooks(observer: Observer):
-    from numba.core import interpreter as core_interp
-    from numba.core.typing import context as core_ctx, enumdecl as core_enum, \
-        templates as core_tmpl
-    from numba.cuda.core import interpreter as cuda_interp
-    from numba.cuda.typing import context as cuda_ctx, enumdecl as cuda_enum, \
-        templates as cuda_tmpl
+def _hooks(observer: Observer, front_end: FrontEnd):
+    interpreters = [importlib.import_module(f"{core}.interpreter") for core in front_end.cores]
+
+    def typing(name):
+        return [importlib.import_module(f"{package}.{name}") for package in front_end.typings]
 
     def interpret(original):
         def hooked(self, bytecode):
@@ -217,10 +234,10 @@ def _hooks(observer: Observer):
             return hooked
         return wrap
 
-    for interp in (core_interp, cuda_interp):
+    for interp in interpreters:
         yield interp.Interpreter, "interpret", interpret
         yield interp.Interpreter, "get_global_value", get_global_value
-    for ctx in (core_ctx, cuda_ctx):
+    for ctx in typing("context"):
         yield ctx.BaseContext, "resolve_module_constants", module_constants
     def resolves(original):
         # Every attribute template of a type is asked about every attribute: only the
@@ -239,9 +256,9 @@ def _hooks(observer: Observer):
             return original(self, ty, attr)
         return hooked
 
-    for enums in (core_enum, cuda_enum):
+    for enums in typing("enumdecl"):
         yield enums.EnumClassAttribute, "generic_resolve", enum_member
-    for tmpl in (core_tmpl, cuda_tmpl):
+    for tmpl in typing("templates"):
         yield tmpl._OverloadFunctionTemplate, "generic", runs("_overload_func", Kind.OVERLOAD)
         yield tmpl._OverloadAttributeTemplate, "_resolve", resolves
         yield tmpl._OverloadMethodTemplate, "_resolve", resolves
@@ -340,6 +357,14 @@ def _open(observer):
         builtins.open = io.open = original
 
 
+def linked_paths(observer: Observer, paths) -> None:
+    """Record linked files (paths; other items are keyed by content) and their headers."""
+    for path in paths:
+        if isinstance(path, (str, os.PathLike)):
+            observer.file(path, Kind.LINK)
+            _headers(observer, Path(path), set())
+
+
 def link_files(observer: Observer, library) -> None:
     """Record the files linked into `library` (and its libraries) and their headers."""
     seen, todo = set(), [library]
@@ -374,7 +399,7 @@ class Current:
     """The digest of an observed name in this process now (memoized for one build)."""
 
     def __init__(self, sources, root: Path):
-        self._keyer = _ObservationKeyer(_EveryPackage(sources), NUMBA_CUDA)
+        self._keyer = _ObservationKeyer(_EveryPackage(sources), ALL_OBJECTS)
         self._root = Path(root)
         self._memo: dict = {}
         self._registry = None  # (module, qualname) -> [(function, options)], on first use
@@ -406,7 +431,7 @@ class Current:
                 return MISSING
         if kind is Kind.BUILTIN:
             value = getattr(builtins, name, _ABSENT)
-            return MISSING if value is _ABSENT else value_digest(value, NUMBA_CUDA)
+            return MISSING if value is _ABSENT else value_digest(value, ALL_OBJECTS)
         if kind in (Kind.OVERLOAD, Kind.INTRINSIC):
             return self._typing_function_digest(kind, name)
         module_name, _, path = name.partition(":")
@@ -414,7 +439,7 @@ class Current:
         if found is _ABSENT:
             return MISSING
         if kind is Kind.GLOBAL:
-            return value_digest(found, NUMBA_CUDA)
+            return value_digest(found, ALL_OBJECTS)
         return self._function_digest(kind, name, found)
 
     def _function_digest(self, kind: Kind, name: str, obj) -> str:
@@ -447,7 +472,7 @@ class Current:
 
 def as_function_of(obj):
     """The Python function behind a function, dispatcher or intrinsic."""
-    fn = NUMBA_CUDA.function_of(obj)
+    fn = ALL_OBJECTS.function_of(obj)
     return fn.py_func if fn is not None else obj
 
 
@@ -562,13 +587,11 @@ class _EveryPackage:
 
 def _registered() -> dict:
     """(module, qualname) -> [(function, options)] for every @overload* / @intrinsic
-    template in numba's generic and CUDA registries."""
-    from numba.core.typing import templates as core_tmpl
-    from numba.cuda.typing import templates as cuda_tmpl
-
+    template in the typing registries of every backend this process loaded (numba's
+    generic and CUDA ones; numba-cuda-mlir's)."""
     found: dict = {}
-    for module in (core_tmpl, cuda_tmpl):
-        registry = module.builtin_registry
+    registries = [r for backend in loaded() for r in backend.typing_registries()]
+    for registry in [r for r in registries if r is not None]:
         templates = [t for _, fnty in registry.globals for t in getattr(fnty, "templates", ())]
         templates += list(registry.attributes)
         for template in templates:

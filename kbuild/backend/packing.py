@@ -20,12 +20,15 @@ from . import driver
 from .kinds import contiguous_strides
 
 
-def make_packer(argtypes, kinds):
+def make_packer(argtypes, kinds, field_maker=None):
     """A function (args, stream, retr) -> the flat kernel parameters, for one
-    (signature, argument kinds); generated once so a launch runs no type checks."""
+    (signature, argument kinds); generated once so a launch runs no type checks.
+    `field_maker(type, kind)` lays one argument out (default: numba-cuda's ABI; another
+    backend passes its own, see `_field_maker` for what it returns)."""
+    field_maker = field_maker or _field_maker
     names, exprs = {}, []
     for i, (ty, kind) in enumerate(zip(argtypes, kinds)):
-        fn, spread = _field_maker(ty, kind)
+        fn, spread = field_maker(ty, kind)
         names[f"f{i}"] = fn
         if fn is None:  # a numpy scalar of the declared type: cuda.core packs it as it is
             exprs.append(f"a{i}")
@@ -142,6 +145,11 @@ def _record_fields(kind):
     if isinstance(kind, tuple) and kind and kind[0] == "device":
         return lambda a, s, r: (a._strided_memory_view_shim.ptr,)
     return lambda a, s, r: (driver.to_device(a, s, r).ptr,)
+
+
+def tuple_fields(inner):
+    """The parameters of a tuple: its items' (`inner`: their (function, spread)), flattened."""
+    return _tuple_fields(inner)
 
 
 def _tuple_fields(inner):

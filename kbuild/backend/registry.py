@@ -9,7 +9,8 @@ from __future__ import annotations
 import types as pytypes
 
 
-def _registries():
+def registries() -> list:
+    """numba's typing registries that hold `@overload`s and typed globals (generic, CUDA)."""
     from numba.core.typing import templates as core_templates
     from numba.cuda.typing import templates as cuda_templates
 
@@ -19,14 +20,14 @@ def _registries():
 def known_to_numba(value) -> bool:
     """Whether `value` is registered as a global with numba's typing (`@type_callable`,
     `@overload`, a structref constructor, ...): then compiled code can use it."""
-    return any(key is value for registry in _registries()
+    return any(key is value for registry in registries()
                for key, _ in getattr(registry, "globals", ()))
 
 
 def overload_implementations(func) -> list:
     """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
     found = []
-    for registry in _registries():
+    for registry in registries():
         for key, fntype in getattr(registry, "globals", ()):
             if key is not func:
                 continue

@@ -114,10 +114,12 @@ def driver_version() -> str:
 def versions() -> dict:
     """What `kbuild --version` reports: the toolchain and the driver, by name."""
     chain = toolchain()
-    return {"numba-cuda": chain["numba-cuda"], "numba": chain["numba"],
-            "llvmlite": chain["llvmlite"], "NVVM": _nvvm_display(),
-            "nvJitLink": chain["nvjitlink"], "CUDA (NVRTC)": cuda_release() or "unavailable",
-            "CUDA driver": driver_version(), "Python": sys.version.split()[0]}
+    found = {"numba-cuda": chain["numba-cuda"], "numba": chain["numba"],
+             "llvmlite": chain["llvmlite"], "NVVM": _nvvm_display(),
+             "nvJitLink": chain["nvjitlink"], "CUDA (NVRTC)": cuda_release() or "unavailable",
+             "CUDA driver": driver_version(), "Python": sys.version.split()[0]}
+    mlir = _dist_version("numba-cuda-mlir")  # the second backend, when installed (kbuild[mlir])
+    return found if mlir == "absent" else dict(found, **{"numba-cuda-mlir": mlir})
 
 
 def _nvvm_display() -> str:

@@ -36,7 +36,6 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     """(Artifacts or CompileError, seconds) for one target, in this process; what `store`
     holds from earlier builds of the same bytes is reused (see `cutoff`; `objects`: the
     build's memo of the arch's stored objects)."""
-    from ..backend.compiler import compile_kernel
     from ..backend.dispatch import forget_compiled, launched_as
     from ..backend.observe import Observer
 
@@ -49,10 +48,11 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
             forget_compiled(disp)
     try:
         with launched_as(resolved.kernel, target.launch):
-            artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
-                                       arch_cc(target.arch), the_plan.keyer.device_functions,
-                                       the_plan.keyer.stable_ids, apart, observer,
-                                       outputs(the_plan, target, store, objects))
+            artifacts = resolved.backend.compile(
+                resolved.kernel, resolved.argtypes[target.signature], arch_cc(target.arch),
+                device_functions=the_plan.keyer.device_functions,
+                stable_ids=the_plan.keyer.stable_ids, apart=apart, observer=observer,
+                outputs=outputs(the_plan, target, store, objects))
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \

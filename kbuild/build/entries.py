@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-from ..backend.binaries import kernel_entry_prefix
 from ..discover import Target
 from ..keying import observed as obs
 from ..keying.launch import launch_json
@@ -14,14 +13,20 @@ from ..store.local import CorruptBlob, Store
 from .planning import Plan
 
 
-def expected(target: Target, kernel=None) -> dict:
-    """What a target's entry must name (and, given its `kernel`, the kernel its entry
-    symbol must be): the lookup of its key refuses any other's."""
+def expected(target: Target, kernel=None, backend=None) -> dict:
+    """What a target's entry must name (and, given its `kernel` and the `backend` compiling
+    it, the kernel its entry symbol must be and the backend it records): the lookup of
+    its key refuses any other's."""
     found = {"target": target.name, "signature": target.signature, "arch": target.arch}
     if target.launch is not None:
         found["launch"] = launch_json(target.launch)
-    prefix = kernel_entry_prefix(kernel) if kernel is not None else None
-    return dict(found, entry_prefix=prefix) if prefix else found
+    if kernel is None:
+        return found
+    if backend is None:
+        from ..backend.backends import DEFAULT, get
+
+        backend = get(DEFAULT)
+    return dict(found, **backend.entry_expectation(kernel))
 
 
 def current_digests(the_plan: Plan):
@@ -40,7 +45,8 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     with no record (made before observations were kept) is not fresh.
     """
     key = the_plan.keys[target].digest
-    bound = expected(target, the_plan.kernels[target.name].kernel)
+    resolved = the_plan.kernels[target.name]
+    bound = expected(target, resolved.kernel, resolved.backend)
     manifest = store.lookup(key, bound)
     if manifest is None:
         return None
@@ -120,6 +126,7 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
         "artifacts": hashes, "entry": artifacts.entry, "cooperative": artifacts.cooperative,
         "link": artifacts.link if target.launch is None or "objects" not in artifacts.link
         else dict(artifacts.link, objects=[]),
+        "backend": the_plan.kernels[target.name].backend.name,
         "inputs": [[list(path), text, d] for path, text, d in node.flatten()],
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,

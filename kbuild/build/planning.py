@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..backend.toolchain import codegen_config, toolchain
+from ..backend.backends import ALL_OBJECTS
 from ..config import ProjectConfig, validate_arch
 from ..discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
 from ..errors import KeyingError, TargetError
-from ..backend.objectmodel import NUMBA_CUDA
 from ..keying.keyer import Keyer
 from ..keying.launch import with_launch
 from ..keying.tree import KeyNode
@@ -60,8 +59,9 @@ class Plan:
 
 def new_keyer(config: ProjectConfig, facts_dir=None, sources=None) -> Keyer:
     """A keyer for the project's targets: its sources (default: its import roots, facts
-    kept in `facts_dir`), and numba-cuda's object model."""
-    return Keyer(sources or ProjectSources(config.paths, facts_dir=facts_dir), NUMBA_CUDA)
+    kept in `facts_dir`), and the object model of every backend (numba-cuda's,
+    numba-cuda-mlir's where its kernels are used)."""
+    return Keyer(sources or ProjectSources(config.paths, facts_dir=facts_dir), ALL_OBJECTS)
 
 
 def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = None) -> Plan:
@@ -164,6 +164,9 @@ def parse_archs(text: str | None, where: str = "--arch"):
 
 
 def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNode:
+    """A target's key tree; its toolchain and config parts are its backend's."""
+    backend = resolved.backend
     node = keyer.target_node(resolved.kernel, target.name, resolved.argtypes[target.signature],
-                             target.signature, target.arch, toolchain(), codegen_config())
+                             target.signature, target.arch, backend.toolchain(),
+                             backend.codegen_config())
     return with_launch(node, target.launch)

@@ -296,10 +296,10 @@ def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None, l
         items = [item for item in items if item[1] is not None]
     started = workers.started or (lambda target: None)
     if workers.timeout is not None or (workers.jobs > 1 and len(items) > 1):
-        from ..backend.compiler import prepare
-
-        if any(recipe is None for _, recipe in items):
-            prepare()  # once here, not once in every worker
+        compiled = [target for target, recipe in items if recipe is None]
+        for backend in {id(b): b for b in (the_plan.kernels[t.name].backend
+                                            for t in compiled)}.values():
+            backend.prepare()  # once here, not once in every worker
 
         for (target, _), outcome, seconds in run_in_workers(
                 lambda item: _job(the_plan, store, item, lookups), items, workers.jobs,

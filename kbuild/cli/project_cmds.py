@@ -80,8 +80,12 @@ def cmd_watch(args) -> int:
 
 def _wait_for_a_save(roots, extra) -> None:
     """Wait until a file under `roots`, or one of `extra`, changes; say which."""
-    from ..backend.compiler import prepare
+    from ..backend.backends import loaded
     from ..watch import snapshot, wait_for_change
+
+    def prepare():
+        for backend in loaded():  # numba-cuda's, and numba-cuda-mlir's when its kernels are used
+            backend.prepare()
 
     seen = snapshot(roots, extra)
     print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)

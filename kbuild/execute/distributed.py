@@ -235,17 +235,32 @@ def _serve_job(files: dict, job: dict, compile_job) -> dict:
     return {"artifacts": to_data(outcome), "seconds": seconds}
 
 
-def _fingerprint() -> dict:
-    """What a worker must share with the client to compile the client's bytes."""
-    return {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
+def _fingerprint(backend_names=None) -> dict:
+    """What a worker must share with the client to compile the client's bytes: numba-cuda's
+    toolchain, and that of every other backend the client loaded (`backend_names`: those)."""
+    from ..backend.backends import DEFAULT, get, loaded
+
+    found = {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
+    others = loaded() if backend_names is None else [get(n) for n in backend_names]
+    for backend in others:
+        if backend.name != DEFAULT:
+            found[f"toolchain {backend.name}"] = backend.toolchain()
+            found[f"codegen {backend.name}"] = _plain(backend.codegen_config())
+    return found
 
 
 def toolchain_mismatch(expected: dict) -> str | None:
     """"numba-cuda '0.30.4' on the worker, '0.29.0' on the client"; ...: what differs, or None."""
-    ours = _fingerprint()
+    from ..backend.backends import KNOWN, MissingBackend
+
+    names = [n for n in KNOWN if f"toolchain {n}" in expected]
+    try:
+        ours = _fingerprint(names)
+    except MissingBackend as exc:
+        return str(exc)
     diffs = [f"{name} {mine[name]!r} on the worker, {theirs.get(name)!r} on the client"
-             for part in ("toolchain", "codegen")
-             for mine, theirs in [(ours[part], expected.get(part, {}))]
+             for part in sorted(set(ours) | set(expected))
+             for mine, theirs in [(ours.get(part, {}), expected.get(part, {}))]
              for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
     return "; ".join(diffs) or None
 

@@ -25,8 +25,9 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 - ``signature``: each ``argument N`` type by content (records by layout: ``field 'NAME'``
   and ``layout`` under ``argument N record``);
 - ``arch``: the target architecture;
-- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema;
-- ``config``: numba config knobs that change generated code;
+- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema (the
+  backend's: numba-cuda-mlir's names itself, its version and its libraries instead);
+- ``config``: numba config knobs that change generated code (the backend's);
 - ``launch``: only for a kernel whose code depends on its launch configuration
   (`mark_launch_config_sensitive`): the grid, block and dynamic shared memory it is
   built for (see `keying/launch.py`); other targets key none.

@@ -25,6 +25,35 @@ _SHOWN_ITEMS = 8  # arrays up to this size are summarised with their values
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x")
 
 
+class _Vocabulary:
+    """numba's type classes by name, from numba's `types` module and every copy of it a
+    backend added: `_type_classes("Array")` is the tuple of every `Array` class."""
+
+    def __init__(self, module):
+        self._modules = [module]
+        self._classes: dict = {}
+
+    def add(self, module) -> None:
+        if not any(m is module for m in self._modules):
+            self._modules.append(module)
+            self._classes.clear()
+
+    def __call__(self, name: str) -> tuple:
+        found = self._classes.get(name)
+        if found is None:
+            found = self._classes[name] = tuple(getattr(m, name) for m in self._modules)
+        return found
+
+
+_type_classes = _Vocabulary(nbtypes)
+
+
+def add_type_vocabulary(types_module) -> None:
+    """Key the types of `types_module`, a vendored copy of `numba.core.types` (its classes
+    `Type`, `Array`, `Record`, ... as numba's), as numba's own types are keyed."""
+    _type_classes.add(types_module)
+
+
 def canonical(value):
     """A content-only, encodable form of `value`, or `Unencodable`."""
     if isinstance(value, enum.Enum):
@@ -49,7 +78,7 @@ def canonical(value):
         return ("npscalar", dtype_canonical(value.dtype), value.tobytes())
     if isinstance(value, np.dtype):
         return dtype_canonical(value)
-    if isinstance(value, nbtypes.Type):
+    if isinstance(value, _type_classes("Type")):
         return type_canonical(value)
     if isinstance(value, type) and issubclass(value, enum.Enum):
         return ("enumclass", _qualified(value),
@@ -87,23 +116,23 @@ def dtype_canonical(dt: np.dtype):
     return ("dtype", dt.str)
 
 
-def type_canonical(t: nbtypes.Type):
+def type_canonical(t):
     """A numba type by content. Records by layout, arrays by dtype/ndim/layout/flags."""
-    if isinstance(t, nbtypes.Record):
+    if isinstance(t, _type_classes("Record")):
         return ("record", _record_fields(t), t.size, bool(t.aligned))
-    if isinstance(t, nbtypes.NestedArray):
+    if isinstance(t, _type_classes("NestedArray")):
         return ("nested-array", type_canonical(t.dtype), tuple(t.shape))
-    if isinstance(t, nbtypes.Array):
+    if isinstance(t, _type_classes("Array")):
         return ("array", type_canonical(t.dtype), t.ndim, t.layout, bool(t.mutable),
                 bool(t.aligned), type(t).__name__)
-    if isinstance(t, nbtypes.BaseTuple) and not isinstance(t, nbtypes.BaseNamedTuple):
+    if isinstance(t, _type_classes("BaseTuple")) and not isinstance(t, _type_classes("BaseNamedTuple")):
         return ("tuple-type", tuple(type_canonical(x) for x in t.types))
-    if isinstance(t, nbtypes.BaseNamedTuple):
+    if isinstance(t, _type_classes("BaseNamedTuple")):
         return ("namedtuple-type", _qualified(t.instance_class),
                 tuple(t.fields), tuple(type_canonical(x) for x in t.types))
-    if isinstance(t, nbtypes.EnumMember):
+    if isinstance(t, _type_classes("EnumMember")):
         return ("enum-type", _qualified(t.instance_class), type_canonical(t.dtype))
-    if isinstance(t, nbtypes.NumberClass):
+    if isinstance(t, _type_classes("NumberClass")):
         return ("number-class", type_canonical(t.instance_type))
     if _ADDRESS.search(t.name):
         raise Unencodable(t)
@@ -111,7 +140,7 @@ def type_canonical(t: nbtypes.Type):
     return ("type", type(t).__name__, t.name)
 
 
-def _record_fields(t: nbtypes.Record):
+def _record_fields(t):
     items = sorted(t.fields.items(), key=lambda kv: (kv[1].offset, kv[0]))
     return tuple((name, type_canonical(f.type), f.offset) for name, f in items)
 
@@ -139,7 +168,7 @@ def summary(value) -> str:
         return f"{value.dtype} {value.item()!r}"
     if isinstance(value, np.dtype):
         return f"dtype {value}"
-    if isinstance(value, nbtypes.Type):
+    if isinstance(value, _type_classes("Type")):
         return str(value)
     if isinstance(value, pytypes.ModuleType):
         return f"module {value.__name__}"

@@ -121,7 +121,8 @@ def _shape_problem(key: str, manifest) -> str | None:
 
 
 # Fields older or other kbuilds may leave out, but never of another type.
-_OPTIONAL = (("built_at", str), ("project", str), ("link", dict), ("function", str))
+_OPTIONAL = (("built_at", str), ("project", str), ("link", dict), ("function", str),
+             ("backend", str))
 
 
 def _inputs_ok(inputs) -> bool:

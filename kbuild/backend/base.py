@@ -1,0 +1,152 @@
+"""What a backend is: the one interface every compiler kbuild builds kernels with implements.
+
+A backend is a compiler front end and code generator for `@cuda.jit` kernels
+(numba-cuda, numba-cuda-mlir). The rest of kbuild speaks to it through this
+interface only, never through a compiler's attribute names:
+
+- `name` (as kbuild.toml's `backend` names it) and `owns(obj)`: is this one of its
+  kernels or device functions;
+- `objects`: the `keying.interfaces.ObjectModel` keying asks about its objects;
+- `toolchain()` / `codegen_config()`: what of the compiler goes into the toolchain and
+  config parts of a key (its name and version, its compilers' versions, its knobs);
+- `targeting(cc)`: a block within which its code compiles for `cc` without asking a
+  driver (modules that compile eagerly at import are imported inside it);
+- `parse_signature(text, module)`: a kbuild.toml signature in its type vocabulary;
+- `compile(...)`: one target to `Artifacts`, for an arch, recording what its front end
+  consulted into an `observe.Observer` (its observation hooks);
+- `typing_registries()`: where its `@overload`s live, for observed names' digests;
+- `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
+- `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
+- `prepare()`: its one-time set-up, done before a process forks compile workers;
+- `simulating()`: whether it runs a simulator in this process;
+- `features`: what it supports, by name (see README "Backends").
+
+`backends` knows which backends exist and loads one only when a project or a kernel
+asks for it.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What one compiled target produced."""
+
+    ptx: bytes
+    cubin: bytes
+    entry: str
+    cooperative: bool
+    # How it was linked: {"mode": "lto", "objects": [keys]} from separately compiled
+    # objects, or {"mode": "whole", "reason": ...} as one program.
+    link: dict = field(default_factory=dict)
+    objects: tuple = ()  # the lto.Object files a separate compile made
+    # What the compile consulted beyond the static key: (kind, name, digest) rows, see
+    # keying/observed.py; filled in by the build once the compile is over.
+    observed: tuple = ()
+    # Early cutoff (see keying/cutoff.py): what was taken from an earlier build instead of
+    # made ("link": the PTX and cubin of the same objects' link; "cubin": the cubin of the
+    # same PTX; None: nothing), and the cutoff keys the build records these bytes under.
+    cutoff: str | None = None
+    outputs: tuple = ()
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a backend supports (README "Backends" lists them)."""
+
+    separate_compilation: str  # how device functions are compiled: a sentence
+    debug: bool  # debug=True kernels (device-side exceptions reported at launch)
+    cooperative_launch: bool  # grid synchronisation
+    simulator: bool  # a CPU simulator (NUMBA_ENABLE_CUDASIM)
+
+
+class Backend(abc.ABC):
+    """One compiler of `@cuda.jit` kernels."""
+
+    name: str  # as kbuild.toml's `backend` names it
+    features: Features
+
+    @property
+    @abc.abstractmethod
+    def objects(self):
+        """Its `keying.interfaces.ObjectModel`."""
+
+    @abc.abstractmethod
+    def owns(self, obj) -> bool:
+        """Whether `obj` is one of this compiler's kernels or device functions."""
+
+    @abc.abstractmethod
+    def toolchain(self) -> dict:
+        """Name -> version of everything of it that turns Python into a cubin."""
+
+    @abc.abstractmethod
+    def codegen_config(self) -> dict:
+        """Its config knobs that change generated code, by name."""
+
+    def targeting(self, cc: tuple):
+        """A block within which its code compiles for `cc`, asking no driver."""
+        return contextlib.nullcontext()
+
+    @abc.abstractmethod
+    def parse_signature(self, text: str, module) -> tuple:
+        """(argument types, return type) of a signature string, evaluated in
+        `signature_namespace(module)`; the return type is None for a kernel's void."""
+
+    @abc.abstractmethod
+    def signature_namespace(self, module) -> dict:
+        """What a signature string declared for a kernel of `module` is evaluated in: the
+        backend's types, `from_dtype` and the module's globals (see `type_namespace`)."""
+
+    @abc.abstractmethod
+    def compile(self, kernel, argtypes, cc: tuple, *, device_functions=(), stable_ids=None,
+                apart=None, observer=None, outputs=None) -> Artifacts:
+        """One target's PTX and cubin for `cc` (see `compiler.compile_kernel`)."""
+
+    def typing_registries(self) -> list:
+        """Its typing registries holding user `@overload`s (each with `.globals`, `.attributes`)."""
+        return []
+
+    def entry_expectation(self, kernel) -> dict:
+        """Fields a stored entry must hold to be `kernel`'s (see `build.expected`)."""
+        return {}
+
+    @abc.abstractmethod
+    def launcher(self):
+        """The module that launches its stored kernels (see `backend.launcher`)."""
+
+    def prepare(self) -> None:
+        """Its one-time set-up of a process's first compile, done now."""
+
+    def simulating(self) -> bool:
+        return False
+
+
+def type_namespace(module, types_module, from_dtype) -> dict:
+    """A signature's names: `types_module`'s (numba.types or a copy of it) and `module`'s
+    globals. A type the module defines (a type of `types_module`, or a dtype:
+    `void(Point[::1])`) wins over the types module's of the same name, as the module's
+    own code sees it (a record named `Pair`, `Record` or `Tuple`); any other module value
+    (`float32 = np.float32`, a helper function) only fills in names the types module
+    lacks, so the types a signature names stay the compiler's."""
+    import numpy as np
+
+    namespace, own_types = {}, {}
+    for name, value in vars(module).items():
+        if isinstance(value, np.dtype):
+            try:
+                own_types[name] = from_dtype(value)
+            except Exception:  # noqa: BLE001 - a dtype with no type: not a type here
+                namespace[name] = value
+        elif isinstance(value, types_module.Type):
+            own_types[name] = value
+        else:
+            namespace[name] = value
+    namespace.update(vars(types_module))
+    namespace.update(own_types)
+    namespace["from_dtype"] = lambda value: value if isinstance(value, types_module.Type) \
+        else from_dtype(value)  # `from_dtype(POINT)[::1]` when POINT is already a type
+    return namespace

@@ -1,0 +1,104 @@
+"""The compiler adapter for numba-cuda-mlir: one target to PTX and a cubin, for an arch we name.
+
+The kernel is compiled by a fresh `MLIRDispatcher` of its Python function with every
+one of the decorator's options and the target's arch (never `cuda.compile(dispatcher,
+cc=...)`: that keeps the arch the dispatcher's first compile pinned, and drops most
+options). Its compile lowers to MLIR, through NVVM to PTX and links a cubin with
+nvJitLink for that arch (with `max_registers`, its link files and, for a grid sync,
+cudadevrt): both are taken as it made them. No driver is asked (`nodriver`).
+
+Device functions are always compiled into their callers: upstream inlines small ones
+in numba IR and clones the MLIR of the others into the caller's module; it has no
+option that makes an ordinary device function an object of its own. So every target
+is built as one program, and a `link=` file or `declare_device` code is linked by the
+compile itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from ...store.manifest import built_problem
+from ..base import Artifacts
+from ..observe import FrontEnd, linked_paths, observing
+from .nodriver import pinned_target, record_names, retarget, stable_callee_names
+
+# Where numba-cuda-mlir's vendored copy of numba's front end lives (its observation hooks).
+FRONT_END = FrontEnd(cores=("numba_cuda_mlir.numba_cuda.core",),
+                     typings=("numba_cuda_mlir.numba_cuda.typing",))
+WHOLE_PROGRAM = ("numba-cuda-mlir compiles device functions into their callers "
+                 "(no separately compiled objects)")
+
+
+def arch_name(cc: tuple) -> str:
+    """(9, 0) -> 'sm_90'; (9, 0, 'a') -> 'sm_90a'."""
+    return f"sm_{cc[0]}{cc[1]}{cc[2] if len(cc) > 2 else ''}"
+
+
+def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), observer=None) -> Artifacts:
+    """Compile `kernel` (an MLIRDispatcher) for `argtypes` and `cc` into PTX and a cubin,
+    recording what its front end consulted in `observer` (an `observe.Observer`)."""
+    from numba_cuda_mlir.descriptor import MLIRDispatcher
+
+    arch = arch_name(cc)
+    options = dict(kernel.targetoptions, chip=arch, cc=tuple(cc[:2]))
+    watching = observing(observer, FRONT_END) if observer is not None \
+        else contextlib.nullcontext()
+    with pinned_target(cc), stable_callee_names(), record_names(), watching:
+        retarget(device_functions, arch)
+        try:
+            result = MLIRDispatcher(kernel.py_func, targetoptions=options).compile(
+                tuple(argtypes), output="ptx")
+            # A kernel that links LTO-IR (a .cu file's, say) is compiled to LTO-IR and
+            # its PTX made on request (it resolves the arch again: inside the block).
+            ptx = result.ptx
+        except Exception as exc:  # noqa: BLE001 - reworded when it is upstream's ICE
+            raise _explained(exc) from exc
+    metadata = result.metadata
+    if observer is not None:
+        linked_paths(observer, metadata.get("linked_external_link_items") or ())
+    made = {"ptx": (ptx.encode() if isinstance(ptx, str) else bytes(ptx)).rstrip(b"\x00"),
+            "cubin": bytes(metadata["cubin"])}
+    problem = built_problem(arch, metadata["func_name"], made)
+    if problem:  # never commit what the store would refuse to serve
+        raise RuntimeError(f"numba-cuda-mlir made artifacts kbuild cannot use: {problem}")
+    return Artifacts(
+        ptx=made["ptx"],
+        cubin=made["cubin"],
+        entry=metadata["func_name"],
+        cooperative=bool(metadata.get("use_cooperative")),
+        # No "reason": that is a note on a target kbuild could have split; here it is the
+        # backend's way with every target (README: Backends).
+        link={"mode": "whole", "backend": WHOLE_PROGRAM},
+    )
+
+
+class CompilerBug(Exception):
+    """numba-cuda-mlir reported an internal compiler error: what it is, where."""
+
+
+def _explained(exc: Exception) -> Exception:
+    """numba-cuda-mlir reports an internal error as `UserFacingInternalCompilerError`,
+    whose message names only the line and a log file under /tmp (written per failure),
+    and whose context is the error itself: say that error, and remove the log."""
+    if type(exc).__name__ != "UserFacingInternalCompilerError":
+        return exc
+    cause = exc.__context__
+    lines = str(exc).splitlines()
+    log = next((line.strip() for line in lines if "numba_cuda_mlir_error_" in line), None)
+    if log and os.path.isfile(log):
+        os.unlink(log)
+    what = f"{type(cause).__name__}: {str(cause).strip().splitlines()[0]}" \
+        if cause is not None and str(cause).strip() else lines[0]
+    return CompilerBug(f"numba-cuda-mlir cannot compile it: {what}")
+
+
+def prepare() -> None:
+    """Load its typing and lowering registries now (about a second: see `compiler.prepare`)."""
+    try:
+        from numba_cuda_mlir.descriptor import mlir_target
+
+        mlir_target.ensure_initialized()
+    except Exception:  # noqa: BLE001 - only a head start: the first compile does it anyway
+        pass

@@ -1,0 +1,96 @@
+"""numba-cuda as a `base.Backend`: the modules of `backend/` behind one object.
+
+The compiler adapter (`compiler`, `lto`), the observation hooks (`observe`), the
+object model (`objectmodel`), the toolchain facts (`toolchain`) and the launcher
+(`launcher`, `kinds`, `packing`, `loader`) are numba-cuda's; this names them as
+the interface the build, the launcher and keying ask.
+"""
+
+from __future__ import annotations
+
+from .backends import NUMBA_CUDA_NAME
+from .base import Backend, Features, type_namespace
+
+
+class NumbaCuda(Backend):
+    """numba-cuda: its front end, NVVM, nvJitLink; separately compiled device functions."""
+
+    name = NUMBA_CUDA_NAME
+    features = Features(
+        separate_compilation="device functions as LTO-IR objects of their own, relinked "
+                             "on edit (README: Separate compilation)",
+        debug=True, cooperative_launch=True, simulator=True)
+
+    @property
+    def objects(self):
+        from .objectmodel import NUMBA_CUDA
+
+        return NUMBA_CUDA
+
+    def owns(self, obj) -> bool:
+        fn = self.objects.function_of(obj)
+        return fn is not None and type(obj).__module__.partition(".")[0] == "numba"
+
+    def toolchain(self) -> dict:
+        from .toolchain import toolchain
+
+        return toolchain()
+
+    def codegen_config(self) -> dict:
+        from .toolchain import codegen_config
+
+        return codegen_config()
+
+    def targeting(self, cc: tuple):
+        from .compiler import targeting
+
+        return targeting(cc)
+
+    def parse_signature(self, text: str, module) -> tuple:
+        from numba.core import sigutils, types
+
+        sig = eval(text, {"__builtins__": {}}, self.signature_namespace(module))  # noqa: S307
+        argtypes, restype = sigutils.normalize_signature(sig)
+        return tuple(argtypes), None if restype in (None, types.void, types.none) else restype
+
+    def signature_namespace(self, module) -> dict:
+        from numba import from_dtype
+        from numba.core import types
+
+        return type_namespace(module, types, from_dtype)
+
+    def compile(self, kernel, argtypes, cc: tuple, *, device_functions=(), stable_ids=None,
+                apart=None, observer=None, outputs=None):
+        from .compiler import compile_kernel
+
+        return compile_kernel(kernel, argtypes, cc, device_functions, stable_ids, apart,
+                              observer, outputs)
+
+    def typing_registries(self) -> list:
+        from .registry import registries
+
+        return registries()
+
+    def entry_expectation(self, kernel) -> dict:
+        from .binaries import kernel_entry_prefix
+
+        prefix = kernel_entry_prefix(kernel)
+        return {"entry_prefix": prefix} if prefix else {}
+
+    def launcher(self):
+        from . import launcher
+
+        return launcher
+
+    def prepare(self) -> None:
+        from .compiler import prepare
+
+        prepare()
+
+    def simulating(self) -> bool:
+        from .compiler import simulating
+
+        return simulating()
+
+
+BACKEND = NumbaCuda()
