@@ -307,14 +307,15 @@ class Index:
 
     @staticmethod
     def _add(table: dict, kind: str, key, found: Held | None) -> None:
-        if key is not None and found is not None and is_project(found):
+        if key is not None and found is not None and is_project(found) and _live(found):
             table.setdefault((kind, key), []).append(found)
 
     def _add_template(self, cls, kind: str) -> None:
         key, found, functions = _template_entry(cls)
         self._add(self.typing, kind, key, found)
-        for name, func in functions:
-            self.typing_functions.setdefault(name, []).append((func, found.form))
+        if _live(found):
+            for name, func in functions:
+                self.typing_functions.setdefault(name, []).append((func, found.form))
 
     def registered(self, kind: str, name: str) -> list:
         """The project registrations behind an observed typing or lowering name."""
@@ -359,6 +360,22 @@ def _lowering_entry(table: str, item):
         impl, sig = item
         return table[:-1], "", held((impl, sig))
     return _memo(item, compute)
+
+
+def _live(found: Held) -> bool:
+    """Whether a registration's project code belongs to the modules imported now: a module
+    imported again (`kbuild watch` forgets the project's between rounds) leaves its old
+    registrations in numba's registries, which no fresh process has."""
+    for obj in found.code:
+        module = sys.modules.get(getattr(obj, "__module__", None))
+        if module is None:
+            return False
+        if isinstance(obj, pytypes.FunctionType) and obj.__globals__ is not vars(module):
+            return False
+        if isinstance(obj, type) and "." not in obj.__qualname__ \
+                and getattr(module, obj.__qualname__, None) is not obj:
+            return False
+    return True
 
 
 def attr_name(attr) -> str:

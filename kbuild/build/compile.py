@@ -15,6 +15,7 @@ from ..execute.parallel import note
 from ..keying import observed as obs
 from ..keying.objects import Recipe
 from ..model import LinkMode
+from ..sources import CHANGED_AFTER_IMPORT
 from ..store.local import Store
 from ..store.manifest import built_problem
 from .entries import current_digests
@@ -62,6 +63,8 @@ def _with_observations(the_plan: Plan, artifacts, observer):
     bad = obs.unkeyable(observed)
     if bad:
         o = bad[0]
+        if CHANGED_AFTER_IMPORT in o.digest:  # not unkeyable: keyed from other bytes
+            raise CompileError(o.digest.partition(": ")[2])
         raise CompileError(
             f"observed {o.kind.value} {obs.display_name(o.kind, o.name)} was read while "
             f"compiling, but kbuild cannot key it by content ({o.digest}); make it a number, "
