@@ -127,7 +127,7 @@ def prepare() -> None:
 
 
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None,
-                   apart=None, observer=None) -> Artifacts:
+                   apart=None, observer=None, source_roots=()) -> Artifacts:
     """Compile `kernel` (a CUDADispatcher) for `argtypes` and `cc` into PTX and a cubin.
 
     `device_functions` are the lazily compiled dispatchers it reaches: numba
@@ -143,10 +143,12 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     built as one program, as numba builds it, and the reason is recorded.
 
     An `observe.Observer` records what numba consulted meanwhile (see `observe`).
+    `source_roots` (the project's import roots) are where a debug binary's source paths
+    are written relative to (see `debugpaths`).
     """
     stable_ids = stable_ids or {}
     with targeting(cc), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids), \
-            _internal_functions(), _flag_names():
+            _internal_functions(), _flag_names(), _debug_paths(source_roots):
         if observer is None:
             return _compile(kernel, argtypes, cc, device_functions, apart)[0]
         from .observe import link_files, observing
@@ -325,6 +327,34 @@ def _internal_functions():
         return compile_subroutine
 
     with _patched([base.BaseContext], "compile_subroutine", replacement):
+        yield
+
+
+@contextlib.contextmanager
+def _debug_paths(source_roots):
+    """Within the block, a debug or lineinfo binary names its source files against
+    placeholders, not this checkout's folders (`debugpaths`: put back at load)."""
+    if simulating():
+        yield
+        return
+    from numba.cuda import debuginfo
+
+    from .debugpaths import path_map
+
+    paths = path_map(source_roots)
+
+    def replacement(original):
+        def _di_file(self):
+            real = self.filepath
+            self.filepath = paths.written(real)
+            try:
+                return original(self)
+            finally:
+                self.filepath = real
+
+        return _di_file
+
+    with _patched([debuginfo.DIBuilder], "_di_file", replacement):
         yield
 
 

@@ -60,6 +60,7 @@ class FakeKernel:
     kind: str  # "cubin" or "ptx" (as handed to the driver)
     ptx_target: str | None  # `.target` of loaded PTX
     cooperative: bool  # the code calls cudadevrt's grid sync
+    binary: bytes = field(default=b"", repr=False)  # as handed to the driver
 
 
 @dataclass
@@ -128,7 +129,7 @@ class FakeDriver:
             target = re.search(r"\.target\s+(\w+)", text).group(1)
         assert entry in self.abi or not self.record, f"no stored PTX declares .entry {entry}"
         kernel = FakeKernel(entry, self.abi.get(entry), kind, target,
-                            entry in self.cooperative_entries)
+                            entry in self.cooperative_entries, data)
         self.loads.append(kernel)
         return kernel
 

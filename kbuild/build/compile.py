@@ -43,7 +43,8 @@ def compile_target(the_plan: Plan, target: Target):
     try:
         artifacts = compile_kernel(resolved.kernel, resolved.argtypes[target.signature],
                                    arch_cc(target.arch), the_plan.keyer.device_functions,
-                                   the_plan.keyer.stable_ids, apart, observer)
+                                   the_plan.keyer.stable_ids, apart, observer,
+                                   source_roots=the_plan.config.paths)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \

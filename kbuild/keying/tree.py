@@ -42,11 +42,15 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 4  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 5  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
 #                   by the program
+#                5: one key, one set of bytes: symbols numbered by content and flags
+#                   spelled sorted (not by what a process compiled first); debug and
+#                   lineinfo binaries name their files against placeholders (put back
+#                   at load). Bytes built under schema 4 differ for the same inputs.
 
 
 class LabelKind(str, enum.Enum):
