@@ -14,10 +14,8 @@ import sys
 from functools import lru_cache
 
 from .keying.encode import digest
-from .errors import KeyingError
+from .errors import CHANGED_AFTER_IMPORT, KeyingError
 from .store.facts import KeptFacts
-
-CHANGED_AFTER_IMPORT = "changed after this process imported it"
 
 # path -> digest of the source bytes this process compiled the module from.
 _IMPORTED: dict[str, str] = {}

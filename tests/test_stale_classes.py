@@ -19,7 +19,8 @@ from editmatrix_support import build, case, copy_tree, edits, replace, short
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "staleproj"
-SPAN = {"k_span_make", "k_span_width", "k_span_cast", "k_span_sum", "k_span_mid"}
+SPAN = {"k_span_make", "k_span_width", "k_span_cast", "k_span_sum", "k_span_mid",
+        "k_span_top"}
 TARGETS = frozenset({"k_declared", "k_linked", "k_jitable", "k_overload_options",
                      "k_prefer_literal", "k_intrinsic_literal"} | SPAN)
 
@@ -70,12 +71,15 @@ CASES = [
                        'make_attribute_wrapper(SpanType, "hi", "lo")'),
                replace(_MODELS, 'make_attribute_wrapper(SpanType, "hi", "hi")',
                        'make_attribute_wrapper(SpanType, "lo", "hi")')),
-         {"k_span_make", "k_span_width", "k_span_mid"}),
+         {"k_span_make", "k_span_width", "k_span_mid", "k_span_top"}),
     # Typing in a module of its own, away from the stub it types and the lowering.
     case("typing-template-in-another-module",
          replace("sp/ext/typer.py", "signature(types.float32, span)",
                  "signature(types.float64, span)"),
          {"k_span_sum"}),
+    case("lowering-reading-a-value-with-no-content-form",
+         replace("sp/ext/raw.py", "F32 = ir.FloatType()", "F32 = ir.DoubleType()"),
+         {"k_span_top"}),
     case("lowering-module-unrelated-edit",
          replace(_LOWER, '"""Lowering of the type', 'UNUSED = 1\n"""Lowering of the type'),
          set()),

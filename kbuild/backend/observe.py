@@ -39,7 +39,7 @@ import types as pytypes
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from ..errors import KeyingError
+from ..errors import CHANGED_AFTER_IMPORT, KeyingError
 from ..keying.keyer import Keyer, qualified_name
 from ..keying.references import function_def
 from ..keying.tree import LabelKind, leaf
@@ -589,6 +589,24 @@ class Current:
             return f"{UNKEYABLE}: {exc}"
         return digest_of(("function", tree, imports))
 
+    def _compile_time_digest(self, kind: Kind, name: str, func) -> str:
+        """A function numba runs while it compiles (a typing function, a lowering
+        implementation, a data model's method) by its key tree; where that holds a value
+        with no content form (an llvmlite type made at import, `F32 = ir.FloatType()`),
+        by its module's source instead: coarser, and still every byte that made it."""
+        found = self._function_digest(kind, name, func)
+        if not found.startswith(UNKEYABLE) or CHANGED_AFTER_IMPORT in found:
+            return found
+        module = sys.modules.get(getattr(func, "__module__", None))
+        path = getattr(module, "__file__", None)
+        if not path:
+            return found
+        try:
+            source = self._keyer.sources.file_digest(path)
+        except (OSError, KeyingError) as exc:
+            return f"{UNKEYABLE}: {exc}"
+        return digest_of(("function-by-module", func.__module__, func.__qualname__, source))
+
     def _registrations(self) -> registrations.Index:
         if self._index is None:
             self._index = registrations.index()
@@ -608,7 +626,7 @@ class Current:
             found = [(obj, ())]
         digests = []
         for func, options in found:
-            digests.append(digest_of((self._function_digest(kind, name, func), options)))
+            digests.append(digest_of((self._compile_time_digest(kind, name, func), options)))
         bad = [d for d in digests if d.startswith(UNKEYABLE)]
         return bad[0] if bad else digest_of((kind.value, tuple(sorted(digests))))
 
@@ -637,7 +655,7 @@ class Current:
         self._code[slot] = (obj, digest_of(("cycle", qualified(obj))))  # a class naming itself
         if isinstance(obj, pytypes.FunctionType):
             name = qualified(obj) or obj.__name__
-            found = self._function_digest(Kind.FUNCTION, name, obj)
+            found = self._compile_time_digest(Kind.FUNCTION, name, obj)
         else:
             found = self._class_digest(obj)
         self._code[slot] = (obj, found)

@@ -412,7 +412,8 @@ def typing_functions(cls) -> list:
     wrapper) - the project functions it captured."""
     out = []
     for attr in ("_overload_func", "_definition_func"):
-        func = vars(cls).get(attr) if attr in vars(cls) else None
+        owner = next((k for k in cls.__mro__ if attr in vars(k)), None)
+        func = vars(owner)[attr] if owner is not None else None
         func = getattr(func, "__func__", func)
         if isinstance(func, pytypes.FunctionType):
             found = held(func)

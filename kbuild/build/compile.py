@@ -10,12 +10,11 @@ from dataclasses import dataclass, replace
 
 from ..config import arch_cc
 from ..discover import Target
-from ..errors import CompileError
+from ..errors import CHANGED_AFTER_IMPORT, CompileError
 from ..execute.parallel import note
 from ..keying import observed as obs
 from ..keying.objects import Recipe
 from ..model import LinkMode
-from ..sources import CHANGED_AFTER_IMPORT
 from ..store.local import Store
 from ..store.manifest import built_problem
 from .entries import current_digests

@@ -72,3 +72,8 @@ def k_span_sum(x):
 @cuda.jit
 def k_span_mid(x):
     x[0] = Span(x[0], x[1]).mid()
+
+
+@cuda.jit
+def k_span_top(x):
+    x[0] = Span(x[0], x[1]).top

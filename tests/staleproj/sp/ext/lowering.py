@@ -25,6 +25,9 @@ class SpanAttrs(AttributeTemplate):
     def resolve_width(self, span):
         return types.float32
 
+    def resolve_top(self, span):  # lowered in sp.ext.raw
+        return types.float32
+
 
 @lower_attr(SpanType, "width")
 def span_width(context, builder, sig, arg):
