@@ -455,12 +455,14 @@ def _content_number(func, memo: dict) -> int | None:
 
 def _number_of(func) -> int | None:
     from ..errors import KeyingError
-    from ..keying.bytecode import code_canonical
+    from ..keying.bytecode import code_fingerprint
     from ..keying.encode import Unencodable, digest_of
 
+    # The code as keys see it (no positions, local names or docstring): an edit that
+    # keeps a function's key keeps its number, and its bytes.
     try:
         form = ("function-number", func.__module__, func.__qualname__,
-                code_canonical(func.__code__, func.__qualname__),
+                code_fingerprint(func.__code__, func.__qualname__),
                 tuple(_held_form(c.cell_contents, 0) for c in func.__closure__ or ()),
                 tuple(_held_form(d, 0) for d in func.__defaults__ or ()))
         return int(digest_of(form)[:12], 16) + (1 << 48)
@@ -478,10 +480,10 @@ def _held_form(value, depth: int):
     if depth > 8:
         raise Unencodable(value)
     if isinstance(value, types.FunctionType):
-        from ..keying.bytecode import code_canonical
+        from ..keying.bytecode import code_fingerprint
 
         return ("function", value.__module__, value.__qualname__,
-                code_canonical(value.__code__, value.__qualname__),
+                code_fingerprint(value.__code__, value.__qualname__),
                 tuple(_held_form(c.cell_contents, depth + 1) for c in value.__closure__ or ()))
     py_func = getattr(value, "py_func", None)
     if isinstance(py_func, types.FunctionType) and hasattr(value, "targetoptions"):

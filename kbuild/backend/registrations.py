@@ -26,7 +26,6 @@ import sys
 import types as pytypes
 from dataclasses import dataclass
 
-from ..keying.encode import Unencodable
 from ..keying.values import canonical
 
 # Packages whose versions are in the toolchain key: what they hold is theirs, not the project's.
@@ -108,7 +107,7 @@ def held(value, depth: int = 0) -> Held:
         return Held(("inline",) + held(inline, depth + 1).form, held(inline, depth + 1).code)
     try:
         return Held(("value", canonical(value)))
-    except Unencodable:
+    except Exception:  # noqa: BLE001 - Unencodable, or a value that refuses to be read
         return Held(("object", qualified(type(value)) or type(value).__name__))
 
 
