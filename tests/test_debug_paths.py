@@ -175,3 +175,48 @@ def test_a_folder_longer_than_the_placeholder_keeps_it():
     assert b"/kbuild-root-0" in long.located(long.written("/" + "x" * SLOT + "/m.py").encode())
     assert short.written("/elsewhere/m.py") == "/elsewhere/m.py"
     assert re.fullmatch(r"/kbuild-root-0(/\.)+/pkg/mod\.py", written.decode())
+
+
+# On a real device (`pytest --gpu`): the located cubin (sm_90 here, the device's own arch
+# elsewhere: PTX JIT-compiled) loads and computes, and nvdisasm reads its line table.
+ON_DEVICE = """
+import json, shutil, subprocess, sys, tempfile
+import numpy as np
+from numba import cuda
+from kbuild import Project
+from kbuild.backend.cubin import cuda_tool
+
+proj = Project.load(sys.argv[1], store=sys.argv[2], on_miss="error")
+cc = cuda.get_current_device().compute_capability
+arch = f"sm_{cc[0]}{cc[1]}"
+x = cuda.to_device(np.arange(1, 5, dtype=np.float32))
+proj.kernel("k_lines")[1, 4](x, 2)
+y = cuda.to_device(np.zeros(1, dtype=np.float32))
+proj.kernel("k_debug")[1, 1](y)
+found = proj.kernel("k_lines").artifact("void(float32[::1], int64)", "sm_80")
+files = []
+tool = cuda_tool("nvdisasm")
+if found.kind == "cubin" and tool:
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as fh:
+        fh.write(found.binary)
+    text = subprocess.run([tool, "--print-line-info", fh.name], capture_output=True,
+                          text=True, check=True).stdout
+    files = sorted(set(l.split('"')[1] for l in text.splitlines() if 'File "' in l))
+print(json.dumps({"x": x.copy_to_host().tolist(), "y": y.copy_to_host().tolist(),
+                  "kind": found.kind, "files": files}))
+"""
+
+
+@pytest.mark.gpu
+def test_located_binaries_load_and_run_on_a_device(checkouts, tmp_path):
+    first, second, store, _ = checkouts
+    for project, other in ((second, first), (first, second)):
+        done = run(project / "kbuild.toml", store, cwd=project, home=tmp_path / "home",
+                   launcher=("-c", ON_DEVICE))
+        assert done.returncode == 0, done.stdout + done.stderr
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        assert found["x"] == [4.0, 16.0, 36.0, 64.0] and found["y"] == [1.0]
+        for path in found["files"]:  # what nvdisasm (and so a debugger) reads back
+            assert str(other) not in path and "/kbuild-" not in path
+        assert any(os.path.normpath(p).startswith(str(project)) for p in found["files"]) \
+            or not found["files"]
