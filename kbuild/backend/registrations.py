@@ -272,16 +272,6 @@ def _typing_templates() -> list:
     return [(cls, kind) for cls, kind in out if isinstance(cls, type)]
 
 
-@dataclass(frozen=True)
-class Registration:
-    """One registration of the project's: what it is for (`kind`, `key`) and what it holds."""
-
-    kind: str  # "function", "attributes" (typing); "function", "getattr", "setattr",
-    #            "cast", "constant", "model" (lowering)
-    key: str  # key_name of what it is for ("" for casts and constants: one table each)
-    found: Held
-
-
 class Index:
     """Every project registration in the loaded registries, by (kind, key); and the
     functions behind `@overload*` / `@intrinsic` templates, by their name."""
@@ -366,14 +356,15 @@ def _live(found: Held) -> bool:
     imported again (`kbuild watch` forgets the project's between rounds) leaves its old
     registrations in numba's registries, which no fresh process has."""
     for obj in found.code:
-        module = sys.modules.get(getattr(obj, "__module__", None))
-        if module is None:
+        if sys.modules.get(getattr(obj, "__module__", None)) is None:
             return False
-        if isinstance(obj, pytypes.FunctionType) and obj.__globals__ is not vars(module):
-            return False
-        if isinstance(obj, type) and "." not in obj.__qualname__ \
-                and getattr(module, obj.__qualname__, None) is not obj:
-            return False
+        functions = [obj] if isinstance(obj, pytypes.FunctionType) else [
+            getattr(v, "__func__", v) for v in vars(obj).values()]  # a class: its methods
+        for func in functions:
+            if isinstance(func, pytypes.FunctionType):
+                module = sys.modules.get(func.__module__)
+                if module is None or func.__globals__ is not vars(module):
+                    return False
     return True
 
 
