@@ -10,9 +10,11 @@ import importlib
 import importlib.machinery
 import os
 import sys
+import sysconfig
 import traceback
 from dataclasses import dataclass, field
 
+from .backend.registrations import is_library
 from .config import KernelSpec, ProjectConfig, arch_cc
 from .errors import TargetError
 from .sources import record_imported_source
@@ -74,22 +76,36 @@ def add_import_paths(config: ProjectConfig) -> None:
 
 
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
-    """Compiles a project module from its source, never from a __pycache__ .pyc.
+    """Compiles a module from its source, never from a __pycache__ .pyc, and records the
+    bytes it compiled (`sources.record_imported_source`): keying reads sources again, and
+    checks them against these.
 
     A .pyc is trusted by the source's mtime in whole seconds and its size, so a
     same-size edit within a second would compile the old code under the key of
-    the new source - a stale kernel in the store for good.
+    the new source - a stale kernel in the store for good. kbuild's own modules and
+    the toolchain's (a checkout of one on the path) load as Python loads them.
     """
 
     def get_code(self, fullname):
+        if is_library(fullname):
+            return super().get_code(fullname)
         path = self.get_filename(fullname)
         data = self.get_data(path)
         record_imported_source(path, data)
         return self.source_to_code(data, path)
 
 
+def _stdlib_dirs() -> tuple:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
+
+
 class _SourceOnlyFinder:
-    """A sys.path hook: directories under a project root load through `_SourceOnlyLoader`."""
+    """A sys.path hook: folders whose modules are not installed load through
+    `_SourceOnlyLoader` - the project's import roots, and any other folder on the path that
+    is neither an installed-packages folder nor the standard library's (a package beside
+    the project on PYTHONPATH, whose device functions and constants a kernel reads as
+    much as its own)."""
 
     roots: set = set()
 
@@ -97,7 +113,15 @@ class _SourceOnlyFinder:
     def covers(cls, path) -> bool:
         real = os.path.realpath(path or ".")
         parts = real.split(os.sep)
-        return "site-packages" not in parts and "dist-packages" not in parts and any(
+        if "site-packages" in parts or "dist-packages" in parts:
+            return False
+        return not any(real == d or real.startswith(d + os.sep) for d in _stdlib_dirs())
+
+    @classmethod
+    def in_roots(cls, path) -> bool:
+        """Whether `path` is under one of the project's import roots."""
+        real = os.path.realpath(path or ".")
+        return cls.covers(path) and any(
             real == r or real.startswith(r + os.sep) for r in cls.roots)
 
     @classmethod
@@ -116,7 +140,7 @@ def forget_project_modules() -> int:
     any other way (kbuild itself, numba, site-packages) stay."""
     gone = [name for name, module in sys.modules.items()
             if isinstance(getattr(getattr(module, "__spec__", None), "loader", None),
-                          _SourceOnlyLoader)]
+                          _SourceOnlyLoader) and not is_library(name)]
     for name in gone:
         del sys.modules[name]
     importlib.invalidate_caches()
@@ -210,7 +234,7 @@ def _where(config: ProjectConfig, exc) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         frames.append(traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>"))
     ours = [f for f in frames if os.path.isabs(f.filename)
-            and _SourceOnlyFinder.covers(os.path.dirname(f.filename))]
+            and _SourceOnlyFinder.in_roots(os.path.dirname(f.filename))]
     frame = (ours or frames)[-1]
     filename = frame.filename
     try:

@@ -23,6 +23,11 @@ class KeyingError(KbuildError):
     """Something a kernel depends on cannot be encoded deterministically."""
 
 
+# What a KeyingError says of a source that no longer holds the bytes its import compiled
+# (`sources.check_imported`); recognised in the text it travels as.
+CHANGED_AFTER_IMPORT = "changed after this process imported it"
+
+
 class StoreError(KbuildError):
     """The store cannot be used (not writable, not a store, ...)."""
 

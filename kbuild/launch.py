@@ -37,6 +37,14 @@ class Found(NamedTuple):
     manifest: dict
     binary: bytes
     links: tuple = ()
+    located: str = ""  # the folders a debug binary's source paths were put back to
+
+    @property
+    def loaded_as(self) -> str:
+        """What the binary loaded for this is known by in this process: its blob, and for a
+        debug binary the folders put into it (two checkouts in one process load their own)."""
+        blob = self.manifest["artifacts"][self.kind]
+        return f"{blob}@{self.located}" if self.located else blob
 
 
 class KernelLauncher:
@@ -134,10 +142,15 @@ class KernelLauncher:
         target = Target(self.name, signature, wanted) if wanted else None
         if arch is not None:
             try:
-                binary = self.project.store.read_blob(stored[arch]["artifacts"][kind])
+                stored_binary = self.project.store.read_blob(stored[arch]["artifacts"][kind])
+                # A debug binary names its source files against placeholders: this
+                # checkout's folders go back in before anything loads it.
+                binary = self.project.located(stored_binary)
                 links = self._ptx_links(stored[arch], binary, signature, device_arch) \
                     if kind == "ptx" else ()
-                return Found(arch, kind, stored[arch], binary, links)
+                located = "" if binary == stored_binary else \
+                    os.pathsep.join(map(str, self.project.source_roots()))
+                return Found(arch, kind, stored[arch], binary, links, located)
             except CorruptBlob as exc:
                 why = str(exc)
         elif target is None:
@@ -239,7 +252,7 @@ class KernelLauncher:
         if backend.needs_numba_kernel(self._options()):
             return backend.NumbaKernel(self._numba_kernel(found, signature, device_arch))
         cooperative = bool(found.manifest.get("cooperative"))
-        kernel = backend.load(found.manifest["artifacts"][found.kind], found.binary, found.kind,
+        kernel = backend.load(found.loaded_as, found.binary, found.kind,
                               found.manifest["entry"], cooperative, arch_cc(device_arch),
                               found.links)
         return backend.StoredKernel(kernel, self.resolved.argtypes[signature], cooperative)

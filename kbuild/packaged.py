@@ -21,6 +21,7 @@ its bundle, and `project.PackagedProject` mixes it into a `Project`, handing
 from __future__ import annotations
 
 import importlib.resources
+import os
 from pathlib import Path
 
 from . import build as _build
@@ -107,6 +108,19 @@ class FromBundle:
         super().__init__(config, store)
         self.manifest = manifest
         self._bundle_plans: dict = {}
+
+    def source_roots(self) -> tuple:
+        """An installed package's import root: the folder its top-level package is in
+        (where the package's checkout had it when the bundle was built)."""
+        import importlib.util
+
+        tops = {k.name.partition(":")[0].partition(".")[0] for k in self.config.kernels}
+        roots = []
+        for top in sorted(tops):
+            spec = importlib.util.find_spec(top)
+            for location in (spec and spec.submodule_search_locations) or ():
+                roots.append(os.path.dirname(os.path.abspath(location)))
+        return tuple(dict.fromkeys(roots))
 
     def edited_modules(self) -> list[str]:
         """Modules of the kernels' packages that Python would now import from other bytes

@@ -96,6 +96,18 @@ class Project:
             the_plan.launch_digests = _build.current_digests(the_plan)
         return _build.fresh_entry(the_plan, self.store, target, the_plan.launch_digests)
 
+    def located(self, binary: bytes) -> bytes:
+        """A stored binary as this checkout loads it: where a debug or lineinfo binary names
+        its source files (written against placeholders, so that one store serves every
+        checkout), this checkout's folders (`backend.debugpaths`)."""
+        from .backend.debugpaths import path_map
+
+        return path_map(self.source_roots()).located(binary)
+
+    def source_roots(self) -> tuple:
+        """The folders a debug binary's project paths are relative to: the import roots."""
+        return tuple(self.config.paths)
+
     def plan(self, names=None, archs=None) -> _build.Plan:
         """Resolve and key the requested targets (cached per selection)."""
         cache_key = (tuple(names or ()), tuple(archs or ()))

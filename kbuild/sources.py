@@ -14,7 +14,7 @@ import sys
 from functools import lru_cache
 
 from .keying.encode import digest
-from .errors import KeyingError
+from .errors import CHANGED_AFTER_IMPORT, KeyingError
 from .store.facts import KeptFacts
 
 # path -> digest of the source bytes this process compiled the module from.
@@ -123,6 +123,9 @@ class ProjectSources:
         return self._kept.body_text(body_digest) if self._kept is not None else None
 
     def source_of(self, func):
+        code = getattr(func, "__code__", None)
+        if code is not None:
+            check_imported(code.co_filename)  # inspect reads the file again
         try:
             lines, first = inspect.getsourcelines(func)
         except (OSError, TypeError):
@@ -168,6 +171,9 @@ class ProjectSources:
         return path.startswith(self._roots)
 
     def file_digest(self, path: str) -> str:
+        """The digest of a file's bytes; a module's source (a class keyed by its module, a
+        module imported lazily) only while it still holds what the import compiled."""
+        check_imported(path)
         return _file_digest(_realpath(path), os.stat(path).st_mtime_ns)
 
 
@@ -180,6 +186,34 @@ def _realpath(path: str) -> str:
 def _file_digest(path: str, _mtime_ns: int) -> str:
     with open(path, "rb") as fh:
         return digest(fh.read())
+
+
+def check_imported(path) -> None:
+    """Raise `KeyingError` when the file a module was imported from (`_SourceOnlyLoader`:
+    every module that is not installed) no longer holds the bytes the import compiled.
+
+    numba compiles the code objects the import made; kbuild keys sources it reads again.
+    Keying what is on disk now would store that compile under a key it does not match
+    (an import that rewrites a file imported before it, a save during the build)."""
+    try:
+        real = _realpath(path)
+    except (OSError, TypeError, ValueError):
+        return
+    if real in _IMPORTED:
+        try:
+            text = _source_text(real, os.stat(real).st_mtime_ns)
+        except OSError:
+            return  # gone: whatever reads it next fails, naming it
+        _check_text(path, real, text)
+
+
+def _check_text(shown, real: str, text: str) -> None:
+    imported = _IMPORTED.get(real)
+    if imported is not None and digest(text.encode("utf-8")) != imported:
+        # The code numba would compile is not the code on disk: keying either one
+        # would describe a binary this process cannot build.
+        raise KeyingError(f"{shown} {CHANGED_AFTER_IMPORT}; run again "
+                          "in a new process (or Project.load() in a fresh interpreter)")
 
 
 def source_digest(path: str) -> str:
@@ -201,12 +235,7 @@ def _index_defs(filename: str) -> dict:
         text = _source_text(real, os.stat(real).st_mtime_ns)
     except OSError:
         return {}
-    imported = _IMPORTED.get(real)
-    if imported is not None and digest(text.encode("utf-8")) != imported:
-        # The code numba would compile is not the code on disk: keying either one
-        # would describe a binary this process cannot build.
-        raise KeyingError(f"{filename} changed after this process imported it; run again "
-                          "in a new process (or Project.load() in a fresh interpreter)")
+    _check_text(filename, real, text)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):

@@ -9,6 +9,7 @@ run there forbids building: a launch that needed a compile would fail. An edited
 installed module is caught by its source digest and named.
 """
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -257,7 +258,7 @@ def test_an_edited_installed_module_is_named_or_jitted(wheel_env):
         result = json.loads(done.stdout.splitlines()[-1])
         assert result == {"out": [1.0] * 4, "describe": ["jit", "jit"]}
     finally:
-        module.write_text(original)
+        _restore(module, original)
 
 
 def test_an_edited_sibling_module_of_the_package_is_named(wheel_env):
@@ -270,7 +271,15 @@ def test_an_edited_sibling_module_of_the_package_is_named(wheel_env):
         assert done.returncode != 0
         assert "installed module(s) kbdemo differ from the ones bundled" in done.stderr
     finally:
-        sibling.write_text(original)
+        _restore(sibling, original)
+
+
+def _restore(module: Path, original: str):
+    """Put a module's text back and drop the bytecode its edit left: the edit is the same
+    size and may fall in the same second, which Python's (size, mtime in seconds) check of a
+    .pyc cannot tell apart, so the edited bytecode would be imported again."""
+    module.write_text(original)
+    Path(importlib.util.cache_from_source(str(module))).unlink(missing_ok=True)
 
 
 def _shadow_kernels_with_a_package(site: Path):

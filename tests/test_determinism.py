@@ -9,6 +9,8 @@ types, as arguments and as globals, hash by layout (NVIDIA Warp #287 put
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,13 +85,11 @@ def test_build_gives_the_keys_status_promised_and_identical_key_trees(reference,
         assert not any(_ADDRESS.search(text) for _, text, _ in one["inputs"]), row["target"]
         assert str(project) not in str(two["inputs"])
         assert str(first_project) not in str(one["inputs"])
-    # numba-cuda's grid-sync PTX declares its externs in hash-seed order (PRODUCT.md), a
-    # lineinfo kernel's line table names its source file by absolute path, and k_pair's
-    # two callees come out in either order (see the xfail below).
-    differ = {"lab.coop:k_coop", "lab.lines:k_lines", "lab.kernels:k_pair"}
+    # Every target, byte for byte: a lineinfo kernel's line table names its files against
+    # placeholders (debugpaths), grid-sync kernels and k_pair's two callees no longer come
+    # out in hash-seed or address order.
     for row, again in zip(first["targets"], second["targets"]):
-        if row["target"] not in differ:
-            assert row["artifacts"] == again["artifacts"], row["target"]
+        assert row["artifacts"] == again["artifacts"], row["target"]
 
 
 @pytest.mark.parametrize("target", ["lab.kernels:k_scale", "lab.records:k_points"])
@@ -156,3 +156,37 @@ def test_artifacts_of_a_kernel_with_two_callees_are_reproducible(baseline, tmp_p
         (row,) = build(project, tmp_path / f"store{i}", "k_pair")["targets"]
         seen.add(row["artifacts"]["ptx"])
         assert len(seen) == 1, f"build {i + 1} of k_pair gave a second PTX"
+
+
+DETPROJ = Path(__file__).resolve().parent / "detproj"
+DET_TARGETS = ["k3", "k5", "k_int", "k_plain", "k_flags", "k_sync"]
+
+
+def _blobs(store: Path) -> dict:
+    """Every blob of a store (PTX, cubins, objects' LTO-IR, observation records) by name."""
+    return {p.name: p.read_bytes() for p in (store / "v1" / "blobs").rglob("*") if p.is_file()}
+
+
+def test_one_key_gives_one_set_of_bytes_whatever_the_order_workers_and_seed(tmp_path):
+    """The same key gives the same PTX, cubin and objects, whatever compiled before it in a
+    worker: -j1 and -j2, targets listed forwards and backwards, two hash seeds, each into
+    a fresh store. numba names symbols (a function's, its environment's) from a per-process
+    count and from its flags' text, and keeps helpers it compiled (`int_power` for `x ** n`)
+    for later kernels under the first caller's name and flags; grid-sync kernels included
+    (their externs were once declared in hash-seed order)."""
+    project = tmp_path / "detproj"
+    shutil.copytree(DETPROJ, project, ignore=shutil.ignore_patterns("__pycache__"))
+    runs = {"j1": ("-j", "1"), "j2": ("-j", "2"),
+            "j1-reversed": ("-j", "1", *reversed(DET_TARGETS)),
+            "j2-reversed": ("-j", "2", *reversed(DET_TARGETS))}
+    results, blobs = {}, {}
+    for seed, (name, args) in zip(("1", "2", "3", "4"), runs.items()):
+        store = tmp_path / f"store-{name}"
+        results[name] = build(project, store, *args, env_extra={"PYTHONHASHSEED": seed})
+        blobs[name] = _blobs(store)
+    first = results["j1"]
+    assert first["summary"]["built"] == 9
+    by_key = {r["key"]: r["artifacts"] for r in first["targets"]}
+    for name, result in results.items():
+        assert {r["key"]: r["artifacts"] for r in result["targets"]} == by_key, name
+        assert blobs[name].keys() == blobs["j1"].keys(), name

@@ -75,6 +75,26 @@ def test_value_digest_is_content_or_names_what_it_cannot_key(value, keyable):
         assert "builtins.object" in found
 
 
-def test_quoted_includes_only():
-    src = b'#include "a.h"\n  # include "sub/b.cuh"\n#include <cuda.h>\n// #include "no.h"\n'
-    assert obs.quoted_includes(src) == ["a.h", "sub/b.cuh"]
+
+def test_headers_are_what_nvrtc_opened(tmp_path):
+    """A link file's headers are read from NVRTC's time trace: found through its include
+    path in either form and transitively, never parsed again with other rules."""
+    from numba.cuda.cudadrv import nvrtc
+
+    from kbuild.backend.observe import Observer, _nvrtc_headers
+
+    (tmp_path / "inc" / "sub").mkdir(parents=True)
+    (tmp_path / "inc" / "a.h").write_text('#include "sub/b.cuh"\n#define A 1\n')
+    (tmp_path / "inc" / "sub" / "b.cuh").write_text("#define B 2\n")
+    (tmp_path / "inc" / "unused.h").write_text("#define U 3\n")
+    src = ('#include <a.h>\n#if 0\n#include "unused.h"\n#endif\n'
+           'extern "C" __device__ int f(int* r, int x) { *r = x * A * B; return 0; }\n')
+    observer = Observer(root=tmp_path)
+    saved = nvrtc.config.CUDA_NVRTC_EXTRA_SEARCH_PATHS
+    nvrtc.config.CUDA_NVRTC_EXTRA_SEARCH_PATHS = str(tmp_path / "inc")
+    try:
+        with _nvrtc_headers(observer):
+            nvrtc.compile(src, "f.cu", (8, 0), ltoir=True)
+    finally:
+        nvrtc.config.CUDA_NVRTC_EXTRA_SEARCH_PATHS = saved
+    assert sorted(n for k, n in observer.names if k is obs.Kind.HEADER) == ["inc/a.h", "inc/sub/b.cuh"]

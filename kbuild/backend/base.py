@@ -103,7 +103,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def compile(self, kernel, argtypes, cc: tuple, *, device_functions=(), stable_ids=None,
-                apart=None, observer=None, outputs=None) -> Artifacts:
+                apart=None, observer=None, outputs=None, source_roots=()) -> Artifacts:
         """One target's PTX and cubin for `cc` (see `compiler.compile_kernel`)."""
 
     def typing_registries(self) -> list:

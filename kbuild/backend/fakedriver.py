@@ -69,6 +69,7 @@ class FakeKernel:
     ptx_target: str | None  # `.target` of loaded PTX
     cooperative: bool  # the code calls cudadevrt's grid sync
     abi: str = NUMBA_ABI  # whose kernel ABI its parameters follow (MLIR_ABI: memrefs)
+    binary: bytes = field(default=b"", repr=False)  # as handed to the driver
 
 
 @dataclass
@@ -148,7 +149,7 @@ class FakeDriver:
         assert entry in self.abi or not self.record, f"no stored PTX declares .entry {entry}"
         kernel = FakeKernel(entry, self.abi.get(entry), kind, target,
                             entry in self.cooperative_entries,
-                            MLIR_ABI if entry in self.mlir_entries else NUMBA_ABI)
+                            MLIR_ABI if entry in self.mlir_entries else NUMBA_ABI, data)
         self.loads.append(kernel)
         return kernel
 

@@ -60,11 +60,11 @@ class NumbaCuda(Backend):
         return type_namespace(module, types, from_dtype)
 
     def compile(self, kernel, argtypes, cc: tuple, *, device_functions=(), stable_ids=None,
-                apart=None, observer=None, outputs=None):
+                apart=None, observer=None, outputs=None, source_roots=()):
         from .compiler import compile_kernel
 
         return compile_kernel(kernel, argtypes, cc, device_functions, stable_ids, apart,
-                              observer, outputs)
+                              observer, outputs, source_roots)
 
     def typing_registries(self) -> list:
         from .registry import registries

@@ -90,6 +90,11 @@ class NumbaCudaObjects:
         if type(value).__name__ == "ExternFunction" and hasattr(value, "sig"):
             # `cuda.declare_device`: its name and signature; its link files are observed too.
             return ("extern", str(value.name), str(value.sig))
+        defn = getattr(value, "_defn", None)
+        if isinstance(defn, pytypes.FunctionType):
+            # A user @intrinsic read through a module (`mod.my_intrinsic(...)`): its
+            # definition runs at typing time and is observed there, options and all.
+            return ("intrinsic", defn.__module__, defn.__qualname__)
         return None
 
 

@@ -12,8 +12,10 @@ names (numba-cuda-mlir) passes its own, and the same hooks fire there:
 - the `@overload`/`@overload_method`/`@overload_attribute` and `@intrinsic`
   templates: the Python function each runs at typing time;
 - `os.environ` and `open`: environment variables and files read meanwhile;
-- after the compile, the code library's link files and the headers they
-  `#include "..."`, transitively.
+- NVRTC's compiles of CUDA C (`link=` and `declare_device` files, `cuda.CUSource`):
+  every header it opened, through whatever include path and form (`"..."`, `<...>`,
+  transitively), as NVRTC's own time trace lists them (`_nvrtc_headers`);
+- after the compile, the code library's link files.
 
 Observations are names; `Current` gives a name's digest in this process, the
 same way when the compile records it and when a later build checks it, so a
@@ -27,9 +29,11 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import importlib
 import importlib.util
 import io
+import json
 import os
 import sys
 import sysconfig
@@ -39,41 +43,38 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import KeyingError
+from ..errors import CHANGED_AFTER_IMPORT, KeyingError
 from ..keying.keyer import Keyer, qualified_name
 from ..keying.references import function_def
 from ..keying.tree import LabelKind, leaf
 from ..keying.encode import Unencodable, digest, digest_of
-from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, quoted_includes, \
-    value_digest
+from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_digest
 from ..keying.values import canonical
-from .backends import ALL_OBJECTS, loaded
-
-# Packages whose versions are in the toolchain key: what they read is theirs, not the project's.
-_LIBRARIES = frozenset({"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kbuild",
-                        "numba_cuda_mlir"})
+from . import registrations
+from .backends import ALL_OBJECTS
+from .registrations import Held, held, is_library, is_overload_template, is_project, \
+    key_name, qualified, typing_functions
 
 
 @dataclass(frozen=True)
 class FrontEnd:
-    """Where a numba front end's hooked classes live: for each copy of numba's core, the
-    package holding `interpreter` and the one holding `typing.context`, `typing.enumdecl`
-    and `typing.templates` (numba and numba-cuda each have one of each)."""
+    """Where a numba front end's hooked classes live. numba-cuda's is spread over numba's
+    core and numba-cuda's own copy; numba-cuda-mlir vendors one copy of both."""
 
     cores: tuple  # packages with an `interpreter` module
     typings: tuple  # packages with `context`, `enumdecl` and `templates` modules
+    bases: tuple  # packages whose `base` module has the lowering `OverloadSelector`
+    models: tuple  # modules with a `DataModelManager` (those loaded are hooked)
+    nvrtc: str  # the module whose `compile` runs NVRTC on CUDA C (`ProgramOptions` in it)
 
 
-NUMBA_CUDA_FRONT_END = FrontEnd(cores=("numba.core", "numba.cuda.core"),
-                                typings=("numba.core.typing", "numba.cuda.typing"))
-
-
-def is_library(module_name) -> bool:
-    """Whether a module's code and data are pinned by the toolchain (or the language)."""
-    if not isinstance(module_name, str) or not module_name:
-        return True
-    top = module_name.partition(".")[0]
-    return top in _LIBRARIES or top in sys.stdlib_module_names or top == "builtins"
+NUMBA_CUDA_FRONT_END = FrontEnd(
+    cores=("numba.core", "numba.cuda.core"),
+    typings=("numba.core.typing", "numba.cuda.typing"),
+    bases=("numba.cuda.core",),
+    # numba-cuda's data model manager is numba's where numba is installed (a redirect).
+    models=("numba.cuda.datamodel.cuda_manager", "numba.core.datamodel.manager"),
+    nvrtc="numba.cuda.cudadrv.nvrtc")
 
 
 class Observer:
@@ -88,6 +89,12 @@ class Observer:
         # (records, project classes, ...) however their value is keyed here.
         self.static_only: set = set()
         self._dynamic: set = set()
+        # What a registry entry holds of the project's, decided once per entry in this
+        # process (entries hash by identity: in this process only, never in a key).
+        self._templates: dict = {}
+        self._lowered: dict = {}
+        self._models: dict = {}
+        self._selectors: dict = {}  # id(OverloadSelector) -> "function KEY" / ... / ""
 
     def _is_static(self, func) -> bool:
         try:
@@ -106,6 +113,57 @@ class Observer:
         # all; a function numba interprets by its name.
         qualname = func.__qualname__ if kind is not Kind.FUNCTION else _outermost(func.__qualname__)
         self.add(kind, f"{module}:{qualname}")
+
+    def typing_function(self, template, kind: Kind) -> None:
+        """An `@overload*` / `@intrinsic` template ran: the project functions it runs
+        (a `register_jitable` function through numba's wrapper, too), by name; their
+        registration's options are digested with them (`Current`)."""
+        for func in typing_functions(type(template)):
+            self.add(kind, qualified(func))
+
+    def typing_template(self, template, what: str) -> None:
+        """Numba asked a typing template (`what`: "function" or "attributes") for an
+        answer: when it holds anything of the project's, every template registered for
+        the same key is observed (`typing function mod:Span`)."""
+        cls = type(template)
+        name = self._templates.get(cls)
+        if name is None:
+            key = key_name(getattr(cls, "key", None))
+            project = not is_overload_template(cls) and key is not None and \
+                is_project(registrations.template(cls))
+            name = self._templates[cls] = f"{what} {key}" if project else ""
+        if name:
+            self.add(Kind.TYPING, name)
+
+    def lowering(self, selector, impl) -> None:
+        """Numba's target context found `impl` in `selector` (one key's table of lowering
+        implementations): when it holds anything of the project's, every implementation
+        registered for that key is observed (`lowering getattr 'lo'`)."""
+        try:
+            project = self._lowered.get(impl)
+        except TypeError:  # an unhashable implementation holds nothing of a module's
+            return
+        if project is None:
+            sigs = tuple(sig for sig, found in getattr(selector, "versions", ()) if found is impl)
+            project = self._lowered[impl] = not registrations.made_by_templates(impl) and \
+                is_project(held((impl, sigs)))
+        if project:
+            name = _selector_name(self._selectors, selector, impl)
+            if name:
+                self.add(Kind.LOWERING, name)
+
+    def model(self, manager, fetype) -> None:
+        """Numba looked up the data model of `fetype`: a project's type or model is
+        observed by the type's class (`lowering model mod:SpanType`)."""
+        cls = type(fetype)
+        name = self._models.get(cls)
+        if name is None:
+            handlers = getattr(manager, "_handlers", {})
+            found = held((cls, handlers.get(cls)))
+            key = key_name(cls)
+            name = self._models[cls] = f"model {key}" if key and is_project(found) else ""
+        if name:
+            self.add(Kind.LOWERING, name)
 
     def global_of(self, func, name: str) -> None:
         """A global `name` that numba froze while interpreting `func`."""
@@ -150,6 +208,30 @@ class Observer:
         name = _file_name(path, self.root)
         if name is not None:
             self.add(kind, name)
+
+
+def _selector_name(names: dict, selector, impl) -> str:
+    """What a lowering table is for, as an observed name: `function KEY` (`_defns`),
+    `getattr 'ATTR'`, `setattr 'ATTR'` (`*`: generic), `cast`, `constant`; "" for a key
+    with no name the same in every process, and for an `@intrinsic`'s code generator
+    (registered under itself as it is typed: observed as its definition)."""
+    if id(selector) not in names:
+        names.clear()  # tables are added as a compile goes: look again
+        from numba.cuda.descriptor import cuda_target
+
+        context = cuda_target.target_context
+        for table, kind in (("_defns", "function"), ("_getattrs", "getattr"),
+                            ("_setattrs", "setattr")):
+            for key, found in list(getattr(context, table, {}).items()):
+                name = registrations.attr_name(key) if kind != "function" else key_name(key)
+                names[id(found)] = (f"{kind} {name}" if name else "", key)
+        for table, kind in (("_casts", "cast"), ("_get_constants", "constant")):
+            found = getattr(context, table, None)
+            if found is not None:
+                names[id(found)] = (kind, None)
+        names.setdefault(id(selector), ("", None))  # another context's: not looked up again
+    name, key = names[id(selector)]
+    return "" if key is impl else name
 
 
 def _outermost(qualname: str) -> str:
@@ -197,6 +279,7 @@ def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
             stack.enter_context(_wrapped(cls, name, wrap))
         stack.enter_context(_environ(observer))
         stack.enter_context(_open(observer))
+        stack.enter_context(_nvrtc_headers(observer, front_end.nvrtc))
         yield observer
 
 
@@ -224,27 +307,28 @@ def _hooks(observer: Observer, front_end: FrontEnd):
             return original(self, typ, attr)
         return hooked
 
-    def runs(attr, kind):
+    def runs(kind):
         def wrap(original):
             def hooked(self, *args, **kws):
-                func = getattr(self, attr, None)
-                if isinstance(func, pytypes.FunctionType):
-                    observer.function(func, kind)
+                observer.typing_function(self, kind)
                 return original(self, *args, **kws)
             return hooked
         return wrap
 
-    for interp in interpreters:
-        yield interp.Interpreter, "interpret", interpret
-        yield interp.Interpreter, "get_global_value", get_global_value
-    for ctx in typing("context"):
-        yield ctx.BaseContext, "resolve_module_constants", module_constants
+    def asked(what):
+        def wrap(original):
+            def hooked(self, *args, **kws):
+                observer.typing_template(self, what)
+                return original(self, *args, **kws)
+            return hooked
+        return wrap
+
     def resolves(original):
         # Every attribute template of a type is asked about every attribute: only the
         # one that answers for `attr` is consulted.
         def hooked(self, typ, attr):
             if attr == getattr(self, "_attr", None):
-                observer.function(self._overload_func, Kind.OVERLOAD)
+                observer.typing_function(self, Kind.OVERLOAD)
             return original(self, typ, attr)
         return hooked
 
@@ -256,13 +340,50 @@ def _hooks(observer: Observer, front_end: FrontEnd):
             return original(self, ty, attr)
         return hooked
 
+    def found(original):
+        def hooked(self, sig):
+            impl = original(self, sig)
+            observer.lowering(self, impl)
+            return impl
+        return hooked
+
+    def model(original):
+        def hooked(self, fetype):
+            observer.model(self, fetype)
+            return original(self, fetype)
+        return hooked
+
+    for interp in interpreters:
+        yield interp.Interpreter, "interpret", interpret
+        yield interp.Interpreter, "get_global_value", get_global_value
+    for ctx in typing("context"):
+        yield ctx.BaseContext, "resolve_module_constants", module_constants
     for enums in typing("enumdecl"):
         yield enums.EnumClassAttribute, "generic_resolve", enum_member
     for tmpl in typing("templates"):
-        yield tmpl._OverloadFunctionTemplate, "generic", runs("_overload_func", Kind.OVERLOAD)
+        yield tmpl._OverloadFunctionTemplate, "generic", runs(Kind.OVERLOAD)
         yield tmpl._OverloadAttributeTemplate, "_resolve", resolves
         yield tmpl._OverloadMethodTemplate, "_resolve", resolves
-        yield tmpl._IntrinsicTemplate, "generic", runs("_definition_func", Kind.INTRINSIC)
+        yield tmpl._IntrinsicTemplate, "generic", runs(Kind.INTRINSIC)
+        for base in (tmpl.AbstractTemplate, tmpl.CallableTemplate, tmpl.ConcreteTemplate):
+            yield base, "apply", asked("function")
+        yield tmpl.AttributeTemplate, "resolve", asked("attributes")
+    for base in front_end.bases:
+        yield importlib.import_module(f"{base}.base").OverloadSelector, "find", found
+    importlib.import_module(front_end.models[0])  # the front end's own: loaded here
+    for manager in dict.fromkeys(_classes_of("DataModelManager", *front_end.models)):
+        yield manager, "lookup", model
+
+
+def _classes_of(name: str, *modules) -> list:
+    """The class `name` of each module (or module name, if loaded) that has one."""
+    found = []
+    for module in modules:
+        module = sys.modules.get(module) if isinstance(module, str) else module
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return found
 
 
 @contextlib.contextmanager
@@ -358,15 +479,16 @@ def _open(observer):
 
 
 def linked_paths(observer: Observer, paths) -> None:
-    """Record linked files (paths; other items are keyed by content) and their headers."""
+    """Record linked files (paths; other items are keyed by content). Their headers are
+    what NVRTC opened while compiling them (`_nvrtc_headers`)."""
     for path in paths:
         if isinstance(path, (str, os.PathLike)):
             observer.file(path, Kind.LINK)
-            _headers(observer, Path(path), set())
 
 
 def link_files(observer: Observer, library) -> None:
-    """Record the files linked into `library` (and its libraries) and their headers."""
+    """Record the files linked into `library` (and its libraries). Their headers are what
+    NVRTC opened while compiling them (`_nvrtc_headers`)."""
     seen, todo = set(), [library]
     while todo:
         lib = todo.pop()
@@ -377,20 +499,64 @@ def link_files(observer: Observer, library) -> None:
         for path in getattr(lib, "_linking_files", ()):
             if isinstance(path, (str, os.PathLike)):
                 observer.file(path, Kind.LINK)
-                _headers(observer, Path(path), set())
 
 
-def _headers(observer: Observer, path: Path, seen: set) -> None:
+@contextlib.contextmanager
+def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.nvrtc):
+    """NVRTC reads a CUDA C file's headers itself, in C, through its own include path
+    (numba's and CUDA's folders, `NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS`, the current folder,
+    `"..."` and `<...>` alike): no `open` sees them, and parsing `#include` lines again
+    with other rules would miss some. NVRTC's time trace (`-fdevice-time-trace`, which
+    changes nothing it compiles) lists every header it opened, resolved: each compile
+    within the block writes one, and those headers are observed."""
     try:
-        source = path.read_bytes()
-    except OSError:
+        nvrtc = importlib.import_module(module_name)
+    except ImportError:  # another numba-cuda: nothing compiles CUDA C this way
+        yield
         return
-    for include in quoted_includes(source):
-        header = (path.parent / include).resolve()
-        if header.is_file() and header not in seen:
-            seen.add(header)
-            observer.file(header, Kind.HEADER)
-            _headers(observer, header, seen)
+    original_compile, original_options = nvrtc.compile, nvrtc.ProgramOptions
+
+    def compile_traced(*args, **kwargs):
+        with tempfile.TemporaryDirectory(prefix="kbuild-nvrtc-") as scratch:
+            nvrtc.ProgramOptions = functools.partial(
+                original_options, fdevice_time_trace=os.path.join(scratch, "trace"))
+            try:
+                return original_compile(*args, **kwargs)
+            finally:
+                nvrtc.ProgramOptions = original_options
+                for header in traced_headers(scratch):
+                    observer.file(header, Kind.HEADER)
+
+    nvrtc.compile = compile_traced
+    try:
+        yield
+    finally:
+        nvrtc.compile = original_compile
+
+
+_TRACE_LIMIT = 64 << 20  # a time trace is a few KiB; never read an unbounded file
+
+
+def traced_headers(folder) -> list[str]:
+    """The headers NVRTC time traces in `folder` say it opened (absolute paths of files;
+    NVRTC's built-in header has no file and is left out), in the order NVRTC finished them."""
+    found: dict = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        try:
+            if os.path.getsize(path) > _TRACE_LIMIT:
+                continue
+            with io.FileIO(path) as fh:  # not `open`: this read is kbuild's own
+                events = json.loads(fh.read()).get("traceEvents", ())
+        except (OSError, ValueError, AttributeError):
+            continue
+        for event in events if isinstance(events, list) else ():
+            if not isinstance(event, dict) or event.get("name") != "Processing Header File":
+                continue
+            detail = (event.get("args") or {}).get("detail")
+            if isinstance(detail, str) and os.path.isabs(detail) and os.path.isfile(detail):
+                found.setdefault(detail, None)
+    return list(found)
 
 
 # -- digests by name --------------------------------------------------------------
@@ -402,7 +568,8 @@ class Current:
         self._keyer = _ObservationKeyer(_EveryPackage(sources), ALL_OBJECTS)
         self._root = Path(root)
         self._memo: dict = {}
-        self._registry = None  # (module, qualname) -> [(function, options)], on first use
+        self._code: dict = {}  # a project function's or class's digest, by identity
+        self._index = None  # registrations.Index, on first use
 
     def __call__(self, kind: Kind, name: str) -> str:
         if (kind, name) not in self._memo:
@@ -434,6 +601,8 @@ class Current:
             return MISSING if value is _ABSENT else value_digest(value, ALL_OBJECTS)
         if kind in (Kind.OVERLOAD, Kind.INTRINSIC):
             return self._typing_function_digest(kind, name)
+        if kind in (Kind.TYPING, Kind.LOWERING):
+            return self._registrations_digest(kind, name)
         module_name, _, path = name.partition(":")
         found = _resolve(module_name, path)
         if found is _ABSENT:
@@ -450,24 +619,113 @@ class Current:
             return f"{UNKEYABLE}: {exc}"
         return digest_of(("function", tree, imports))
 
+    def _compile_time_digest(self, kind: Kind, name: str, func) -> str:
+        """A function numba runs while it compiles (a typing function, a lowering
+        implementation, a data model's method) by its key tree; where that holds a value
+        with no content form (an llvmlite type made at import, `F32 = ir.FloatType()`),
+        by its module's source instead: coarser, and still every byte that made it."""
+        found = self._function_digest(kind, name, func)
+        if not found.startswith(UNKEYABLE) or CHANGED_AFTER_IMPORT in found:
+            return found
+        module = sys.modules.get(getattr(func, "__module__", None))
+        path = getattr(module, "__file__", None)
+        if not path:
+            return found
+        try:
+            source = self._keyer.sources.file_digest(path)
+        except (OSError, KeyingError) as exc:
+            return f"{UNKEYABLE}: {exc}"
+        return digest_of(("function-by-module", func.__module__, func.__qualname__, source))
+
+    def _registrations(self) -> registrations.Index:
+        if self._index is None:
+            self._index = registrations.index()
+        return self._index
+
     def _typing_function_digest(self, kind: Kind, name: str) -> str:
-        """An @overload* or @intrinsic function: every registered one of that name, with
-        the jit options and inline setting it was registered with (the decorator is not
-        its body), closure values included (a factory's product reads what it was given)."""
-        module_name, _, qualname = name.partition(":")
-        if self._registry is None:
-            self._registry = _registered()
-        found = self._registry.get((module_name, qualname))
+        """An @overload* or @intrinsic function: every registered one of that name, each
+        with its template - every option it was registered with (`jit_options`, `inline`,
+        `prefer_literal`, `strict`, the key; the decorator is not its body) - closure
+        values included (a factory's product reads what it was given)."""
+        found = self._registrations().typing_functions.get(name)
         if not found:
+            module_name, _, qualname = name.partition(":")
             obj = _resolve(module_name, qualname)
             if obj is _ABSENT:
                 return MISSING
             found = [(obj, ())]
         digests = []
         for func, options in found:
-            digests.append(digest_of((self._function_digest(kind, name, func), options)))
+            digests.append(digest_of((self._compile_time_digest(kind, name, func), options)))
         bad = [d for d in digests if d.startswith(UNKEYABLE)]
         return bad[0] if bad else digest_of((kind.value, tuple(sorted(digests))))
+
+    def _registrations_digest(self, kind: Kind, name: str) -> str:
+        """Every registration of the project's for what a typing or lowering look-up
+        asked (`function mod:Span`, `getattr 'lo'`, `model mod:SpanType`): their forms,
+        and their functions and classes by content. A new registration for the same key,
+        one removed, one registered for other types or with other options: all change it."""
+        digests = []
+        for found in self._registrations().registered(kind.value, name):
+            digests.append(self._held_digest(found))
+        bad = [d for d in digests if d.startswith(UNKEYABLE)]
+        return bad[0] if bad else digest_of((kind.value, tuple(sorted(digests))))
+
+    def _held_digest(self, found: Held) -> str:
+        codes = tuple(self._code_digest(c) for c in found.code)
+        bad = [d for d in codes if d.startswith(UNKEYABLE)]
+        return bad[0] if bad else digest_of(("held", found.form, codes))
+
+    def _code_digest(self, obj) -> str:
+        """A project function by its key tree, a project class by what it holds (every
+        attribute of each of its project classes, methods and `__init__` by content)."""
+        slot = id(obj)  # memo within this build only, never part of a key
+        if slot in self._code:
+            return self._code[slot][1]
+        self._code[slot] = (obj, digest_of(("cycle", qualified(obj))))  # a class naming itself
+        if isinstance(obj, pytypes.FunctionType):
+            name = qualified(obj) or obj.__name__
+            found = self._compile_time_digest(Kind.FUNCTION, name, obj)
+        else:
+            found = self._class_digest(obj)
+        self._code[slot] = (obj, found)
+        return found
+
+    def _class_digest(self, cls) -> str:
+        parts = []
+        for klass in cls.__mro__:
+            if is_library(klass.__module__):
+                continue
+            for attr, value in sorted(vars(klass).items()):
+                if attr in _CLASS_PLUMBING:
+                    continue
+                found = held(value, 1)
+                parts.append((qualified(klass), attr, self._held_digest(found)))
+        bad = [d for _, _, d in parts if d.startswith(UNKEYABLE)]
+        if bad:  # a method kbuild cannot key: the classes' modules' sources instead
+            return self._class_sources(cls, bad[0])
+        return digest_of(("class", qualified(cls), tuple(parts)))
+
+    def _class_sources(self, cls, why: str) -> str:
+        files = []
+        for klass in cls.__mro__:
+            module = sys.modules.get(klass.__module__)
+            path = getattr(module, "__file__", None)
+            if is_library(klass.__module__):
+                continue
+            if not path:
+                return why
+            try:
+                files.append((klass.__module__, self._keyer.sources.file_digest(path)))
+            except (OSError, KeyingError) as exc:
+                return f"{UNKEYABLE}: {exc}"
+        return digest_of(("class-sources", qualified(cls), tuple(files)))
+
+
+# A class's own bookkeeping: never what it holds.
+_CLASS_PLUMBING = frozenset({"__dict__", "__weakref__", "__module__", "__qualname__",
+                             "__doc__", "__firstlineno__", "__static_attributes__",
+                             "__annotations__", "__slots__"})
 
 
 def as_function_of(obj):
@@ -583,39 +841,3 @@ class _EveryPackage:
 
     def is_project_module(self, module_name: str) -> bool:
         return self._sources.is_project_module(module_name) or not is_library(module_name)
-
-
-def _registered() -> dict:
-    """(module, qualname) -> [(function, options)] for every @overload* / @intrinsic
-    template in the typing registries of every backend this process loaded (numba's
-    generic and CUDA ones; numba-cuda-mlir's)."""
-    found: dict = {}
-    registries = [r for backend in loaded() for r in backend.typing_registries()]
-    for registry in [r for r in registries if r is not None]:
-        templates = [t for _, fnty in registry.globals for t in getattr(fnty, "templates", ())]
-        templates += list(registry.attributes)
-        for template in templates:
-            func = getattr(template, "_overload_func", None) or \
-                getattr(template, "_definition_func", None)
-            name = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
-            if not isinstance(func, pytypes.FunctionType) or is_library(name[0]):
-                continue
-            inline = getattr(template, "_inline", None)
-            options = (_option_form(getattr(template, "_jit_options", None)),
-                       _option_form(getattr(inline, "_inline", inline)))
-            by_func = found.setdefault(name, {})
-            by_func.setdefault(func, set()).add(options)  # functions hash by identity
-    return {name: [(func, tuple(sorted(opts, key=digest_of))) for func, opts in funcs.items()]
-            for name, funcs in found.items()}
-
-
-def _option_form(value):
-    """A jit option's content: dicts by sorted items, sets sorted (numba's documented forms)."""
-    if isinstance(value, dict):
-        return ("dict", tuple(sorted((str(k), _option_form(v)) for k, v in value.items())))
-    if isinstance(value, (set, frozenset)):
-        return ("set", tuple(sorted((_option_form(v) for v in value), key=digest_of)))
-    try:
-        return canonical(value)
-    except Unencodable:
-        return (UNKEYABLE, type(value).__qualname__)

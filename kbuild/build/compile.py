@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..config import arch_cc
 from ..discover import Target
-from ..errors import CompileError
+from ..errors import CHANGED_AFTER_IMPORT, CompileError
 from ..execute.parallel import note
 from ..keying import observed as obs
 from ..keying.objects import Recipe
@@ -52,7 +52,8 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
                 resolved.kernel, resolved.argtypes[target.signature], arch_cc(target.arch),
                 device_functions=the_plan.keyer.device_functions,
                 stable_ids=the_plan.keyer.stable_ids, apart=apart, observer=observer,
-                outputs=outputs(the_plan, target, store, objects))
+                outputs=outputs(the_plan, target, store, objects),
+                source_roots=the_plan.config.paths)
     except Exception as exc:  # noqa: BLE001 - numba's message goes into the row
         # Out of memory or a file it could not read may not happen again: not recorded.
         observed = None if isinstance(exc, (MemoryError, OSError)) else \
@@ -72,6 +73,8 @@ def _with_observations(the_plan: Plan, artifacts, observer):
     bad = obs.unkeyable(observed)
     if bad:
         o = bad[0]
+        if CHANGED_AFTER_IMPORT in o.digest:  # not unkeyable: keyed from other bytes
+            raise CompileError(o.digest.partition(": ")[2])
         raise CompileError(
             f"observed {o.kind.value} {obs.display_name(o.kind, o.name)} was read while "
             f"compiling, but kbuild cannot key it by content ({o.digest}); make it a number, "

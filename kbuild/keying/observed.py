@@ -4,8 +4,10 @@ The static key (`keyer.Keyer.target_node`) is a fast first check built from the
 source. While a target is typed and lowered, the backend (`backend/observe.py`)
 records every dependency numba resolved - globals and module attributes it froze,
 Python functions it interpreted or ran at typing time (device functions,
-`@overload*`, `register_jitable`, `@intrinsic`), environment variables and files
-read, link files and the headers they include - each as (kind, name, digest).
+`@overload*`, `register_jitable`, `@intrinsic`, with the options they were registered
+with), the typing templates, lowering implementations and data models it looked up,
+environment variables and files read, link files and the headers NVRTC opened for
+them - each as (kind, name, digest).
 
 Freshness is two-level, as ccache's manifest mode: under the static key K the
 store keeps the last `MAX_SETS` observation sets seen for K; the launchable
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 import types as pytypes
 from dataclasses import dataclass
 
@@ -47,7 +48,13 @@ class Kind(str, enum.Enum):
     ENV = "env"  # an environment variable read during the compile
     FILE = "file"  # a file opened for reading during the compile
     LINK = "link file"  # a file linked into the target (link=, declare_device)
-    HEADER = "header"  # a file #included by a link file, transitively
+    HEADER = "header"  # a header NVRTC opened compiling a link file, transitively
+    # What a typing or lowering look-up found registered, by what was looked up:
+    # `function mod:Span`, `attributes mod:SpanType` (typing templates); `function
+    # mod:Span`, `getattr 'lo'`, `setattr 'lo'`, `cast`, `constant`, `model mod:SpanType`
+    # (lowering implementations and data models), wherever the project registered them.
+    TYPING = "typing"
+    LOWERING = "lowering"
 
 
 @dataclass(frozen=True)
@@ -197,10 +204,3 @@ def value_digest(value, objects: ObjectModel) -> str:
     except Unencodable:
         return f"{UNKEYABLE}: a {type(value).__module__}.{type(value).__qualname__}"
 
-
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
-
-
-def quoted_includes(source: bytes) -> list[str]:
-    """The `#include "..."` names of a C/C++/CUDA source, in order (`<...>` are system)."""
-    return [m.group(1).decode("utf-8", "replace") for m in _INCLUDE.finditer(source)]

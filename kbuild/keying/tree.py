@@ -46,13 +46,16 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 5  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 6  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
 #                   by the program
-#                5: objects link in the order of their bytes, not their keys (the same
-#                   key gives the bytes it gave before only from this schema on)
+#                5: objects link in the order of their bytes, not their keys
+#                6: one key, one set of bytes: symbols numbered by content and flags
+#                   spelled sorted (not by what a process compiled first); debug and
+#                   lineinfo binaries name their files against placeholders (put back
+#                   at load). Bytes built under schema 4 or 5 differ for the same inputs.
 
 
 class LabelKind(str, enum.Enum):

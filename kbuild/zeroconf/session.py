@@ -343,7 +343,7 @@ class Session:
 
     def _load(self, manifest, served, request, device_arch, plan):
         from ..backend import dispatch
-        from ..backend.fastlaunch import serve_fast
+        from ..backend.launcher import serve_fast
         from ..backend.loader import rebuild_kernel
         from ..config import arch_cc
 

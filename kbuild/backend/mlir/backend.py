@@ -57,9 +57,10 @@ class NumbaCudaMlir(Backend):
         return type_namespace(module, mtypes, from_dtype)
 
     def compile(self, kernel, argtypes, cc: tuple, *, device_functions=(), stable_ids=None,
-                apart=None, observer=None, outputs=None):
+                apart=None, observer=None, outputs=None, source_roots=()):
         # `stable_ids` and `apart` are numba-cuda's separate compilation, `outputs` its
-        # early cutoff of links and PTX-to-cubin steps: not here.
+        # early cutoff of links and PTX-to-cubin steps, `source_roots` its relocatable
+        # debug paths (debugpaths): not here.
         from .compiler import compile_kernel
 
         return compile_kernel(kernel, argtypes, cc, device_functions, observer)

@@ -26,7 +26,10 @@ from .nodriver import pinned_target, record_names, retarget, stable_callee_names
 
 # Where numba-cuda-mlir's vendored copy of numba's front end lives (its observation hooks).
 FRONT_END = FrontEnd(cores=("numba_cuda_mlir.numba_cuda.core",),
-                     typings=("numba_cuda_mlir.numba_cuda.typing",))
+                     typings=("numba_cuda_mlir.numba_cuda.typing",),
+                     bases=("numba_cuda_mlir.numba_cuda.core",),
+                     models=("numba_cuda_mlir.numba_cuda.datamodel.manager",),
+                     nvrtc="numba_cuda_mlir.numba_cuda.cudadrv.nvrtc")
 WHOLE_PROGRAM = ("numba-cuda-mlir compiles device functions into their callers "
                  "(no separately compiled objects)")
 

@@ -1,0 +1,2 @@
+#pragma once
+#define SP_DEEP 1.0f

@@ -1,0 +1,3 @@
+#pragma once
+#include "sp_deep.h"
+#define SP_GAIN (3.0f * SP_DEEP)

@@ -1,0 +1,2 @@
+#pragma once
+#define SP_TWICE 2.0f

@@ -1,0 +1,2 @@
+#pragma once
+#define SP_BIAS 0.5f

@@ -1,0 +1,144 @@
+"""Issue 26's stale classes, closed by construction: an edit in a channel numba reads while
+it compiles - a header NVRTC opens, an option a function was registered with, a typing or
+lowering registration or a data model in any module - rebuilds exactly what read it.
+
+tests/staleproj holds one of each. Every case edits a copy of the project, builds it
+incrementally against a copy of the baseline store and freshly into an empty one, and
+asserts what tests/test_observed_matrix.py asserts: no target is `cached` with bytes the
+fresh build does not make, and the targets rebuilt are the ones the case names.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from editmatrix_support import build, case, copy_tree, edits, replace, short
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE / "staleproj"
+SPAN = {"k_span_make", "k_span_width", "k_span_cast", "k_span_sum", "k_span_mid",
+        "k_span_top"}
+TARGETS = frozenset({"k_declared", "k_linked", "k_jitable", "k_overload_options",
+                     "k_prefer_literal", "k_intrinsic_literal"} | SPAN)
+
+_JIT, _LOWER, _MODELS = "sp/jit.py", "sp/ext/lowering.py", "sp/ext/models.py"
+
+CASES = [
+    # Headers NVRTC finds through its include path (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS):
+    # the angle form, a quoted one in a subfolder of the path, one included by a header,
+    # and a quoted one that is not beside the file including it.
+    case("header-angle-form-transitive", replace("sp/include/sp_deep.h", "1.0f", "5.0f"),
+         {"k_declared"}),
+    case("header-quoted-in-search-path-subfolder",
+         replace("sp/include/sub/sp_bias.h", "0.5f", "0.75f"), {"k_declared"}),
+    case("header-of-a-link-option-file", replace("sp/include/sp_twice.h", "2.0f", "7.0f"),
+         {"k_linked"}),
+    case("header-unused", lambda root: (root / "sp/include/sp_unused.h").write_text("#x\n"),
+         set()),
+    # Every option a function was registered with.
+    case("register-jitable-fastmath",
+         replace(_JIT, "@register_jitable\n", "@register_jitable(fastmath=True)\n"),
+         {"k_jitable"}),
+    case("overload-jit-options",
+         replace(_JIT, '"fastmath": False', '"fastmath": True'), {"k_overload_options"}),
+    case("overload-prefer-literal",
+         replace(_JIT, 'pick, target="cuda", prefer_literal=False)',
+                 'pick, target="cuda", prefer_literal=True)'),
+         {"k_prefer_literal"}),
+    case("intrinsic-prefer-literal",
+         replace(_JIT, "prefer_literal=False)\ndef lit", "prefer_literal=True)\ndef lit"),
+         {"k_intrinsic_literal"}),
+    # Lowering and data models in other modules than the type they are for.
+    case("lower-builtin-in-another-module",
+         replace(_LOWER, "span.lo = context.cast(builder, lo,", "span.lo = context.cast(builder, hi,"),
+         SPAN),
+    case("lower-getattr-in-another-module",
+         replace(_LOWER, "return builder.fsub(hi, lo)", "return builder.fadd(hi, lo)"),
+         {"k_span_width"}),
+    case("lower-cast-in-another-module",
+         replace(_LOWER, "return builder.fadd(lo, hi)\n\n\n@lower_builtin(span_sum",
+                 "return builder.fmul(lo, hi)\n\n\n@lower_builtin(span_sum"),
+         {"k_span_cast"}),
+    case("data-model-in-another-module",
+         replace(_MODELS, '[("lo", types.float32), ("hi", types.float32)]',
+                 '[("hi", types.float32), ("lo", types.float32)]'),
+         SPAN),
+    case("attribute-wrapper-arguments",
+         edits(replace(_MODELS, 'make_attribute_wrapper(SpanType, "lo", "lo")',
+                       'make_attribute_wrapper(SpanType, "hi", "lo")'),
+               replace(_MODELS, 'make_attribute_wrapper(SpanType, "hi", "hi")',
+                       'make_attribute_wrapper(SpanType, "lo", "hi")')),
+         {"k_span_make", "k_span_width", "k_span_mid", "k_span_top"}),
+    # Typing in a module of its own, away from the stub it types and the lowering.
+    case("typing-template-in-another-module",
+         replace("sp/ext/typer.py", "signature(types.float32, span)",
+                 "signature(types.float64, span)"),
+         {"k_span_sum"}),
+    case("lowering-reading-a-value-with-no-content-form",
+         replace("sp/ext/raw.py", "F32 = ir.FloatType()", "F32 = ir.DoubleType()"),
+         {"k_span_top"}),
+    case("lowering-module-unrelated-edit",
+         replace(_LOWER, '"""Lowering of the type', 'UNUSED = 1\n"""Lowering of the type'),
+         set()),
+]
+
+
+def _checkout(where: Path) -> Path:
+    project = where / "proj"
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    return project
+
+
+def _env(project: Path) -> dict:
+    return {"NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": str(project / "sp" / "include")}
+
+
+def _artifacts(result: dict) -> dict:
+    return {short(r["target"]): (r["artifacts"].get("ptx"), r["artifacts"].get("cubin"))
+            for r in result["targets"]}
+
+
+def _with_status(result: dict, status: str) -> set:
+    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    where = tmp_path_factory.mktemp("stale-baseline")
+    project = _checkout(where)
+    return where, build(project, where / "store", env_extra=_env(project))
+
+
+def test_baseline_builds_every_target_and_then_nothing(baseline, tmp_path):
+    where, result = baseline
+    assert _with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
+    # What a compile registers itself (an @overload_method's lowering, an @intrinsic's code
+    # generator) is never part of what is observed: a process that compiled nothing finds
+    # the same, and two worker processes the same as one.
+    project = _checkout(tmp_path)
+    for jobs in ("1", "2"):
+        again = build(project, copy_tree(where / "store", tmp_path / f"store{jobs}"),
+                      "-j", jobs, env_extra=_env(project))
+        assert _with_status(again, "cached") == TARGETS
+
+
+@pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
+def test_incremental_matches_fresh(baseline, tmp_path, the_case):
+    where, first = baseline
+    project = _checkout(tmp_path)
+    copy_tree(where / "store", tmp_path / "store")
+    the_case.apply(project)
+    incremental = build(project, tmp_path / "store", env_extra=_env(project))
+    fresh = build(project, tmp_path / "fresh-store", env_extra=_env(project))
+    assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
+    now, clean = _artifacts(incremental), _artifacts(fresh)
+    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    assert not stale, f"stale binaries served for {sorted(stale)}"
+    assert _with_status(incremental, "built") == the_case.rebuilt
+    changed = {t for t, arts in _artifacts(first).items() if arts != clean[t]}
+    assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
+    if the_case.rebuilt:
+        assert changed, "the case changes no compiled code: it proves nothing"
