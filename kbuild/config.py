@@ -21,7 +21,7 @@ SCHEMA = {
     "": ("project", "store", "build", "kernels"),
     "project": ("name", "paths", "arch", "store"),
     "store": ("max_size", "remote", "remote_timeout", "signing_key_env"),
-    "build": ("target_timeout",),
+    "build": ("target_timeout", "direct"),
     "kernel": ("signatures", "arch"),
 }
 
@@ -57,6 +57,7 @@ class ProjectConfig:
     remote_timeout: float | None = None  # [store] remote_timeout, seconds per remote call
     signing_key_env: str | None = None  # [store] signing_key_env: the variable holding the key
     target_timeout: float | None = None  # [build] target_timeout: seconds a compile may take
+    direct: bool = True  # [build] direct: answer a no-op from the journal (see `direct`)
 
     @property
     def root(self) -> Path:
@@ -86,8 +87,13 @@ def _has_tool_kbuild(path: Path) -> bool:
         return False  # not ours to judge: a broken pyproject without kbuild in it
 
 
-def load_config(path: Path | str | None = None) -> ProjectConfig:
-    """Read and validate a project file (found as `find_config` does when `path` is None)."""
+def load_config(path: Path | str | None = None, *, check_toolchain: bool = True) -> ProjectConfig:
+    """Read and validate a project file (found as `find_config` does when `path` is None).
+
+    `check_toolchain=False` checks architectures by their spelling only, without asking
+    the toolchain (NVRTC) which it compiles for: direct mode (`direct`) reads the file
+    so, and trusts it only when its bytes are those a full run validated.
+    """
     path = Path(path).resolve() if path else find_config()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -100,8 +106,9 @@ def load_config(path: Path | str | None = None) -> ProjectConfig:
     if path.name == PYPROJECT:
         return _parse(path, _tool_table(path, data), prefix="tool.kbuild.",
                       default_name=_typed(_table(data, "project", path, required=False), "name",
-                                          str, path, "project", default=path.parent.name))
-    return _parse(path, data)
+                                          str, path, "project", default=path.parent.name),
+                      check=check_toolchain)
+    return _parse(path, data, check=check_toolchain)
 
 
 def _tool_table(path: Path, data: dict) -> dict:
@@ -115,7 +122,7 @@ def _tool_table(path: Path, data: dict) -> dict:
 
 
 def _parse(path: Path, data: dict, prefix: str = "",
-           default_name: str | None = None) -> ProjectConfig:
+           default_name: str | None = None, check: bool = True) -> ProjectConfig:
     _check_keys(path, data, SCHEMA[""], prefix.rstrip(".") or None, tables=True)
     project = _table(data, "project", path, required=False, prefix=prefix)
     _check_keys(path, project, SCHEMA["project"], f"{prefix}project")
@@ -124,7 +131,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
     name = _typed(project, "name", str, path, f"{prefix}project",
                   default=default_name or path.parent.name)
     paths = _string_list(project, "paths", path, f"{prefix}project", default=["."])
-    archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch") for a in
+    archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch", check) for a in
                   _string_list(project, "arch", path, f"{prefix}project", default=["sm_80"]))
     store = _typed(project, "store", str, path, f"{prefix}project", default=None)
     max_size = _max_size(path, store_table)
@@ -140,11 +147,12 @@ def _parse(path: Path, data: dict, prefix: str = "",
     build_table = _table(data, "build", path, required=False, prefix=prefix)
     _check_keys(path, build_table, SCHEMA["build"], f"{prefix}build")
     target_timeout = _seconds(build_table, "target_timeout", path, f"{prefix}build")
+    direct = _typed(build_table, "direct", bool, path, f"{prefix}build", default=True)
     kernels_table = _table(data, "kernels", path, required=True, prefix=prefix)
     if not kernels_table:
         raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
                           f'add a table like [{prefix}kernels."pkg.module:kernel"]')
-    kernels = tuple(_kernel(path, name_, spec, archs, prefix)
+    kernels = tuple(_kernel(path, name_, spec, archs, prefix, check)
                     for name_, spec in kernels_table.items())
     return ProjectConfig(
         path=path, name=name,
@@ -157,6 +165,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
         remote_timeout=remote_timeout,
         signing_key_env=signing_key_env or None,
         target_timeout=target_timeout,
+        direct=direct,
     )
 
 
@@ -194,7 +203,8 @@ def _max_size(path: Path, table: dict) -> int | None:
     return parse_size(value, f"{path}: [store] max_size")
 
 
-def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> KernelSpec:
+def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "",
+            check: bool = True) -> KernelSpec:
     where = f'{prefix}kernels."{name}"'
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: {where} must be a table with 'signatures'")
@@ -209,20 +219,25 @@ def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "") -> Ker
     if not signatures:
         raise ConfigError(f"{path}: target '{name}' has an empty 'signatures' list")
     archs = spec.get("arch")
-    archs = tuple(validate_arch(a, f"{path}: target '{name}' arch")
+    archs = tuple(validate_arch(a, f"{path}: target '{name}' arch", check)
                   for a in _string_list(spec, "arch", path, where, default=None)) \
         if archs is not None else default_archs
     return KernelSpec(name=name, signatures=tuple(signatures), archs=archs)
 
 
-def validate_arch(arch: str, where: str) -> str:
+def validate_arch(arch: str, where: str, check_toolchain: bool = True) -> str:
     """`arch` if it names a GPU architecture the installed toolchain compiles for
-    (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does."""
-    from .backend.toolchain import cuda_release, supported_ccs
-
+    (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does (with
+    `check_toolchain=False`: one this kbuild knows, without asking the toolchain)."""
     if not isinstance(arch, str) or not _ARCH.match(arch):
         raise ConfigError(f"{where}: unknown arch {arch!r}; write it like 'sm_80' or 'sm_90'")
     cc = arch_cc(arch)[:2]
+    if not check_toolchain:
+        if cc not in KNOWN_CCS:
+            raise ConfigError(f"{where}: unknown arch {arch!r}; known: {_names(KNOWN_CCS)}")
+        return arch
+    from .backend.toolchain import cuda_release, supported_ccs
+
     supported = supported_ccs()
     if supported is None:
         if cc not in KNOWN_CCS:
