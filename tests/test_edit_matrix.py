@@ -39,10 +39,17 @@ def test_copied_checkout_and_store_are_a_full_hit(baseline, tmp_path):
 
 
 def _run_case(baseline, tmp_path, case):
+    """Apply the edit to a checkout of the baseline (whose store holds the journal of the
+    baseline's build) and build; then build again, which the journal that build wrote
+    must answer (direct mode) with the same keys."""
     project, store = checkout(baseline, tmp_path)
     case.apply(project)
     result = build(project, store, *case.args, env_extra=case.env)
     assert result["summary"]["failed"] == 0, [r["error"] for r in result["targets"] if r["error"]]
+    assert result["mode"]["used"] == ("direct" if case.direct else "full"), result["mode"]
+    again = build(project, store, *case.args, env_extra=case.env)
+    assert again["mode"]["used"] == "direct", again["mode"]
+    assert with_status(again, "cached") == ALL and keys_of(again) == keys_of(result)
     return result
 
 

@@ -33,7 +33,7 @@ def cmd_build(args) -> int:
     with _shared(store):
         rows = direct.answer(args.targets, args.arch, "fresh")
     if rows is not None:
-        return _direct_build(args, config, store, rows, max_size, start)
+        return _direct_build(args, direct, config, store, rows, max_size, start)
     direct.begin_full()
     return _full_build(args, direct, store, executor, max_size, start)
 
@@ -59,13 +59,14 @@ def _shared(store):
     return store.shared()
 
 
-def _direct_build(args, config, store, rows, max_size, start) -> int:
+def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
     """A no-op build answered from the journal: every target cached, as a full run says."""
     from ..build.row import Row
     from ..store.maintenance import record_build
 
     selection = _Selection(config, [r.target for r in rows])
     report = BuildReport(args, selection, store)
+    report.mode = {"used": direct.mode, "reason": direct.reason}
     done = []
     for row in rows:
         done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
@@ -100,6 +101,7 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
     archs = parse_archs(args.arch)
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, project.store)
+    report.mode = {"used": direct.mode, "reason": direct.reason}
     try:
         rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
                              executor=executor, **_settings(args, args.jobs or default_jobs()))

@@ -242,26 +242,30 @@ class Direct:
             raise Unjournalable(f"{changed[0]} changed while the run read it")
         if load_config(self.config.path, check_toolchain=False) != self.config:
             raise Unjournalable(f"{self.config.path} changed while the run read it")
+        # Files whose bytes the run used are known exactly: project modules (as imported),
+        # modules compiled from source, the project file, the files compiles observed.
         exact = {path: None for path in imported_sources()}
+        exact.update(recorder.compiled)
         exact[str(self.config.path)] = None
+        targets, store = {}, {}
+        for target, key, fresh, built, built_at in entries:
+            row = {"key": key, "fresh": False}
+            if fresh:
+                row = self._fresh_row(target, key, built, built_at, store, exact)
+            targets[_tid(target)] = row
         previous = self._journal.body if self._journal is not None else None
         inputs = snapshot(recorder, self.paths, self._state, exact=exact,
                           skip=(os.path.realpath(self.store.root), str(self.store.root)),
                           previous=previous and previous.get("inputs"),
                           previous_mtime=self._journal.mtime_ns if previous else 0)
-        targets, store = {}, {}
-        for target, key, fresh, built, built_at in entries:
-            row = {"key": key, "fresh": False}
-            if fresh:
-                row = self._fresh_row(target, key, built, built_at, store)
-            targets[_tid(target)] = row
         body = {"project": self.config.name, "inputs": inputs, "targets": targets,
                 "store": store}
         if history is not None:
             body["history"] = history
         return _merged(previous, body)
 
-    def _fresh_row(self, target: Target, key: str, built: bool, built_at, store: dict) -> dict:
+    def _fresh_row(self, target: Target, key: str, built: bool, built_at, store: dict,
+                   exact: dict) -> dict:
         """The journal row of an up-to-date target: the entries its freshness rests on
         (its static key's, and the variant of another observation set it used, which
         `build.fresh_entry` looks up only when the newest set no longer holds; a target
@@ -284,9 +288,28 @@ class Direct:
                     raise Unjournalable(f"{target.label}: blob {name} was not verified")
                 store[blob[0]] = blob[1] + [name]
                 files.append(blob[0])
+        exact.update(self._observed_files(mine[key][3], None if used == key else used))
         manifest = mine[used][3]
         return {"key": key, "fresh": True, "entry": used, "artifacts": _launchable(manifest),
                 "built_at": built_at or manifest.get("built_at"), "files": sorted(set(files))}
+
+    def _observed_files(self, static: dict, variant: str | None) -> dict:
+        """Absolute path -> digest of the files the observation set a fresh target rests
+        on names (link files, headers, files read while compiling): the set matched its
+        digests taken in this run, so they are the bytes it used."""
+        from ..keying import observed as obs  # a full run: numba is loaded
+
+        try:
+            record = obs.from_json(self.store.read_blob(static["artifacts"]["observed"]))
+        except Exception:  # noqa: BLE001 - the lookup verified it; a race is no journal
+            raise Unjournalable("an observation record could not be read again") from None
+        chosen = next((s for s in (record.sets if record else ())
+                       if (variant is None and s is record.sets[0]) or s.key == variant), None)
+        if chosen is None:
+            raise Unjournalable("the observation set a target used was not found")
+        files = (obs.Kind.FILE, obs.Kind.LINK, obs.Kind.HEADER)
+        return {os.path.join(self.paths.root, o.name): o.digest
+                for o in chosen.observations if o.kind in files}
 
     def _not_journaled(self, why: str) -> bool:
         self.journal_note = why

@@ -6,7 +6,8 @@ Module-level code can read anything at import (`SCALE = float(os.environ["SCALE"
 value is only as current as what was read. A `Recorder` is running from the start of the
 command until its journal is written: an audit hook (PEP 578) sees every `open` for
 reading and every `os.listdir` / `os.scandir`, and `os.environ` is replaced by a mapping
-that notes each variable read by name with the value it had before this process changed
+that notes each variable read by name (and every module compiled from its source is
+noted with the digest of the bytes compiled) with the value it had before this process changed
 it. What C code reads itself (`getenv`, `fopen` in an extension) is not seen: the
 variables that decide which compiler libraries load are watched as a whole instead
 (`WATCHED_ENV`), and the libraries themselves are journaled as files.
@@ -21,6 +22,8 @@ import os
 import sys
 import time
 from collections.abc import MutableMapping
+
+from ..keying.encode import digest
 
 # Environment variables read by C code or by the toolchain's set-up (which library is
 # loaded, numba's settings): journaled as a whole, by these prefixes and names.
@@ -62,6 +65,7 @@ class Recorder:
         self.watched: dict = {}  # the watched variables when recording started
         self.opened: set = set()  # absolute paths opened for reading
         self.listed: dict = {}  # absolute folder -> "import" (the import system) or "program"
+        self.compiled: dict = {}  # absolute path -> digest of the source bytes compiled from it
         self._environ = None
 
     def start(self) -> Recorder:
@@ -118,6 +122,11 @@ def _audit(event: str, args) -> None:
         if _reads(mode, flags) and isinstance(path, (str, bytes)) and path \
                 and not _by_store(sys._getframe(1)):
             recorder.opened.add(os.path.abspath(os.fsdecode(path)))
+    elif event == "compile":
+        # A module compiled from its source: the bytes used are known exactly.
+        source, filename = args
+        if isinstance(source, bytes) and isinstance(filename, str) and filename.endswith(".py"):
+            recorder.compiled.setdefault(os.path.abspath(filename), digest(source))
     elif event in ("os.listdir", "os.scandir"):
         path = args[0]
         frame = sys._getframe(1)
