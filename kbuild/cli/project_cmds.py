@@ -66,7 +66,7 @@ def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
 
     selection = _Selection(config, [r.target for r in rows])
     report = BuildReport(args, selection, store)
-    report.mode = {"used": direct.mode, "reason": direct.reason}
+    report.mode = direct.describe()
     done = []
     for row in rows:
         done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
@@ -101,7 +101,7 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
     archs = parse_archs(args.arch)
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, project.store)
-    report.mode = {"used": direct.mode, "reason": direct.reason}
+    report.mode = direct.describe()
     try:
         rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
                              executor=executor, **_settings(args, args.jobs or default_jobs()))
@@ -110,19 +110,21 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
     if max_size is not None and not args.read_only:
         _evict(project.store, max_size, the_plan)
-    code = report.finish(rows, time.perf_counter() - start)
     _journal_build(direct, project, the_plan, rows)
-    return code
+    report.mode = direct.describe()
+    return report.finish(rows, time.perf_counter() - start)
 
 
 def _journal_build(direct, project, the_plan, rows) -> None:
     """The journal of this build: every target's entry, looked up again where it was
     just built (so it is checked as a later lookup would check it)."""
     if the_plan.failed or len(rows) != len(the_plan.targets):
+        direct.journal_note = "not written: a target failed"
         return
     done = []
     for target, row in zip(the_plan.targets, rows):
         if row.status == RowStatus.BUILT and project.fresh_entry(the_plan, target) is None:
+            direct.journal_note = f"not written: {target.label} is not fresh after its build"
             return
         done.append((target, row.key, row.status.value))
     direct.journal_build(done)
@@ -265,11 +267,13 @@ def cmd_status(args) -> int:
     config, store = _light_project(args, read_only=True)
     direct = Direct(config, store, enabled=not args.full)
     found = direct.answer(args.targets, args.arch, "status")
+    if found is None:
+        direct.begin_full()  # before anything imports numba
     rows = _full_status(args, direct, store) if found is None else [
         {"target": r.target.name, "signature": r.target.signature, "arch": r.target.arch,
          "key": r.key, "status": TargetState.UP_TO_DATE, "reasons": [],
          "built_at": r.built_at, "newest": r.newest} for r in found]
-    mode = {"used": direct.mode, "reason": direct.reason}
+    mode = direct.describe()
     if args.json:
         counts = {s.value: sum(r["status"] == s for r in rows) for s in TargetState}
         print_json({"targets": rows, "summary": counts, "mode": mode})
@@ -294,7 +298,6 @@ def _full_status(args, direct, store) -> list[dict]:
     from ..direct import entry_dirs
     from ..project import Project
 
-    direct.begin_full()
     project = remember(args, Project(load_config(args.config), direct.attach(store)))
     archs = parse_archs(args.arch)
     dirs = entry_dirs(store)  # before status reads the history they hold

@@ -312,17 +312,27 @@ class Direct:
                 for o in chosen.observations if o.kind in files}
 
     def _not_journaled(self, why: str) -> bool:
-        self.journal_note = why
+        self.journal_note = f"not written: {why}"
         return False
 
+    def describe(self) -> dict:
+        """How this command keyed its targets, for `--json` and `status --check`:
+        {"used": "direct" | "full", "reason": why, "journal": what became of it}."""
+        out = {"used": self.mode, "reason": self.reason}
+        if self.journal_note:
+            out["journal"] = self.journal_note
+        return out
+
     def _write(self, body: dict) -> bool:
-        if not self.may_write or not self.store.exists() or \
-                store_root_problem(self.store.root) is not None:
-            return False
+        if not self.may_write:
+            return self._not_journaled("this command does not write it")
+        if not self.store.exists() or store_root_problem(self.store.root) is not None:
+            return self._not_journaled("the store is not kbuild's to write")
         try:
             journal.write(self.store.root, self.slot, body)
-        except OSError:
-            return False  # a store that cannot be written is only slower next time
+        except OSError as exc:  # a store that cannot be written is only slower next time
+            return self._not_journaled(f"the store cannot be written ({exc.strerror or exc})")
+        self.journal_note = "written"
         return True
 
     journal_note = None

@@ -18,11 +18,16 @@
 Paths under the project's folder are written relative to it (`@/lab/mathx.py`), so a
 checkout restored elsewhere with its store still finds its journal valid.
 
-A file is trusted by its identity alone unless it is racy: changed less than
-`MARGIN_NS` before the journal was written (git's rule; the reference is the journal
-file's own mtime, the same clock that stamps the files). A racy file, or one whose
-identity changed, is read and its digest compared: the same bytes are no change (a
-touch, a copy), and the journal is refreshed with the new identity.
+A file is trusted by its identity alone unless it is racy: changed within one tick of
+the file system's clock (`tick`) before the journal was written, so that a later change
+in the same tick could leave its identity as it was (git's rule; the reference is the
+journal file's own mtime, the same clock that stamps the files). A racy file, or one
+whose identity changed, is read and its digest compared: the same bytes are no change
+(a touch, a copy), and the journal is refreshed with the new identity.
+
+The same rule decides what a run may journal at all: a file whose bytes the run used
+are not known exactly must have the identity it had when the run opened it (its
+identity is taken at that moment), and must not have been changed within a tick of that.
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from ..keying.encode import digest
 from ..store.tree import identity
 from .recorder import Recorder, combined, watched_environment
 
-MARGIN_NS = 2_000_000_000  # the coarsest file time stamps (FAT: 2 s) and then some
-# A file stamped later than this before the run started may have changed while it ran
-# (file time stamps lag the clock by a tick; more on a network file system).
-DURING_NS = 1_000_000_000
+# How far apart two changes of a file may be and still get one time stamp: the kernel
+# stamps files from a clock that moves in ticks (1-10 ms); a file system that keeps only
+# seconds (FAT: 2 s; some network file systems) shows it in its stamps.
+FINE_TICK_NS = 50_000_000
+COARSE_TICK_NS = 2_000_000_000
 HASHED_BYTES = 4 << 20  # larger files (shared libraries) are trusted by identity only
 # numba reads its settings from this file in the working directory, if it exists (its
 # absence is checked with a stat, which no audit hook sees).
@@ -101,15 +107,13 @@ def snapshot(recorder: Recorder, paths: Paths, state: dict, *, exact: dict, skip
         except OSError:
             absent.add(paths.rel(path))  # read, then removed by the run: it must stay so
             continue
-        rel = paths.rel(path)
+        rel, now = paths.rel(path), identity(info)
         old = known.get(rel)
-        if old and old[:5] == identity(info) and not racy(old, previous_mtime) \
-                and path not in exact:
-            files[rel] = old
-            continue
-        if path not in exact and max(info.st_mtime_ns, info.st_ctime_ns) \
-                >= recorder.started_ns - DURING_NS:
-            raise Unjournalable(f"{path} changed while the run read it")
+        if path not in exact:
+            _unchanged_since_read(path, now, recorder)
+            if old and old[:5] == now and not racy(old, previous_mtime):
+                files[rel] = old
+                continue
         files[rel] = _file_record(path, exact.get(path))
     dirs = {}
     for path, kind in sorted(_listed(recorder, skip).items()):
@@ -125,6 +129,20 @@ def snapshot(recorder: Recorder, paths: Paths, state: dict, *, exact: dict, skip
     return {**state, "env": {name: _value_digest(value) for name, value in
                              sorted(recorder.env.items())},
             "files": files, "dirs": dirs, "absent": sorted(absent - set(dirs) - set(files))}
+
+
+def _unchanged_since_read(path: str, now: list, recorder: Recorder) -> None:
+    """Unjournalable unless the file is as the run found it: a file the run opened has
+    the identity it had then and had not just been changed (within a tick: a change
+    after the open could have kept that identity); any other (a module loaded from its
+    bytecode, a library) was not changed since a tick before the run began."""
+    opened = recorder.opened.get(path)
+    if opened is not None:
+        then, at_ns = opened
+        if then != now or racy(then, at_ns):
+            raise Unjournalable(f"{path} changed while the run read it")
+    elif racy(now, recorder.started_ns):
+        raise Unjournalable(f"{path} changed while the run read it")
 
 
 def _file_record(path: str, used: str | None) -> list:
@@ -227,10 +245,18 @@ def _importable(entry) -> bool:
         return False
 
 
+def tick(record) -> int:
+    """The clock tick of the file system that stamped `record` (an identity): a file
+    system that keeps whole seconds shows it in both stamps."""
+    whole = record[3] % 1_000_000_000 == 0 and record[4] % 1_000_000_000 == 0
+    return COARSE_TICK_NS if whole else FINE_TICK_NS
+
+
 def racy(record, reference_ns: int) -> bool:
-    """Whether a recorded identity was changed too shortly before `reference_ns` (the
-    journal's own mtime) for a later change to be sure to show in it."""
-    return max(record[3], record[4]) >= reference_ns - MARGIN_NS
+    """Whether a recorded identity was changed too shortly before `reference_ns` (when it
+    was taken: the journal's own mtime, or when the run opened the file) for a later
+    change to be sure to show in it."""
+    return max(record[3], record[4]) >= reference_ns - tick(record)
 
 
 def _python() -> dict:
@@ -332,7 +358,7 @@ class Check:
         return None
 
     def _show(self, rel: str) -> str:
-        return rel[2:] if rel.startswith("@/") else rel
+        return rel[2:] if rel.startswith("@/") else "the project's folder" if rel == "@" else rel
 
 
 def _same_bytes(path: str, expected: str | None):
@@ -356,5 +382,5 @@ def refreshed(inputs: dict, check: Check) -> dict:
             "dirs": {**inputs["dirs"], **check.refreshed["dirs"]}}
 
 
-__all__ = ["Check", "MARGIN_NS", "Paths", "Unjournalable", "racy", "refreshed", "snapshot",
+__all__ = ["Check", "Paths", "Unjournalable", "racy", "refreshed", "snapshot",
            "start_state", "watched_environment"]

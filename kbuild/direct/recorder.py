@@ -63,7 +63,8 @@ class Recorder:
         self.clean = False
         self.env: dict = {}  # name -> value before this process changed it (None: unset)
         self.watched: dict = {}  # the watched variables when recording started
-        self.opened: set = set()  # absolute paths opened for reading
+        # absolute path opened for reading -> (its identity then, when: ns), first open
+        self.opened: dict = {}
         self.listed: dict = {}  # absolute folder -> "import" (the import system) or "program"
         self.compiled: dict = {}  # absolute path -> digest of the source bytes compiled from it
         self._environ = None
@@ -121,7 +122,9 @@ def _audit(event: str, args) -> None:
         path, mode, flags = args
         if _reads(mode, flags) and isinstance(path, (str, bytes)) and path \
                 and not _by_store(sys._getframe(1)):
-            recorder.opened.add(os.path.abspath(os.fsdecode(path)))
+            where = os.path.abspath(os.fsdecode(path))
+            if where not in recorder.opened and not where.endswith(".pyc"):
+                recorder.opened[where] = _identity_now(where)
     elif event == "compile":
         # A module compiled from its source: the bytes used are known exactly.
         source, filename = args
@@ -159,6 +162,17 @@ def _listing_kind(frame) -> str:
     if str(frame.f_globals.get("__name__", "")).startswith("importlib.metadata"):
         return "metadata"
     return "program"
+
+
+def _identity_now(path: str):
+    """(the file's identity, the time) as it is opened; (None, time) when it cannot be
+    stat'ed (the open fails too, or it is no file: not an input either way)."""
+    at = time.time_ns()
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None, at
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns], at
 
 
 def _reads(mode, flags) -> bool:
