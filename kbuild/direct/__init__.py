@@ -248,6 +248,7 @@ class Direct:
         exact.update(recorder.compiled)
         exact[str(self.config.path)] = None
         targets, store = {}, {}
+        self._by_target = _entries_by_target(self.ledger)
         for target, key, fresh, built, built_at in entries:
             row = {"key": key, "fresh": False}
             if fresh:
@@ -270,7 +271,8 @@ class Direct:
         (its static key's, and the variant of another observation set it used, which
         `build.fresh_entry` looks up only when the newest set no longer holds; a target
         built by this run uses its new entry) and their blobs."""
-        mine = {k: e for k, e in self.ledger.entries.items() if _names(e[3], target)}
+        mine = {k: self.ledger.entries[k]
+                for k in self._by_target.get((target.name, target.signature, target.arch), ())}
         if key not in mine:
             raise Unjournalable(f"{target.label}: its entry was not looked up")
         variants = [k for k in mine if k != key]
@@ -420,9 +422,14 @@ def _tid(target: Target) -> str:
     return f"{target.name}\n{target.signature}\n{target.arch}"
 
 
-def _names(manifest: dict, target: Target) -> bool:
-    return (manifest.get("target"), manifest.get("signature"), manifest.get("arch")) == \
-        (target.name, target.signature, target.arch) and manifest.get("kind") != "object"
+def _entries_by_target(ledger: Ledger) -> dict:
+    """(target, signature, arch) -> the keys of the target entries the ledger holds."""
+    found: dict = {}
+    for key, (_, _, _, manifest) in ledger.entries.items():
+        if manifest.get("kind") != "object":
+            ident = (manifest.get("target"), manifest.get("signature"), manifest.get("arch"))
+            found.setdefault(ident, []).append(key)
+    return found
 
 
 def _launchable(manifest: dict) -> dict:
