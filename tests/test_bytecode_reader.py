@@ -61,9 +61,19 @@ def _code_of(obj):
     return code if isinstance(code, types.CodeType) else None
 
 
+def _compiled(code) -> bool:
+    """Whether `code` is as Python's compiler makes it. Cython makes stand-ins for its
+    functions' tracebacks whose bytes are all zero, which `dis` reads as a row of CACHE
+    instructions; the compiler only ever puts CACHE units after the instruction they
+    serve (and kbuild fingerprints only functions numba compiles: Python's own)."""
+    import dis
+
+    return not any(ins.opname == "CACHE" for ins in dis.get_instructions(code))
+
+
 @pytest.mark.skipif(not bytecode._FAST, reason="the reader of its own is for CPython 3.11")
 def test_the_reader_reads_what_dis_reads():
-    codes = _corpus()
+    codes = [code for code in _corpus() if _compiled(code)]
     assert len(codes) > 5000
     differ = [code for code in codes
               if tuple(bytecode._decoded(code)) != tuple(bytecode.dis_instructions(code))]

@@ -28,6 +28,7 @@ def cmd_build(args) -> int:
     store.remote, executor = _remote_and_executor(args, config, store)
     if not args.read_only:
         store.check_root()  # before keying imports numba and the project
+        store.claim()  # a folder that is not kbuild's is refused before anything runs
     start = time.perf_counter()
     direct = Direct(config, store, enabled=not args.full, may_write=not args.read_only)
     with _shared(store):

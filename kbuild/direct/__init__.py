@@ -281,8 +281,8 @@ class Direct:
             raise Unjournalable(f"{target.label}: more than one variant was looked up")
         files = []
         for entry_key in sorted({key, used}):
-            rel, ident, data_digest, manifest = mine[entry_key]
-            store[rel] = ident + [data_digest]
+            rel, ident, text, manifest = mine[entry_key]
+            store[rel] = ident + [digest(text.encode("utf-8"))]
             files.append(rel)
             for name in sorted(manifest["artifacts"].values()):
                 blob = self.ledger.blobs.get(name)

@@ -58,28 +58,31 @@ def dis_instructions(code):
                ins.argrepr if kept else "", ins.offset)
 
 
-_FAST = sys.version_info[:2] == (3, 11) and hasattr(dis, "_inline_cache_entries")
+_FAST = sys.version_info[:2] == (3, 11) and dis.opmap.get("CACHE") == 0
 if _FAST:
-    _OPNAME = getattr(dis, "_all_opname", dis.opname)
-    _CACHES = dis._inline_cache_entries
     _HASNAME, _HASJREL, _HASJABS = set(dis.hasname), set(dis.hasjrel), set(dis.hasjabs)
     _HASCOMPARE, _HASCELL = set(dis.hascompare), set(dis.haslocal) | set(dis.hasfree)
-    _LOAD_GLOBAL, _EXTENDED_ARG = dis.opmap["LOAD_GLOBAL"], dis.EXTENDED_ARG
-    _BACKWARD = {op for op, name in enumerate(_OPNAME) if "JUMP_BACKWARD" in str(name)}
+    _LOAD_GLOBAL, _EXTENDED_ARG, _CACHE = dis.opmap["LOAD_GLOBAL"], dis.EXTENDED_ARG, 0
+    _BACKWARD = {op for op, name in enumerate(dis.opname) if "JUMP_BACKWARD" in name}
 
 
 def _decoded(code):
-    """`dis_instructions(code)` for CPython 3.11's bytecode: as `dis._unpack_opargs` walks
-    it (inline caches skipped, extended arguments applied; `co_code` holds no specialized
-    instructions), then the values of names, cells, comparisons and jump targets."""
+    """`dis_instructions(code)` for code CPython 3.11 compiled, read as `dis` reads it:
+    `co_code` holds no specialized instruction and its inline caches are CACHE units,
+    which only ever follow the instruction they serve (skipped: they change no extended
+    argument); an extended argument is a signed C int; a cell's name is its index into
+    the locals, then the cells that are no argument, then the free variables."""
     names, raw, have_argument = code.co_names, code.co_code, dis.HAVE_ARGUMENT
-    out, offset, extended, end = [], 0, 0, len(raw)
-    while offset < end:
+    cells = None
+    out, extended = [], 0
+    for offset in range(0, len(raw), 2):
         op = raw[offset]
+        if op == _CACHE:
+            continue
         if op >= have_argument:
             arg = raw[offset + 1] | extended
             extended = (arg << 8) if op == _EXTENDED_ARG else 0
-            if extended >= 1 << 31:  # the oparg is a signed C int
+            if extended >= 1 << 31:
                 extended -= 1 << 32
         else:
             arg, extended = None, 0
@@ -98,11 +101,14 @@ def _decoded(code):
                 argval = offset + 2 + (-arg if op in _BACKWARD else arg) * 2
                 argrepr = "to " + repr(argval)
             elif op in _HASCELL:
-                argval = argrepr = code._varname_from_oparg(arg)
+                if cells is None:
+                    cells = code.co_varnames + tuple(
+                        c for c in code.co_cellvars if c not in code.co_varnames) \
+                        + code.co_freevars
+                argval = argrepr = cells[arg]
             elif op in _HASCOMPARE:
                 argval = argrepr = dis.cmp_op[arg]
-        out.append((_OPNAME[op], op, arg, argval, argrepr, offset))
-        offset += 2 + 2 * _CACHES[op]
+        out.append((dis.opname[op], op, arg, argval, argrepr, offset))
     return out
 
 

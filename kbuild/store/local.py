@@ -44,6 +44,7 @@ _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
                  b"# This file is a cache directory tag created by kbuild.\n"
                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
 _FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
+_RECORD_BYTES = "observation record bytes"  # a `_FACTS` kind: the record itself
 
 __all__ = ["LAYOUT", "MANIFEST_SCHEMA", "CorruptBlob", "Ledger", "Store", "atomic_write",
            "blob_relpath", "entry_relpath", "is_object"]
@@ -77,7 +78,7 @@ class Ledger:
     journal (`direct`) records, so that a later process that finds the same files can
     trust them without reading them again.
 
-    `entries`: key -> (store-relative path, identity, digest of the file's bytes, manifest);
+    `entries`: key -> (store-relative path, identity, the file's bytes, manifest);
     `blobs`: name -> (store-relative path, identity).
     """
 
@@ -87,7 +88,7 @@ class Ledger:
 
     def entry(self, key: str, info, data: bytes, manifest: dict) -> None:
         rel = f"{LAYOUT}/{entry_relpath(key)}"
-        self.entries[key] = (rel, tree.identity(info), digest(data), manifest)
+        self.entries[key] = (rel, tree.identity(info), data, manifest)
 
     def blob(self, name: str, info) -> None:
         if info is not None:
@@ -242,6 +243,11 @@ class Store:
                     if HEX32.match(name) and name.startswith(a + b) and _regular(info):
                         yield name
 
+    def read_record(self, name: str, size: int | None = None) -> bytes:
+        """An observation record blob's bytes, verified: read once per process while the
+        file stays the same one (a lookup checks it, and freshness then reads it)."""
+        return self._blob_facts(name, _RECORD_BYTES, size)
+
     def _blob_facts(self, name: str, kind: str, size: int | None):
         """The facts of blob `name` read as `kind`: verified and parsed once per process
         while the file stays the same one (one lstat: its inode, size and mtime)."""
@@ -252,8 +258,9 @@ class Store:
             info = ident = None
         known = _FACTS.get((str(self.root), name, kind))
         if ident is None or known is None or known[0] != ident:
-            known = _FACTS[(str(self.root), name, kind)] = (ident, artifact_facts(
-                kind, self._read_verified(name, size)))
+            data = self._read_verified(name, size)
+            known = _FACTS[(str(self.root), name, kind)] = (
+                ident, data if kind == _RECORD_BYTES else artifact_facts(kind, data))
         elif self.ledger is not None:
             self.ledger.blob(name, info)
         return known[1]
@@ -301,9 +308,12 @@ class Store:
         self._touch(key)
         if self.ledger is not None:
             # Its identity after the touch: the file is the one read, its time is ours.
-            after = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
+            try:
+                after = os.lstat(self.entry_path(key))
+            except OSError:
+                after = None
             if after is not None and after.st_ino == info.st_ino and after.st_size == info.st_size:
-                self.ledger.entry(key, after, text.encode("utf-8"), manifest)
+                self.ledger.entry(key, after, text, manifest)
         return manifest
 
     def artifacts_problem(self, manifest: dict, blobs: dict | None = None) -> str | None:
@@ -336,7 +346,7 @@ class Store:
         JSON), else None; what it says is checked by whoever reads it (build.fresh_entry)."""
         try:
             data = blobs[name] if blobs is not None and name in blobs \
-                else self._read_verified(name, size)
+                else self.read_record(name, size)
             record = load_json(data.decode("utf-8"), "observation record")
         except CorruptBlob as exc:
             return exc.named_by_entry()
@@ -372,7 +382,7 @@ class Store:
         if self.ledger is not None:
             info = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
             if info is not None:
-                self.ledger.entry(key, info, text.encode(), manifest)
+                self.ledger.entry(key, info, text, manifest)
         if push and self.remote is not None:
             self.remote.push(self, key, text)
 
