@@ -302,7 +302,7 @@ class Direct:
         from ..keying import observed as obs  # a full run: numba is loaded
 
         try:
-            record = obs.from_json(self.store.read_blob(static["artifacts"]["observed"]))
+            record = obs.from_json(self.store.read_record(static["artifacts"]["observed"]))
         except Exception:  # noqa: BLE001 - the lookup verified it; a race is no journal
             raise Unjournalable("an observation record could not be read again") from None
         chosen = next((s for s in (record.sets if record else ())
