@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.util
-import marshal
 import os
 import sys
 import traceback
-import types
 from dataclasses import dataclass
 
 from .config import KernelSpec, ProjectConfig, arch_cc
@@ -57,50 +54,19 @@ def add_import_paths(config: ProjectConfig) -> None:
 
 
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
-    """Compiles a project module from its source, or takes the code from a .pyc that
-    names the hash of that very source (PEP 552's checked hash-based .pyc, which it
-    writes where Python would, unless bytecode writing is off).
+    """Compiles a project module from its source, never from a __pycache__ .pyc.
 
-    Python's usual .pyc is trusted by the source's mtime in whole seconds and its size,
-    so a same-size edit within a second would compile the old code under the key of the
-    new source - a stale kernel in the store for good: such a .pyc is never used.
+    A .pyc is trusted by the source's mtime in whole seconds and its size, so a
+    same-size edit within a second would compile the old code under the key of
+    the new source - a stale kernel in the store for good. (A hash-checked .pyc would
+    be sound, but reading one is unmarshalling code, which kbuild never does.)
     """
 
     def get_code(self, fullname):
         path = self.get_filename(fullname)
         data = self.get_data(path)
         record_imported_source(path, data)
-        return _checked_code(self, data, path)
-
-
-_CHECKED_HASH = 0b11  # a hash-based .pyc whose source is to be checked (PEP 552)
-
-
-def _checked_code(loader, data: bytes, path: str):
-    """The code of source `data`: from its checked-hash .pyc when that holds the hash of
-    these bytes and was compiled from this path, else compiled (and the .pyc written)."""
-    try:
-        cached = importlib.util.cache_from_source(path)
-    except (NotImplementedError, ValueError):
-        return loader.source_to_code(data, path)
-    source_hash = importlib.util.source_hash(data)
-    head = importlib.util.MAGIC_NUMBER + _CHECKED_HASH.to_bytes(4, "little") + source_hash
-    try:
-        with open(cached, "rb") as fh:
-            pyc = fh.read()
-        if pyc[:16] == head:
-            code = marshal.loads(memoryview(pyc)[16:])
-            if isinstance(code, types.CodeType) and code.co_filename == path:
-                return code
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    code = loader.source_to_code(data, path)
-    if not sys.dont_write_bytecode:
-        try:
-            loader.set_data(cached, head + marshal.dumps(code))
-        except (OSError, NotImplementedError):
-            pass  # only slower next time
-    return code
+        return self.source_to_code(data, path)
 
 
 class _SourceOnlyFinder:

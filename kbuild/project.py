@@ -8,7 +8,7 @@ from .errors import KeyingError, StoreError
 from .keying.explain import source_diff
 from .model import LinkMode, RowStatus, TargetState
 from .packaged import FromBundle, load_package
-from .store import failures
+from .store import failures, journal
 from .store.history import History, RelinkReasons, explained
 from .store.local import Store, is_object
 
@@ -237,6 +237,8 @@ class Project:
                     removed += 1
         blobs, freed = self.store.remove_orphan_blobs()
         failed = failures.remove_records(self.store, None if everything else self.config.name)
+        if not self.store.read_only:  # what it names is gone: the next run keys in full
+            journal.remove(self.store.root, journal.slot(self.config.name, self.config.path.name))
         return {"entries": removed, "objects": objects, "blobs": blobs, "bytes": freed,
                 "failures": failed}
 

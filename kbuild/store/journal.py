@@ -105,7 +105,10 @@ def write(root, name: str, body: dict) -> None:
 
 
 def remove(root, name: str) -> bool:
-    return tree.remove(root, journal_relpath(name))
+    try:
+        return tree.remove(root, journal_relpath(name))
+    except OSError:
+        return False
 
 
 def prune(root, max_age: float, now: float | None = None) -> int:
@@ -114,7 +117,10 @@ def prune(root, max_age: float, now: float | None = None) -> int:
     removed = 0
     for name, info in tree.listing(root, _FOLDER):
         if info.st_mtime < oldest or not name.endswith(".json"):
-            removed += tree.remove(root, f"{_FOLDER}/{name}")
+            try:
+                removed += tree.remove(root, f"{_FOLDER}/{name}")
+            except OSError:
+                break
     return removed
 
 
