@@ -31,8 +31,7 @@ def cmd_build(args) -> int:
         store.claim()  # a folder that is not kbuild's is refused before anything runs
     start = time.perf_counter()
     direct = Direct(config, store, enabled=not args.full, may_write=not args.read_only)
-    with _shared(store):
-        rows = direct.answer(args.targets, args.arch, "fresh")
+    rows = direct.answer(args.targets, args.arch, "fresh", hold=lambda: _shared(store))
     if rows is not None:
         return _direct_build(args, direct, config, store, rows, max_size, start)
     direct.begin_full()

@@ -19,6 +19,7 @@ write what the full run found. Why a command used which mode is `mode` and `reas
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -72,18 +73,21 @@ class Direct:
         self._state = None
         self._journal = None
         self._loaded = False
+        self._hold = None
 
     # -- answering from the journal ---------------------------------------------------------
 
-    def answer(self, names, arch_text, need: str) -> list[Row] | None:
+    def answer(self, names, arch_text, need: str, hold=None) -> list[Row] | None:
         """The rows of the targets `names` / `--arch arch_text` name, from the journal, or
         None (then `reason` says why). `need`: "keys" (keys only), "fresh" (a no-op
         build: every target up to date, its entry still the one journaled) or "status"
-        (the same, and what a newer build of each was)."""
+        (the same, and what a newer build of each was). `hold()`: a context held while
+        the store's files are checked (a build holds the store shared: gc waits)."""
         if not self.enabled:
             return None
         targets = requested(select_specs(self.config, names),
                             parse_archs(arch_text, check_toolchain=False))
+        self._hold = hold
         try:
             return self._answer(targets, need)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -111,10 +115,11 @@ class Direct:
             return self._fall_back(check.changed)
         store_check = _StoreCheck(self.store, body["store"], found.mtime_ns, now)
         if need != "keys":
-            for target, row in rows:
-                problem = store_check.run(row["files"])
-                if problem:
-                    return self._fall_back(f"{target.label}: {problem}")
+            with (self._hold or contextlib.nullcontext)():
+                for target, row in rows:
+                    problem = store_check.run(row["files"])
+                    if problem:
+                        return self._fall_back(f"{target.label}: {problem}")
         newest = self._newest(body, rows, store_check) if need == "status" else {}
         self.mode, self.reason = DIRECT, "nothing the journal names changed"
         self._refresh(found, check, store_check, newest)
