@@ -74,6 +74,7 @@ class Direct:
         self._journal = None
         self._loaded = False
         self._hold = None
+        self.journal_note: str | None = None  # what became of the journal (`describe`)
 
     # -- answering from the journal ---------------------------------------------------------
 
@@ -286,8 +287,8 @@ class Direct:
             raise Unjournalable(f"{target.label}: more than one variant was looked up")
         files = []
         for entry_key in sorted({key, used}):
-            rel, ident, text, manifest = mine[entry_key]
-            store[rel] = ident + [digest(text.encode("utf-8"))]
+            rel, ident, data_digest, manifest = mine[entry_key]
+            store[rel] = ident + [data_digest]
             files.append(rel)
             for name in sorted(manifest["artifacts"].values()):
                 blob = self.ledger.blobs.get(name)
@@ -342,7 +343,6 @@ class Direct:
         self.journal_note = "written"
         return True
 
-    journal_note = None
 
 
 class _StoreCheck:
