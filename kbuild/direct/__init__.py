@@ -351,6 +351,7 @@ class _StoreCheck:
 
     def __init__(self, store: Store, records: dict, reference_ns: int, now_ns: int):
         self.store, self.records = store, records
+        self._root = f"{store.root}{os.sep}"
         self.reference_ns, self.now_ns = reference_ns, now_ns
         self.refreshed: dict = {}
         self.history: dict | None = None
@@ -369,7 +370,7 @@ class _StoreCheck:
     def _one(self, rel: str, record) -> str | None:
         what = _what(rel)
         try:
-            info = os.lstat(self.store.root / rel)
+            info = os.lstat(self._root + rel)
         except OSError:
             return f"{what} is gone from the store"
         if tree.identity(info) != record[:5] or racy(record, self.reference_ns):
@@ -385,7 +386,7 @@ class _StoreCheck:
                 and self.now_ns - info.st_mtime_ns > TOUCH_AGE_NS:
             try:
                 tree.touch(self.store.root, rel)
-                after = os.lstat(self.store.root / rel)
+                after = os.lstat(self._root + rel)
                 if after.st_ino == info.st_ino:
                     self.refreshed[rel] = tree.identity(after) + [record[5]]
             except OSError:
@@ -395,7 +396,7 @@ class _StoreCheck:
     def same_dirs(self, dirs: dict) -> bool:
         for rel, record in dirs.items():
             try:
-                info = os.lstat(self.store.root / rel)
+                info = os.lstat(self._root + rel)
             except OSError:
                 return False
             if tree.identity(info) != record[:5] or racy(record, self.reference_ns):
