@@ -39,6 +39,7 @@ _IMPORT_FRAMES = frozenset({"<frozen importlib._bootstrap_external>",
 # Reads by kbuild's store (entries, blobs, keying facts, locks, mostly through folder
 # descriptors and relative names) are the ledger's business, not inputs.
 _STORE_MODULE = "kbuild.store."
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def watched(name: str) -> bool:
@@ -120,6 +121,8 @@ def _audit(event: str, args) -> None:
         return
     if event == "open":
         path, mode, flags = args
+        if mode is None and flags & _DIRECTORY:
+            return  # a folder opened to walk through it (the store's reads): no input
         if _reads(mode, flags) and isinstance(path, (str, bytes)) and path \
                 and not _by_store(sys._getframe(1)):
             where = os.path.abspath(os.fsdecode(path))
