@@ -359,3 +359,19 @@ def test_a_direct_no_op_build_imports_no_numba(baseline, tmp_path):
     assert done.json["mode"]["used"] == "direct"
     assert [t["status"] for t in done.json["targets"]] == ["cached"]
     assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+
+
+def test_status_check_says_which_mode_answered(baseline, tmp_path):
+    r = checkout(baseline, tmp_path)
+    env = {"PYTHONPATH": str(r.vendor), "KB_SCALE": None}
+    direct = run("status", "--check", "k", "--store", r.store, cwd=r.project,
+                 home=shared_home(), env=env, bytecode=False)
+    assert direct.returncode == 0, direct.stderr
+    assert direct.stdout.splitlines()[-1] == "mode: direct (nothing the journal names changed)"
+    full = run("status", "--check", "--full", "--store", r.store, cwd=r.project,
+               home=shared_home(), env=env, bytecode=False)
+    assert full.stdout.splitlines()[-1] == "mode: full (--full)"
+    assert full.stdout.splitlines()[0] == direct.stdout.splitlines()[0]
+    plain = run("status", "--store", r.store, cwd=r.project, home=shared_home(), env=env,
+                bytecode=False)
+    assert not any(line.startswith("mode:") for line in plain.stdout.splitlines())
