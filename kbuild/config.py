@@ -21,7 +21,7 @@ SCHEMA = {
     "": ("project", "store", "build", "kernels"),
     "project": ("name", "paths", "arch", "store", "backend"),
     "store": ("max_size", "remote", "remote_timeout", "signing_key_env"),
-    "build": ("target_timeout",),
+    "build": ("target_timeout", "direct"),
     "kernel": ("signatures", "arch", "launch", "backend"),
     "launch": ("grid", "block", "shared"),
 }
@@ -65,6 +65,7 @@ class ProjectConfig:
     signing_key_env: str | None = None  # [store] signing_key_env: the variable holding the key
     target_timeout: float | None = None  # [build] target_timeout: seconds a compile may take
     backend: str | None = None  # [project] backend, when the file names one
+    direct: bool = True  # [build] direct: answer a no-op from the journal (see `direct`)
 
     @property
     def backends(self) -> tuple:
@@ -142,9 +143,15 @@ def _toml_error(path: Path, exc: Exception) -> str:
     return f"{message} at line {start + 1} (noticed at {noticed.rpartition('(at ')[2]}"
 
 
-def load_config(path: Path | str | None = None, *, kernels: bool = True) -> ProjectConfig:
+def load_config(path: Path | str | None = None, *, kernels: bool = True,
+                check_toolchain: bool = True) -> ProjectConfig:
     """Read and validate a project file (found as `find_config` does when `path` is None).
-    `kernels=False` accepts a file that declares none yet (`kbuild run --record` fills it)."""
+
+    `kernels=False` accepts a file that declares none yet (`kbuild run --record` fills it).
+    `check_toolchain=False` checks architectures by their spelling only, without asking
+    the toolchain (NVRTC) which it compiles for: direct mode (`direct`) reads the file
+    so, and trusts it only when its bytes are those a full run validated.
+    """
     path = Path(path).resolve() if path else find_config()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -158,8 +165,9 @@ def load_config(path: Path | str | None = None, *, kernels: bool = True) -> Proj
     if path.name == PYPROJECT:
         return _parse(path, _tool_table(path, data), prefix="tool.kbuild.", kernels=kernels,
                       default_name=_typed(_table(data, "project", path, required=False), "name",
-                                          str, path, "project", default=path.parent.name))
-    return _parse(path, data, kernels=kernels)
+                                          str, path, "project", default=path.parent.name),
+                      check=check_toolchain)
+    return _parse(path, data, kernels=kernels, check=check_toolchain)
 
 
 def _tool_table(path: Path, data: dict) -> dict:
@@ -173,7 +181,8 @@ def _tool_table(path: Path, data: dict) -> dict:
 
 
 def _parse(path: Path, data: dict, prefix: str = "",
-           default_name: str | None = None, kernels: bool = True) -> ProjectConfig:
+           default_name: str | None = None, kernels: bool = True,
+           check: bool = True) -> ProjectConfig:
     _check_keys(path, data, SCHEMA[""], prefix.rstrip(".") or None, tables=True)
     project = _table(data, "project", path, required=False, prefix=prefix)
     _check_keys(path, project, SCHEMA["project"], f"{prefix}project")
@@ -182,7 +191,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
     name = _typed(project, "name", str, path, f"{prefix}project",
                   default=default_name or path.parent.name)
     paths = _string_list(project, "paths", path, f"{prefix}project", default=["."])
-    archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch") for a in
+    archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch", check) for a in
                   _string_list(project, "arch", path, f"{prefix}project", default=["sm_80"]))
     store = _typed(project, "store", str, path, f"{prefix}project", default=None)
     backend = _backend(path, project, f"{prefix}project", f"{path.name} ([{prefix}project])")
@@ -199,11 +208,12 @@ def _parse(path: Path, data: dict, prefix: str = "",
     build_table = _table(data, "build", path, required=False, prefix=prefix)
     _check_keys(path, build_table, SCHEMA["build"], f"{prefix}build")
     target_timeout = _seconds(build_table, "target_timeout", path, f"{prefix}build")
+    direct = _typed(build_table, "direct", bool, path, f"{prefix}build", default=True)
     kernels_table = _table(data, "kernels", path, required=kernels, prefix=prefix)
     if not kernels_table and kernels:
         raise ConfigError(f"{path}: [{prefix}kernels] declares no kernel; "
                           f'add a table like [{prefix}kernels."pkg.module:kernel"]')
-    kernels = tuple(_kernel(path, name_, spec, archs, prefix, backend)
+    kernels = tuple(_kernel(path, name_, spec, archs, prefix, backend, check)
                     for name_, spec in kernels_table.items())
     return ProjectConfig(
         path=path, name=name,
@@ -217,6 +227,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
         signing_key_env=signing_key_env or None,
         target_timeout=target_timeout,
         backend=backend,
+        direct=direct,
     )
 
 
@@ -255,7 +266,7 @@ def _max_size(path: Path, table: dict) -> int | None:
 
 
 def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "",
-            default_backend: str | None = None) -> KernelSpec:
+            default_backend: str | None = None, check: bool = True) -> KernelSpec:
     where = f'{prefix}kernels."{name}"'
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: {where} must be a table with 'signatures'")
@@ -270,7 +281,7 @@ def _kernel(path: Path, name: str, spec, default_archs, prefix: str = "",
     if not signatures:
         raise ConfigError(f"{path}: target '{name}' has an empty 'signatures' list")
     archs = spec.get("arch")
-    archs = tuple(validate_arch(a, f"{path}: target '{name}' arch")
+    archs = tuple(validate_arch(a, f"{path}: target '{name}' arch", check)
                   for a in _string_list(spec, "arch", path, where, default=None)) \
         if archs is not None else default_archs
     launches = _launches(path, spec.get("launch"), f"{where} launch")
@@ -335,14 +346,19 @@ def _backend(path: Path, table: dict, where: str, who: str) -> str | None:
     return name
 
 
-def validate_arch(arch: str, where: str) -> str:
+def validate_arch(arch: str, where: str, check_toolchain: bool = True) -> str:
     """`arch` if it names a GPU architecture the installed toolchain compiles for
-    (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does."""
-    from .backend.toolchain import cuda_release, supported_ccs
-
+    (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does (with
+    `check_toolchain=False`: one this kbuild knows, without asking the toolchain)."""
     if not isinstance(arch, str) or not _ARCH.match(arch):
         raise ConfigError(f"{where}: unknown arch {arch!r}; write it like 'sm_80' or 'sm_90'")
     cc = arch_cc(arch)[:2]
+    if not check_toolchain:
+        if cc not in KNOWN_CCS:
+            raise ConfigError(f"{where}: unknown arch {arch!r}; known: {_names(KNOWN_CCS)}")
+        return arch
+    from .backend.toolchain import cuda_release, supported_ccs
+
     supported = supported_ccs()
     if supported is None:
         if cc not in KNOWN_CCS:

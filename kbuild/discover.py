@@ -14,7 +14,7 @@ import sysconfig
 import traceback
 from dataclasses import dataclass, field
 
-from .backend.registrations import is_library
+from .backend.libraries import is_library
 from .config import KernelSpec, ProjectConfig, arch_cc
 from .errors import TargetError
 from .sources import record_imported_source
@@ -84,6 +84,8 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
     same-size edit within a second would compile the old code under the key of
     the new source - a stale kernel in the store for good. kbuild's own modules and
     the toolchain's (a checkout of one on the path) load as Python loads them.
+    (A hash-checked .pyc would be sound, but reading one is unmarshalling code, which
+    kbuild never does.)
     """
 
     def get_code(self, fullname):

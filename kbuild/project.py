@@ -8,8 +8,8 @@ from .errors import KeyingError, StoreError
 from .keying.explain import source_diff
 from .model import LinkMode, RowStatus, TargetState
 from .packaged import FromBundle, load_package
-from .store import failures
-from .store.history import History, RelinkReasons
+from .store import failures, journal
+from .store.history import History, RelinkReasons, explained
 from .store.local import Store, is_object, is_target
 
 
@@ -183,7 +183,7 @@ class Project:
             newer = history.newer_than(target, fresh)
             row.update(status=TargetState.UP_TO_DATE, reasons=[], built_at=fresh.get("built_at"),
                        newest=newer and {"key": newer.key, "built_at": newer.built_at,
-                                         **_explained(newer.reasons)})
+                                         **explained(newer.reasons)})
         elif self.store.lookup(node.digest) is not None:
             # The static key holds; something the compiler read has changed.
             reasons = _build.observation_changes(the_plan, self.store, target, current)
@@ -214,15 +214,15 @@ class Project:
         if nearest is None:
             return {"status": TargetState.MISSING, "reasons": ["never built into this store"]}
         builds = history.builds(target)
-        explained = _explained(nearest.reasons)
+        shown = explained(nearest.reasons)
         if diffs:
-            for change, reason in zip(explained["changes"], nearest.reasons):
+            for change, reason in zip(shown["changes"], nearest.reasons):
                 if reason.is_body:
                     change.update(self._body_diff(reason, nearest.built_at))
         return {"status": TargetState.STALE, "previous_key": nearest.key,
                 "previous_built_at": nearest.built_at,
                 "previous_is_newest": not builds or builds[0] is nearest.manifest,
-                **explained}
+                **shown}
 
     def _body_diff(self, reason, built_at: str) -> dict:
         """{"diff": unified diff of a changed body's source} or {"diff": None, "diff_note":
@@ -254,6 +254,8 @@ class Project:
                     removed += 1
         blobs, freed = self.store.remove_orphan_blobs()
         failed = failures.remove_records(self.store, None if everything else self.config.name)
+        if not self.store.read_only:  # what it names is gone: the next run keys in full
+            journal.remove(self.store.root, journal.slot(self.config.name, self.config.path.name))
         return {"entries": removed, "objects": objects, "blobs": blobs, "bytes": freed,
                 "failures": failed}
 
@@ -274,10 +276,6 @@ def _failed_row(target, error) -> dict:
     if isinstance(error, KeyingError):
         return dict(row, status=TargetState.UNKEYABLE)
     return dict(row, status=TargetState.FAILED, error=str(error))
-
-
-def _explained(reasons) -> dict:
-    return {"reasons": [r.message for r in reasons], "changes": [r.as_json() for r in reasons]}
 
 
 def open_project(config_path, store, read_only: bool = False) -> Project:

@@ -41,6 +41,26 @@ def note_source(path: str) -> None:
         pass
 
 
+def imported_sources() -> list[str]:
+    """The real paths of the project modules this process compiled from their sources."""
+    return sorted(_IMPORTED)
+
+
+def changed_since_import() -> list[str]:
+    """The project modules whose file no longer holds the source this process compiled
+    (edited, or removed, while it ran)."""
+    changed = []
+    for path, imported in sorted(_IMPORTED.items()):
+        try:
+            with open(path, "rb") as fh:
+                now = digest(decoded_source(fh.read()).encode("utf-8"))
+        except OSError:
+            now = None
+        if now != imported:
+            changed.append(path)
+    return changed
+
+
 def decoded_source(data: bytes) -> str:
     """Source bytes as Python reads them: BOM and coding cookie honoured, every line
     ending a newline. Digests of source are taken over this text, so a file that only

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from support import REPO_ROOT, Result, Template, shared_dir, template
+from support import REPO_ROOT, SHARED_HOME, Result, Template, shared_dir, template
 from support import run as run_process
 
 
@@ -61,6 +61,15 @@ def _no_gpu_reason() -> str | None:
 
 
 # -- running kbuild ---------------------------------------------------------------
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_home(tmp_path_factory):
+    """One HOME for the edit-matrix runs of the whole test run (support.shared_home)."""
+    home = shared_dir(tmp_path_factory) / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ[SHARED_HOME] = str(home)
+    return home
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

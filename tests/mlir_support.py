@@ -58,15 +58,16 @@ def port_sources(root: Path) -> None:
 def port_config(config: Path, drop=(), name_backend: bool = True) -> None:
     """kbuild.toml for numba-cuda-mlir: the backend named (unless not `name_backend`), the
     tables of `drop` removed."""
-    text = config.read_text()
+    text = original = config.read_text()
     for name in drop:
         text = re.sub(rf'\n\[kernels\."{re.escape(name)}"\]\n(?:(?!\n\[).)*', "\n", text,
                       flags=re.DOTALL)
         assert f'"{name}"' not in text, f"{name} still declared in {config}"
-    if name_backend:
+    if name_backend and not re.search(r"^backend\s*=", text, flags=re.MULTILINE):
         text = re.sub(r"^\[project\]\n", f'[project]\nbackend = "{MLIR}"\n', text, count=1,
                       flags=re.MULTILINE)
-    config.write_text(text)
+    if text != original:  # ported twice (before and after an edit): written once
+        config.write_text(text)
 
 
 def port(root: Path, config: Path | None = None) -> Path:

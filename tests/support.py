@@ -144,6 +144,18 @@ def counts(file: Path) -> dict:
 
 # -- built once per test run --------------------------------------------------------------------
 
+# The HOME every edit-matrix run shares (set by conftest for the whole test run): HOME and
+# NUMBA_CACHE_DIR below it are read while keying, so runs that differ in them could never
+# answer from one another's journal (direct mode).
+SHARED_HOME = "KBUILD_TESTS_SHARED_HOME"
+
+
+def shared_home() -> Path | None:
+    """The HOME the test run's kbuild processes share, where they should (None: unset)."""
+    value = os.environ.get(SHARED_HOME)
+    return Path(value) if value else None
+
+
 def shared_dir(tmp_path_factory) -> Path:
     """A folder every pytest-xdist worker of this run shares (pytest's own under -n 0)."""
     base = tmp_path_factory.getbasetemp()

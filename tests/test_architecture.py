@@ -19,7 +19,9 @@ one), and `importlib.import_module("kbuild...")` with a constant name. Then:
           sources                                    source files and keying facts
           config                                     kbuild.toml
           discover, graph, scaffold, bundle          importing kernels, the graph, init, bundles
+          targets                                    which targets a command line names
           execute                                    where compiles run (not what a build is)
+          direct                                     the journal: a no-op answered without keying
       build                                          plan, run, commit
       api, in tiers:
           launch, watch                              launchers, waiting for a save
@@ -58,7 +60,8 @@ LAYERS = (
     ("core", [{"errors", "model"}]),
     ("keying", [{"keying"}]),
     ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"sources"}, {"config"},
-                  {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"execute"}]),
+                  {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"targets"},
+                  {"execute"}, {"direct"}]),
     ("build", [{"build"}]),
     ("api", [{"launch", "watch"}, {"packaged"}, {"project"}, {"zeroconf"},
              {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin"}]),

@@ -53,6 +53,9 @@ def test_copied_checkout_and_store_are_a_full_hit(baseline, variant, tmp_path):
 
 
 def _run_case(baseline, variant, tmp_path, case):
+    """Apply the edit to a checkout of the baseline (whose store holds the journal of the
+    baseline's build) and build; then build again, which the journal that build wrote
+    must answer (direct mode) with the same keys."""
     reason = variant.skip_reason(case.rebuilt)
     if reason:
         pytest.skip(reason)
@@ -61,6 +64,11 @@ def _run_case(baseline, variant, tmp_path, case):
     variant.port(project)
     result = build(project, store, *case.args, env_extra=case.env)
     assert result["summary"]["failed"] == 0, [r["error"] for r in result["targets"] if r["error"]]
+    assert result["mode"]["used"] == ("direct" if case.direct else "full"), result["mode"]
+    again = build(project, store, *case.args, env_extra=case.env)
+    assert again["mode"]["used"] == "direct", again["mode"]
+    assert with_status(again, "cached") == variant.supported(ALL)
+    assert keys_of(again) == keys_of(result)
     return result
 
 

@@ -110,14 +110,19 @@ def baseline(tmp_path_factory, variant):
 
 
 def _edited(baseline, variant, tmp_path, the_case) -> Path:
+    """A checkout of the baseline with its store, built once as it is (a no-op, which
+    writes the journal of this checkout: its paths are in PYTHONPATH and NUMBA_* here),
+    then edited: the incremental build must notice the edit through the journal."""
     reason = variant.skip_reason(the_case.rebuilt)
     if reason:
         pytest.skip(reason)
     where, _ = baseline
-    project = _checkout(tmp_path)
+    project = _ported(variant, _checkout(tmp_path))
     copy_tree(where / "store", tmp_path / "store")
+    noop = build(project, tmp_path / "store", env_extra=_env(project))
+    assert _with_status(noop, "cached") == variant.supported(TARGETS), noop["mode"]
     the_case.apply(project)
-    return _ported(variant, project)
+    return _ported(variant, project)  # what the edit brought in, ported too
 
 
 def test_baseline_builds_every_target(baseline, variant):
@@ -137,6 +142,11 @@ def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
     stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
     assert _with_status(incremental, "built") == variant.supported(the_case.rebuilt)
+    # An edit nobody's compile read changes no key, yet the journal saw a file change.
+    assert incremental["mode"]["used"] == "full", incremental["mode"]
+    again = build(project, tmp_path / "store", env_extra=env)
+    assert again["mode"]["used"] == "direct", again["mode"]
+    assert _with_status(again, "cached") == variant.supported(TARGETS) and _artifacts(again) == now
     changed = {t for t, arts in _artifacts(baseline[1]).items() if arts != clean[t]}
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
 

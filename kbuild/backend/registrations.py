@@ -27,19 +27,9 @@ import types as pytypes
 from dataclasses import dataclass
 
 from ..keying.values import canonical
+from .libraries import is_library
 
-# Packages whose versions are in the toolchain key: what they hold is theirs, not the project's.
-_LIBRARIES = frozenset({"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kbuild",
-                        "numba_cuda_mlir"})
 _DEPTH = 6  # how far a registration's captured values are followed
-
-
-def is_library(module_name) -> bool:
-    """Whether a module's code and data are pinned by the toolchain (or the language)."""
-    if not isinstance(module_name, str) or not module_name:
-        return True
-    top = module_name.partition(".")[0]
-    return top in _LIBRARIES or top in sys.stdlib_module_names or top == "builtins"
 
 
 def qualified(obj) -> str | None:

@@ -15,17 +15,31 @@ One room per concern:
 Callers use the names below (`from kbuild.build import plan, build, Row`).
 """
 
-from .compile import compile_target, link_target
-from .entries import (commit, current_digests, expected, fresh_entry, launchable,
-                      observation_changes, observed_record)
-from .failures import (CompileFailed, CompileTimeout, forget_failure, recorded_failure,
-                       remember_failure)
-from .planning import Plan, new_keyer, parse_archs, plan, select_specs, target_key
-from .row import Row
-from .run import Workers, build, default_jobs, relink_recipe
+import importlib
 
-__all__ = ["CompileFailed", "CompileTimeout", "Plan", "Row", "Workers", "build", "commit",
-           "compile_target", "current_digests", "default_jobs", "expected", "forget_failure",
-           "fresh_entry", "launchable", "link_target", "new_keyer", "observation_changes",
-           "observed_record", "parse_archs", "plan", "recorded_failure", "relink_recipe",
-           "remember_failure", "select_specs", "target_key"]
+# name -> the module of this package that defines it, imported when the name is first
+# used: `kbuild.build.row` (what a direct no-op reports) must not import numba with the
+# compiler (`compile`) and the keyer (`planning`).
+_WHERE = {
+    "compile_target": "compile", "link_target": "compile",
+    "commit": "entries", "current_digests": "entries", "expected": "entries",
+    "fresh_entry": "entries", "launchable": "entries", "observation_changes": "entries",
+    "observed_record": "entries",
+    "CompileFailed": "failures", "CompileTimeout": "failures", "forget_failure": "failures",
+    "recorded_failure": "failures", "remember_failure": "failures",
+    "Plan": "planning", "new_keyer": "planning", "parse_archs": "planning", "plan": "planning",
+    "select_specs": "planning", "target_key": "planning",
+    "Row": "row",
+    "Workers": "run", "build": "run", "default_jobs": "run", "relink_recipe": "run",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -69,7 +69,7 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
 def _with_observations(the_plan: Plan, artifacts, observer):
     """`artifacts` with the digests of what the compile observed; a dependency that cannot
     be keyed by content fails this target, naming it (never keyed by identity)."""
-    observed = current_digests(the_plan).observations(observer)
+    observed = _digests(the_plan).observations(observer)
     bad = obs.unkeyable(observed)
     if bad:
         o = bad[0]
@@ -90,9 +90,18 @@ def _observed_rows(the_plan: Plan, observer):
     """The (kind, name, digest) rows of what `observer` saw, or None when that cannot be
     said (a failed compile is then not recorded)."""
     try:
-        return tuple(tuple(o.as_row()) for o in current_digests(the_plan).observations(observer))
+        return tuple(tuple(o.as_row()) for o in _digests(the_plan).observations(observer))
     except Exception:  # noqa: BLE001 - a failure not recorded only costs its next compile
         return None
+
+
+def _digests(the_plan: Plan):
+    """The digests of observed names now, taken once per plan in this process: a worker
+    compiles many targets, whose compiles observe mostly the same names (the device
+    functions they share are keyed once, not once per target)."""
+    if the_plan.launch_digests is None:
+        the_plan.launch_digests = current_digests(the_plan)
+    return the_plan.launch_digests
 
 
 @functools.cache

@@ -65,7 +65,7 @@ def observed_record(store: Store, manifest: dict) -> obs.Record | None:
     if name is None:
         return None
     try:
-        return obs.from_json(store.read_blob(name))
+        return obs.from_json(store.read_record(name))
     except (CorruptBlob, OSError):
         return None
 

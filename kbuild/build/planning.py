@@ -1,7 +1,7 @@
 """What a build is asked for: the requested targets resolved, each with its key tree.
 
-Also how a target is named on the command line: full or unique short names, with a
-did-you-mean for a name nobody declared, and `--arch` lists.
+How a target is named on the command line (full or unique short names, `--arch` lists)
+is `targets`'s; its names are re-exported here.
 """
 
 from __future__ import annotations
@@ -9,13 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..backend.backends import ALL_OBJECTS
-from ..config import ProjectConfig, validate_arch
+from ..config import ProjectConfig
 from ..discover import ImportFailure, ResolvedKernel, Target, resolve_kernel
-from ..errors import KeyingError, TargetError
+from ..errors import KeyingError
 from ..keying.keyer import Keyer
 from ..keying.launch import with_launch
 from ..keying.tree import KeyNode
 from ..sources import ProjectSources
+from ..targets import parse_archs, requested, select_specs
+
+__all__ = ["Plan", "new_keyer", "parse_archs", "plan", "select_specs", "target_key"]
 
 
 @dataclass
@@ -71,11 +74,7 @@ def plan(config: ProjectConfig, names=None, archs=None, keyer: Keyer | None = No
     """
     specs = select_specs(config, names)
     kernels, broken = _resolve_all(config, specs)
-    # A signature or arch named twice is one target, built once.
-    every = list(dict.fromkeys(Target(spec.name, sig, arch, launch)
-                               for spec in specs for sig in spec.signatures
-                               for arch in (archs or spec.archs)
-                               for launch in (spec.launches or (None,))))
+    every = requested(specs, archs)
     targets = [t for t in every if t.name in kernels]
     keyer = keyer or new_keyer(config)
     keys, unkeyable = {}, {}
@@ -107,60 +106,6 @@ def _resolve_all(config: ProjectConfig, specs):
         except ImportFailure as exc:
             broken[spec.name] = bad_modules[exc.module] = exc
     return kernels, broken
-
-
-def select_specs(config: ProjectConfig, names):
-    """The kernel specs named (by full or unique short name), or all of them."""
-    if not names:
-        return list(config.kernels)
-    by_name = {s.name: s for s in config.kernels}
-    chosen = []
-    for name in names:
-        spec = by_name.get(name) or _by_short_name(config, name)
-        if spec not in chosen:
-            chosen.append(spec)
-    return chosen
-
-
-def _by_short_name(config: ProjectConfig, name: str):
-    matches = [s for s in config.kernels if s.name.rpartition(":")[2] == name
-               or s.name.rpartition(":")[2].rpartition(".")[2] == name]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        raise TargetError(f"target '{name}' is ambiguous in {config.path.name}: "
-                          f"{', '.join(s.name for s in matches)}")
-    raise TargetError(f"unknown target '{name}': {config.path.name} declares "
-                      f"{_declared(config)}{_did_you_mean(config, name)}")
-
-
-def _declared(config: ProjectConfig, shown: int = 8) -> str:
-    names = [s.name for s in config.kernels]
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
-
-
-def _did_you_mean(config: ProjectConfig, name: str) -> str:
-    """'; did you mean 'X'?' for the declared target (full or short name) closest to `name`."""
-    import difflib
-
-    # What a user may have meant -> the name to suggest: a full name, a short name
-    # (`kernel`, `obj.kernel`), or a module's last part (`saxpy` of `examples.saxpy:k`).
-    meant = {}
-    for full in (s.name for s in config.kernels):
-        module, _, attr = full.partition(":")
-        last = attr.rpartition(".")[2]
-        for alias, suggestion in ((full, full), (attr, attr), (last, last),
-                                  (module.rpartition(".")[2], full)):
-            meant.setdefault(alias, suggestion)
-    close = difflib.get_close_matches(name, sorted(meant), n=1, cutoff=0.6)
-    return f"; did you mean '{meant[close[0]]}'?" if close else ""
-
-
-def parse_archs(text: str | None, where: str = "--arch"):
-    if not text:
-        return None
-    return tuple(validate_arch(a.strip(), where) for a in text.split(",") if a.strip())
 
 
 def target_key(keyer: Keyer, resolved: ResolvedKernel, target: Target) -> KeyNode:

@@ -90,6 +90,9 @@ FAILURES = (
     Opt("--retry-failed", action="store_true",
         help="compile targets whose failure was recorded for their current key "
              "(otherwise they fail at once)"))
+FULL = Opt("--full", action="store_true",
+           help="key every target from its sources, not from the journal of the last full "
+                "keying (direct mode; see also [build] direct)")
 REMOTE = (
     Opt("--remote", metavar="URL",
         help="shared cache behind the store: redis://HOST:PORT/DB, s3://BUCKET/PREFIX, "
@@ -118,7 +121,7 @@ COMMANDS = (
         *REMOTE,
         Opt("--executor", metavar="local|dask://HOST:PORT", default=None,
             help="where to compile: local processes (default) or a Dask cluster"),
-        *FAILURES,
+        *FAILURES, FULL,
         _loudness("print only failed targets (first line of the error) and the summary"))),
     Command("watch", "project_cmds.cmd_watch",
             "stay resident and rebuild when a project file is saved", (
@@ -148,9 +151,11 @@ COMMANDS = (
             "entries, blobs, bytes, and hits/misses/builds of recent builds", (JSON,)),
     Command("status", "project_cmds.cmd_status",
             "which targets are up-to-date, stale or missing, and why (no compile)", (
-                *TARGETS_AND_ARCH, JSON,
+                *TARGETS_AND_ARCH, JSON, FULL,
                 Opt("--check", action="store_true",
-                    help="exit 1 when a target is stale or missing (pre-commit hooks, CI)"))),
+                    help="exit 1 when a target is stale or missing (pre-commit hooks, CI); "
+                         "also say whether the journal answered (direct) or every target "
+                         "was keyed (full)"))),
     Command("explain", "project_cmds.cmd_explain",
             "which key inputs of a target changed since it was last built",
             (*ONE_TARGET, JSON)),
@@ -160,7 +165,7 @@ COMMANDS = (
                 JSON)),
     Command("keys", "project_cmds.cmd_keys",
             "the current target keys and one digest of them (a CI cache key)",
-            (*TARGETS_AND_ARCH, JSON)),
+            (*TARGETS_AND_ARCH, JSON, FULL)),
     Command("export", "store_cmds.cmd_export",
             "write the current targets' entries and blobs to one archive", (
                 Opt("file", help="archive to write (.tar, or .tar.gz / .tgz for gzip)"),

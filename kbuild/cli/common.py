@@ -83,10 +83,10 @@ def planned(args, read_only: bool = True):
     return project, project.plan(getattr(args, "targets", None), parse_archs(args.arch))
 
 
-def max_size_of(args, project):
+def max_size_of(args, config):
     """--max-size, else the project's [store] max_size (None: no limit); build and gc."""
     from ..store.maintenance import parse_size
 
     if getattr(args, "max_size", None):
         return parse_size(args.max_size)
-    return project.config.max_size
+    return config.max_size

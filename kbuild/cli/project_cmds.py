@@ -19,18 +19,89 @@ from .report import BuildReport
 # -- build and watch ----------------------------------------------------------------------------
 
 def cmd_build(args) -> int:
-    from ..build import default_jobs, parse_archs
-    from ..project import open_project
+    from ..direct import Direct
+    from ..targets import parse_archs
 
-    project = remember(args, open_project(args.config, args.store, read_only=args.read_only))
-    archs = parse_archs(args.arch)
-    max_size = max_size_of(args, project)
-    project.store.remote, executor = _remote_and_executor(args, project)
+    config, store = _light_project(args, read_only=args.read_only)
+    parse_archs(args.arch, check_toolchain=False)  # misspelt: said before anything else
+    max_size = max_size_of(args, config)
+    store.remote, executor = _remote_and_executor(args, config, store)
     if not args.read_only:
-        project.store.check_root()  # before keying imports numba and the project
+        store.check_root()  # before keying imports numba and the project
+        store.claim()  # a folder that is not kbuild's is refused before anything runs
     start = time.perf_counter()
+    direct = Direct(config, store, enabled=not args.full, may_write=not args.read_only)
+    rows = direct.answer(args.targets, args.arch, "fresh", hold=lambda: _shared(store))
+    if rows is not None:
+        return _direct_build(args, direct, config, store, rows, max_size, start)
+    direct.begin_full()
+    return _full_build(args, direct, store, executor, max_size, start)
+
+
+def _light_project(args, read_only: bool):
+    """The project file (architectures checked by their spelling: direct mode imports no
+    toolchain) and the store a command names."""
+    from ..config import default_store, load_config
+    from ..store.local import Store
+
+    config = load_config(args.config, check_toolchain=False)
+    store = Store(default_store(config, args.store), read_only=read_only)
+    args._store = store
+    return config, store
+
+
+def _shared(store):
+    """The store held shared (gc and clean wait) while a no-op checks its entries."""
+    import contextlib
+
+    if store.read_only or not store.exists():
+        return contextlib.nullcontext()
+    return store.shared()
+
+
+def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
+    """A no-op build answered from the journal: every target cached, as a full run says."""
+    from ..build.row import Row
+    from ..store.maintenance import record_build
+
+    selection = _Selection(config, [r.target for r in rows])
+    report = BuildReport(args, selection, store)
+    report.mode = direct.describe()
+    done = []
+    for row in rows:
+        done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
+        report(done[-1], len(done), len(rows))
+    record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus})
+    if max_size is not None and not args.read_only:
+        from ..store.maintenance import gc
+
+        gc(store, max_size, keep=[r.key for r in rows])
+    return report.finish(done, time.perf_counter() - start)
+
+
+class _Selection:
+    """What a report needs of a plan, for rows the journal answered (none failed)."""
+
+    def __init__(self, config, targets):
+        self.config, self.targets = config, targets
+        self.failed, self.kernels = {}, {}
+
+    @property
+    def total(self) -> int:
+        return len(self.targets)
+
+
+def _full_build(args, direct, store, executor, max_size, start) -> int:
+    """Every target keyed from its sources, built if out of date; the journal written."""
+    from ..build import default_jobs, parse_archs
+    from ..config import load_config
+    from ..project import Project
+
+    project = remember(args, Project(load_config(args.config), direct.attach(store)))
+    archs = parse_archs(args.arch)
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, project.store)
+    report.mode = direct.describe()
     try:
         rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
                              executor=executor, **_settings(args, args.jobs or default_jobs()))
@@ -39,7 +110,24 @@ def cmd_build(args) -> int:
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
     if max_size is not None and not args.read_only:
         _evict(project.store, max_size, the_plan)
+    _journal_build(direct, project, the_plan, rows)
+    report.mode = direct.describe()
     return report.finish(rows, time.perf_counter() - start)
+
+
+def _journal_build(direct, project, the_plan, rows) -> None:
+    """The journal of this build: every target's entry, looked up again where it was
+    just built (so it is checked as a later lookup would check it)."""
+    if the_plan.failed or len(rows) != len(the_plan.targets):
+        direct.journal_note = "not written: a target failed"
+        return
+    done = []
+    for target, row in zip(the_plan.targets, rows):
+        if row.status == RowStatus.BUILT and project.fresh_entry(the_plan, target) is None:
+            direct.journal_note = f"not written: {target.label} is not fresh after its build"
+            return
+        done.append((target, row.key, row.status.value))
+    direct.journal_build(done)
 
 
 def _evict(store, max_size: int, the_plan) -> None:
@@ -139,15 +227,18 @@ def _nearest_config(find_config):
         return None
 
 
-def _remote_and_executor(args, project):
+def _remote_and_executor(args, config, store):
     """The remote tier (CLI > env > kbuild.toml) and the executor (None: local) of a build."""
-    from ..execute.distributed import parse_executor
     from ..store.remote import open_remote, remote_settings, remote_timeout
 
-    settings = remote_settings(project.config, url=args.remote, no_remote=args.no_remote,
+    settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,
                                read_only=args.remote_read_only, timeout=args.remote_timeout)
-    executor = parse_executor(args.executor, warnings=project.store.warnings,
-                              timeout=remote_timeout(project.config, args.remote_timeout))
+    executor = None
+    if args.executor not in (None, "", "local"):
+        from ..execute.distributed import parse_executor
+
+        executor = parse_executor(args.executor, warnings=store.warnings,
+                                  timeout=remote_timeout(config, args.remote_timeout))
     return open_remote(settings), executor
 
 
@@ -175,24 +266,60 @@ def cmd_init(args) -> int:
 # -- status and explain -------------------------------------------------------------------------
 
 def cmd_status(args) -> int:
-    from ..build import parse_archs
-    from ..project import open_project
+    from ..direct import Direct
 
-    project = remember(args, open_project(args.config, args.store, read_only=True))
-    archs = parse_archs(args.arch)
-    rows = project.status(args.targets, archs)
+    config, store = _light_project(args, read_only=True)
+    direct = Direct(config, store, enabled=not args.full)
+    found = direct.answer(args.targets, args.arch, "status")
+    if found is None:
+        direct.begin_full()  # before anything imports numba
+    rows = _full_status(args, direct, store) if found is None else [
+        _direct_status_row(r) for r in found]
+    mode = direct.describe()
     if args.json:
         counts = {s.value: sum(r["status"] == s for r in rows) for s in TargetState}
-        print_json({"targets": rows, "summary": counts})
+        print_json({"targets": rows, "summary": counts, "mode": mode})
     else:
         for r in rows:
             # One line per target: a compile error's first line (`explain` shows it all).
             firsts = [reason.splitlines()[0] if reason else reason for reason in r["reasons"]]
             why = f"  ({'; '.join(firsts)})" if firsts else ""
             print(f"{r['status']:10} {r['target']} {r['signature']} {r['arch']}{why}")
+        if args.check:
+            print(f"mode: {mode['used']} ({mode['reason']})")
     wanted = (TargetState.UP_TO_DATE,) if args.check else \
         (TargetState.UP_TO_DATE, TargetState.STALE, TargetState.MISSING)
     return EXIT_OK if all(r["status"] in wanted for r in rows) else EXIT_FAILED
+
+
+def _direct_status_row(found) -> dict:
+    """An up-to-date target's status row, as `Project.status` makes it, from the journal."""
+    from ..keying.launch import launch_json
+
+    target = found.target
+    row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+           "key": found.key}
+    if target.launch is not None:
+        row["launch"] = launch_json(target.launch)
+    row.update(status=TargetState.UP_TO_DATE, reasons=[], built_at=found.built_at,
+               newest=found.newest)
+    return row
+
+
+def _full_status(args, direct, store) -> list[dict]:
+    """Every target keyed from its sources and compared with the store; the journal
+    written."""
+    from ..build import parse_archs
+    from ..config import load_config
+    from ..direct import entry_dirs
+    from ..project import Project
+
+    project = remember(args, Project(load_config(args.config), direct.attach(store)))
+    archs = parse_archs(args.arch)
+    dirs = entry_dirs(store)  # before status reads the history they hold
+    rows = project.status(args.targets, archs)
+    direct.journal_status(rows, dirs)
+    return rows
 
 
 def cmd_explain(args) -> int:
@@ -272,14 +399,18 @@ def cmd_clean(args) -> int:
 
 
 def cmd_keys(args) -> int:
+    from ..direct import Direct
     from ..keying.encode import digest_of
 
-    _, the_plan = planned(args)
-    rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
-             "key": the_plan.keys[t].digest} for t in the_plan.targets]
-    failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
-               "error": str(exc)}
-              for t, exc in the_plan.failed.items()]
+    config, store = _light_project(args, read_only=True)
+    found = Direct(config, store, enabled=not args.full, may_write=False).answer(
+        args.targets, args.arch, "keys")
+    if found is not None:
+        rows = [{"target": r.target.name, "signature": r.target.signature,
+                 "arch": r.target.arch, "key": r.key} for r in found]
+        failed = []
+    else:
+        rows, failed = _planned_keys(args)
     # A digest missing some targets' keys would name a cache that is not the project's.
     combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
     if args.json:
@@ -287,6 +418,16 @@ def cmd_keys(args) -> int:
     else:
         _print_keys(rows, failed, combined)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _planned_keys(args):
+    _, the_plan = planned(args)
+    rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
+             "key": the_plan.keys[t].digest} for t in the_plan.targets]
+    failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
+               "error": str(exc)}
+              for t, exc in the_plan.failed.items()]
+    return rows, failed
 
 
 def _print_keys(rows, failed, combined) -> None:

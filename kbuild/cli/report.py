@@ -40,6 +40,7 @@ class BuildReport:
         self.first_errors: dict = {}  # (kernel, error head) -> label of the row that showed it
         order = [*the_plan.targets, *the_plan.failed]
         self.order = {(t.name, t.signature, t.arch): i for i, t in enumerate(order)}
+        self.mode = None  # {"used": "direct" | "full", "reason": ...}: how targets were keyed
 
     def __call__(self, row, done, total):
         self.rows.append(row)
@@ -72,6 +73,8 @@ class BuildReport:
                 for row in rows:
                     self._print_row(row)
             print(self._summary_line(summary, len(self.order) - len(rows), interrupted))
+            if self.verbose and self.mode:
+                print(f"mode: {self.mode['used']} ({self.mode['reason']})")
         if interrupted:
             return EXIT_INTERRUPTED
         return EXIT_FAILED if summary[RowStatus.FAILED.value] else EXIT_OK
@@ -80,6 +83,8 @@ class BuildReport:
         """The one JSON object of `build --json`."""
         answer = {"targets": [self._json_row(r) for r in rows], "summary": summary,
                   "store": str(self.store.root), "warnings": warnings(self.args)}
+        if self.mode is not None:
+            answer["mode"] = self.mode
         if interrupted:
             answer.update(error="interrupted", exit_code=EXIT_INTERRUPTED)
         return answer

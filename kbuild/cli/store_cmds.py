@@ -18,7 +18,7 @@ def cmd_gc(args) -> int:
     from ..store.maintenance import gc
 
     project = remember(args, open_project(args.config, args.store))
-    max_size = max_size_of(args, project)
+    max_size = max_size_of(args, project.config)
     keep = _current_keys(project)
     result = gc(project.store, max_size, keep)
     result.update(_over_limit(project, max_size, keep, result))

@@ -39,6 +39,7 @@ class Keyer:
         self._memo: dict = {}
         self._stack: list = []
         self.device_functions: list = []  # dispatchers reached as callees, for the compiler
+        self._reached_ids: set = set()  # of `device_functions` (kept alive there), by identity
         self.stable_ids: dict = {}  # py_func -> a number from its identity, for symbol names
         self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
         self._ids_taken: set = set()
@@ -85,8 +86,9 @@ class Keyer:
             # Recursion: refer to the function by name; its content is keyed above.
             return leaf(label, ("recursive", qualified_name(fn.py_func)), "recursive")
         if fn.role is not Role.FUNCTION and label_kind(label) is not LabelKind.KERNEL \
-                and not any(d is obj for d in self.device_functions):
+                and id(obj) not in self._reached_ids:
             self.device_functions.append(obj)
+            self._reached_ids.add(id(obj))
         self._stack.append(fn.py_func)
         try:
             node = self._function_tree(fn, label, where)

@@ -42,6 +42,7 @@ trees.
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass, field
 
 from .encode import digest_of
@@ -155,8 +156,41 @@ class KeyNode:
 
 
 def leaf(label: str, value, text: str) -> KeyNode:
-    """A key input whose content is the encodable `value`."""
-    return KeyNode(label, text, digest_of(("leaf", KEY_SCHEMA, label, value)))
+    """A key input whose content is the encodable `value`.
+
+    Most leaves of a project's keys are the same few (options, toolchain versions, config
+    knobs, constants, the arch): a leaf of plain values is made once per process.
+    """
+    memo_key = _plain(value)
+    if memo_key is None:
+        return KeyNode(label, text, digest_of(("leaf", KEY_SCHEMA, label, value)))
+    memo_key = (label, text, memo_key)
+    node = _LEAVES.get(memo_key)
+    if node is None:
+        if len(_LEAVES) > _LEAVES_MAX:
+            _LEAVES.clear()
+        node = _LEAVES[memo_key] = KeyNode(label, text,
+                                           digest_of(("leaf", KEY_SCHEMA, label, value)))
+    return node
+
+
+_LEAVES: dict = {}
+_LEAVES_MAX = 1 << 16
+_FLOAT = struct.Struct("<d")
+
+
+def _plain(value):
+    """A key for a value of exact plain types that equal keys only for equal encodings
+    (1, 1.0 and True are three keys; floats by their bits), or None."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return kind, value
+    if kind is float:
+        return kind, _FLOAT.pack(value)
+    if kind is tuple and len(value) <= 16:
+        parts = tuple(_plain(v) for v in value)
+        return None if None in parts else (kind, parts)
+    return None
 
 
 def branch(label: str, text: str, children) -> KeyNode:

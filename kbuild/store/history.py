@@ -34,6 +34,11 @@ class Nearest:
         return self.manifest.get("built_at", "")
 
 
+def explained(reasons) -> dict:
+    """Reasons as `status --json` carries them: their messages, and each as data."""
+    return {"reasons": [r.message for r in reasons], "changes": [r.as_json() for r in reasons]}
+
+
 class History:
     """Every target entry of a store by (target, signature, arch), each manifest read once."""
 

@@ -44,8 +44,9 @@ _CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
                  b"# This file is a cache directory tag created by kbuild.\n"
                  b"# For information about cache directory tags see https://bford.info/cachedir/\n")
 _FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
+_RECORD_BYTES = "observation record bytes"  # a `_FACTS` kind: the record itself
 
-__all__ = ["LAYOUT", "MANIFEST_SCHEMA", "CorruptBlob", "Store", "atomic_write",
+__all__ = ["LAYOUT", "MANIFEST_SCHEMA", "CorruptBlob", "Ledger", "Store", "atomic_write",
            "blob_relpath", "entry_relpath", "is_object", "is_output", "is_target"]
 
 
@@ -71,14 +72,44 @@ class CorruptBlob(Exception):
         return f"names {self.state} blob {self.name}" + (f" ({self.detail})" if self.detail else "")
 
 
+LEDGER_FIELDS = ("target", "signature", "arch", "kind", "artifacts", "built_at")
+
+
+class Ledger:
+    """The entries and blobs a store verified (read and checked, or wrote) in this process,
+    each with the identity (`tree.identity`) of the file that held them then: what the
+    journal (`direct`) records, so that a later process that finds the same files can
+    trust them without reading them again.
+
+    `entries`: key -> (store-relative path, identity, digest of the file's bytes, what the
+    manifest says of its target: `LEDGER_FIELDS`); `blobs`: name -> (store-relative path,
+    identity).
+    """
+
+    def __init__(self):
+        self.entries: dict = {}
+        self.blobs: dict = {}
+
+    def entry(self, key: str, info, text: str, manifest: dict) -> None:
+        rel = f"{LAYOUT}/{entry_relpath(key)}"
+        said = {k: manifest[k] for k in LEDGER_FIELDS if k in manifest}
+        self.entries[key] = (rel, tree.identity(info), digest(text.encode("utf-8")), said)
+
+    def blob(self, name: str, info) -> None:
+        if info is not None:
+            self.blobs[name] = (f"{LAYOUT}/{blob_relpath(name)}", tree.identity(info))
+
+
 class Store:
     """One store directory. `warnings` collects problems healed along the way.
 
     `remote` (a `remote.RemoteTier`, set by whoever opens the store for a build) is asked
-    on a local miss and sent every entry this store commits.
+    on a local miss and sent every entry this store commits. `ledger` (a `Ledger`, set by
+    whoever wants one) is told every entry and blob the store verified or wrote.
     """
 
     remote = None
+    ledger: Ledger | None = None
 
     def __init__(self, root, *, read_only: bool = False):
         self.root = Path(root)
@@ -173,6 +204,8 @@ class Store:
         # A damaged copy under the right name is replaced, not trusted by its name.
         if not self._holds(name, len(data)):
             self._write(f"{LAYOUT}/{blob_relpath(name)}", data)
+        if self.ledger is not None:
+            self.ledger.blob(name, tree.lstat(self.root, f"{LAYOUT}/{blob_relpath(name)}"))
         return name
 
     def has_blob(self, name: str) -> bool:
@@ -194,7 +227,7 @@ class Store:
             raise CorruptBlob(str(name)[:40], "not a blob name", "32 hex digits")
         rel = f"{LAYOUT}/{blob_relpath(name)}"
         try:
-            data, _ = tree.read_file(self.root, rel, MAX_BLOB if size is None else size)
+            data, info = tree.read_file(self.root, rel, MAX_BLOB if size is None else size)
         except (FileNotFoundError, NotADirectoryError):
             raise CorruptBlob(name, "missing") from None
         except OSError as exc:
@@ -203,6 +236,8 @@ class Store:
         if digest(data) != name:
             self._remove(rel)
             raise CorruptBlob(name, "corrupt", "its bytes do not match its hash")
+        if self.ledger is not None:
+            self.ledger.blob(name, info)
         return data
 
     def blob_names(self):
@@ -213,18 +248,26 @@ class Store:
                     if HEX32.match(name) and name.startswith(a + b) and _regular(info):
                         yield name
 
+    def read_record(self, name: str, size: int | None = None) -> bytes:
+        """An observation record blob's bytes, verified: read once per process while the
+        file stays the same one (a lookup checks it, and freshness then reads it)."""
+        return self._blob_facts(name, _RECORD_BYTES, size)
+
     def _blob_facts(self, name: str, kind: str, size: int | None):
         """The facts of blob `name` read as `kind`: verified and parsed once per process
         while the file stays the same one (one lstat: its inode, size and mtime)."""
         try:
             info = os.lstat(self.blob_path(name))
-            ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            ident = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         except (OSError, ValueError):
-            ident = None
+            info = ident = None
         known = _FACTS.get((str(self.root), name, kind))
         if ident is None or known is None or known[0] != ident:
-            known = _FACTS[(str(self.root), name, kind)] = (ident, artifact_facts(
-                kind, self._read_verified(name, size)))
+            data = self._read_verified(name, size)
+            known = _FACTS[(str(self.root), name, kind)] = (
+                ident, data if kind == _RECORD_BYTES else artifact_facts(kind, data))
+        elif self.ledger is not None:
+            self.ledger.blob(name, info)
         return known[1]
 
     def _holds(self, name: str, size: int) -> bool:
@@ -256,9 +299,10 @@ class Store:
     def _lookup_local(self, key: str, expect: dict | None) -> dict | None:
         """The entry file is read and checked; its blobs are hashed and their facts read
         (once per process each): a `cached` row is what CI trusts."""
-        text = self._read_entry_file(key)
-        if text is None:
+        found = self._read_entry(key)
+        if found is None:
             return None
+        text, info = found
         manifest = self._validated(key, text, expect)
         if manifest is None:
             return None
@@ -271,6 +315,14 @@ class Store:
             self.remove_entry(key)
             return None
         self._touch(key)
+        if self.ledger is not None:
+            # Its identity after the touch: the file is the one read, its time is ours.
+            try:
+                after = os.lstat(self.entry_path(key))
+            except OSError:
+                after = None
+            if after is not None and after.st_ino == info.st_ino and after.st_size == info.st_size:
+                self.ledger.entry(key, after, text, manifest)
         return manifest
 
     def artifacts_problem(self, manifest: dict, blobs: dict | None = None) -> str | None:
@@ -303,7 +355,7 @@ class Store:
         JSON), else None; what it says is checked by whoever reads it (build.fresh_entry)."""
         try:
             data = blobs[name] if blobs is not None and name in blobs \
-                else self._read_verified(name, size)
+                else self.read_record(name, size)
             record = load_json(data.decode("utf-8"), "observation record")
         except CorruptBlob as exc:
             return exc.named_by_entry()
@@ -336,6 +388,10 @@ class Store:
         manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key, sizes=sizes)
         text = json.dumps(manifest, sort_keys=True, indent=1)
         self._write(f"{LAYOUT}/{entry_relpath(key)}", text.encode())
+        if self.ledger is not None:
+            info = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
+            if info is not None:
+                self.ledger.entry(key, info, text, manifest)
         if push and self.remote is not None:
             self.remote.push(self, key, text)
 
@@ -406,12 +462,17 @@ class Store:
         self.damage[key] = problem
 
     def _read_entry_file(self, key: str) -> str | None:
+        found = self._read_entry(key)
+        return None if found is None else found[0]
+
+    def _read_entry(self, key: str):
+        """(text, stat) of entry `key`'s file, or None (absent; damaged ones are removed)."""
         if not HEX32.match(key):
             return None
         try:
-            data, _ = tree.read_file(self.root, f"{LAYOUT}/{entry_relpath(key)}",
-                                     4 << 20)
-            return data.decode("utf-8")
+            data, info = tree.read_file(self.root, f"{LAYOUT}/{entry_relpath(key)}",
+                                        4 << 20)
+            return data.decode("utf-8"), info
         except (FileNotFoundError, NotADirectoryError):
             return None
         except tree.NotPlain as exc:

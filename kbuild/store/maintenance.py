@@ -19,7 +19,7 @@ import time
 
 from ..errors import ConfigError
 from ..model import RowStatus
-from . import facts, failures, tree
+from . import facts, failures, journal, tree
 from .local import LAYOUT, Store, is_object, is_output
 from .manifest import EntryProblem, load_json
 
@@ -90,12 +90,15 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
                         store.remove_entry(record)
     temp = _remove_stale_temp(store)
     removed_facts = facts.prune(store)
+    removed_journals = journal.prune(store.root, facts.FACTS_MAX_AGE) if not store.read_only \
+        else 0
     failed = failures.prune(store, FAILURE_MAX_AGE)
     _remove_old_index(store)
     blobs, size = store.size()
     return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
             "removed_blobs": orphans, "freed_bytes": freed, "removed_temp_files": temp,
-            "removed_facts": removed_facts, "removed_failures": failed, "blobs": blobs, "bytes": size}
+            "removed_facts": removed_facts, "removed_journals": removed_journals,
+            "removed_failures": failed, "blobs": blobs, "bytes": size}
 
 
 def _linked_objects(manifest: dict) -> list:
