@@ -127,6 +127,18 @@ def test_two_block_sizes_get_two_binaries(program, tmp_path):
               if name == "app_kernels:block_kernel"}
     assert built == served
 
+    # The journal that build wrote answers a no-op for each launch configuration apart.
+    again = kbuild(root, "build", "--json", "--store", str(aot))
+    assert again.returncode == 0, again.stdout + again.stderr
+    again = json.loads(again.stdout)
+    assert again["mode"]["used"] == "direct", again["mode"]
+    assert [(r["launch"], r["key"], r["status"]) for r in again["targets"]] == \
+        [(r["launch"], r["key"], "cached") for r in rows]
+    status = kbuild(root, "status", "--json", "--store", str(aot))
+    status = json.loads(status.stdout)
+    assert [(r["launch"], r["key"], r["status"]) for r in status["targets"]] == \
+        [(r["launch"], r["key"], "up-to-date") for r in rows], status["mode"]
+
 
 @pytest.mark.parametrize("launch, message", [
     ("[{grid = 1}]", "has no 'block'"),

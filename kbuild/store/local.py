@@ -72,7 +72,7 @@ class CorruptBlob(Exception):
         return f"names {self.state} blob {self.name}" + (f" ({self.detail})" if self.detail else "")
 
 
-LEDGER_FIELDS = ("target", "signature", "arch", "kind", "artifacts", "built_at")
+LEDGER_FIELDS = ("target", "signature", "arch", "launch", "kind", "artifacts", "built_at")
 
 
 class Ledger:
