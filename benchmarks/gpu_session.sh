@@ -27,3 +27,5 @@ timeout 150 python3 benchmarks/launch.py --out "$OUT/launch.json" 2>&1 | tail -3
 echo "== zero-config benchmark"
 timeout 120 python3 benchmarks/zeroconfig.py --kernels 16 --repeats 3 \
     --out "$OUT/zeroconfig.json" 2>&1 | tail -20
+echo "== cold builds at -j1..-j16 (N=512)"
+timeout 280 python3 benchmarks/jobs.py --n 512 --jobs 1,2,4,8,16 --out "$OUT/jobs.json" 2>&1 | tail -10
