@@ -57,7 +57,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kbuild"
 # may import its own tier and every tier below; nothing above. "__init__" is the package's
 # own kbuild/__init__.py, "__main__" kbuild/__main__.py.
 LAYERS = (
-    ("core", [{"errors", "model"}]),
+    ("core", [{"errors", "model", "environ"}]),
     ("keying", [{"keying"}]),
     ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"sources"}, {"config"},
                   {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"targets"},
@@ -524,9 +524,9 @@ def test_the_layers_forbid_the_arrows_that_once_made_cycles():
     assert {part for _, layer_tiers in LAYERS for t in layer_tiers for part in t} == set(ranks)
     for source, target in ONCE_CYCLES:
         assert ranks[target][0] > ranks[source][0], (source, target)
-    assert all(ranks["keying"][0] > ranks[p][0] for p in ("errors", "model"))
+    assert all(ranks["keying"][0] > ranks[p][0] for p in ("errors", "model", "environ"))
     assert all(ranks["keying"][0] < rank for part, (rank, _) in ranks.items()
-               if part not in ("errors", "model", "keying"))
+               if part not in ("errors", "model", "environ", "keying"))
 
 
 # -- the checker itself, on packages made here ------------------------------------------------

@@ -39,10 +39,10 @@ import sys
 import sysconfig
 import tempfile
 import types as pytypes
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..environ import WatchedEnviron
 from ..errors import CHANGED_AFTER_IMPORT, KeyingError
 from ..keying.keyer import Keyer, qualified_name
 from ..keying.references import function_def
@@ -266,7 +266,7 @@ def _file_name(path, root) -> str | None:
     return real
 
 
-_PLUMBING = frozenset({"os", "_collections_abc", __name__})
+_PLUMBING = frozenset({"os", "_collections_abc", __name__, WatchedEnviron.__module__})
 
 
 # -- hooks ------------------------------------------------------------------------
@@ -403,53 +403,18 @@ def _wrapped(cls, name: str, wrap):
 _ABSENT = object()
 
 
-class _RecordingEnviron(MutableMapping):
-    """`os.environ` that records each variable read by name (iteration reads no one name)."""
+class _RecordingEnviron(WatchedEnviron):
+    """`os.environ` that records each variable read by name (copying or scanning the
+    environment, as numba's config reload and subprocess do, reads no one name: only
+    named reads are dependencies)."""
 
     def __init__(self, environ, observer):
-        self._environ, self._observer = environ, observer
+        super().__init__(environ)
+        self._observer = observer
 
-    def _read(self, name) -> None:
+    def read(self, name) -> None:
         if self._observer.read_by_project():
             self._observer.add(Kind.ENV, str(name))
-
-    def __getitem__(self, name):
-        self._read(name)
-        return self._environ[name]
-
-    def __contains__(self, name):
-        self._read(name)
-        return name in self._environ
-
-    def get(self, name, default=None):
-        self._read(name)
-        return self._environ.get(name, default)
-
-    def __setitem__(self, name, value):
-        self._environ[name] = value
-
-    def __delitem__(self, name):
-        del self._environ[name]
-
-    def __iter__(self):
-        return iter(self._environ)
-
-    def __len__(self):
-        return len(self._environ)
-
-    def copy(self):
-        return self._environ.copy()
-
-    # Copying or scanning the environment (numba's config reload, subprocess) reads no
-    # one variable by name: only named reads are dependencies.
-    def keys(self):
-        return self._environ.keys()
-
-    def items(self):
-        return self._environ.items()
-
-    def values(self):
-        return self._environ.values()
 
 
 @contextlib.contextmanager

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import MutableMapping
 
+from ..environ import WatchedEnviron
 from ..keying.encode import digest
 
 # Environment variables read by C code or by the toolchain's set-up (which library is
@@ -187,54 +187,17 @@ def _reads(mode, flags) -> bool:
 _UNSET = object()
 
 
-class _RecordingEnviron(MutableMapping):
+class _RecordingEnviron(WatchedEnviron):
     """`os.environ`, noting each variable read by name (scans and copies read no one
     variable: the watched ones are journaled as a whole)."""
 
     def __init__(self, environ, recorder: Recorder):
-        self._environ, self.recorder = environ, recorder
+        super().__init__(environ)
+        self.recorder = recorder
 
-    def _seen(self, name) -> None:
+    def read(self, name) -> None:
         if name not in self.recorder.env:
             self.recorder.read_env(name, self._environ.get(name))
 
-    def __getitem__(self, name):
-        self._seen(name)
-        return self._environ[name]
-
-    def __contains__(self, name):
-        self._seen(name)
-        return name in self._environ
-
-    def get(self, name, default=None):
-        self._seen(name)
-        return self._environ.get(name, default)
-
-    def __setitem__(self, name, value):
-        self._seen(name)  # the value before this process set it is what the next one sees
-        self._environ[name] = value
-
-    def __delitem__(self, name):
-        self._seen(name)
-        del self._environ[name]
-
-    def __iter__(self):
-        return iter(self._environ)
-
-    def __len__(self):
-        return len(self._environ)
-
-    def copy(self):
-        return self._environ.copy()
-
-    def keys(self):
-        return self._environ.keys()
-
-    def items(self):
-        return self._environ.items()
-
-    def values(self):
-        return self._environ.values()
-
-    def __repr__(self):
-        return repr(self._environ)
+    # The value before this process set it is what the next one sees.
+    written = read
