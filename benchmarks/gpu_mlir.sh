@@ -14,6 +14,9 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 python3 -m kbuild --version
 echo "== numba-cuda-mlir launches"
 timeout 300 python3 benchmarks/launch_mlir.py --out "$OUT/launch_mlir.json" 2>&1 | tail -60
+echo "== kbuild.enable() serving numba-cuda-mlir kernels on the device"
+KBUILD_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -n 0 -o addopts="" \
+    -m gpu tests/test_zeroconf_mlir.py 2>&1 | tail -15
 echo "== numba-cuda-mlir backend tests (on a machine with a driver)"
 timeout 240 python3 -m pytest -q -p no:cacheprovider -n 4 -o addopts="" -m "not gpu" \
     tests/test_mlir_backend.py 2>&1 | tail -15

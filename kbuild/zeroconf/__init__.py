@@ -10,13 +10,16 @@ what happens at each compile and `settings` for where the store is.
 
 from __future__ import annotations
 
+import sys
+
 __all__ = ["ZeroConfigWarning", "current", "disable", "enable"]
 
 _current = {"session": None}
 
 
 def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, record=None):
-    """From now on every numba-cuda `@cuda.jit` kernel this process compiles comes from
+    """From now on every `@cuda.jit` kernel this process compiles (numba-cuda's, and
+    numba-cuda-mlir's once the program imports it) comes from
     kbuild's store: keyed as `kbuild build` keys a declared target, looked up (and in the
     remote), else compiled by kbuild and stored (`on_miss="build"`, the default), else
     an error (`"error"`) or numba's own compile, not stored (`"jit"`).
@@ -36,14 +39,32 @@ def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, re
     session = Session(found)
     from ..backend.compiler import simulating
 
+    _current["session"] = session
     if simulating():
         _enable_simulated(session)
     else:
         from ..backend import dispatch
+        from .afterimport import after_import
 
         dispatch.install(session)
-    _current["session"] = session
+        # numba-cuda-mlir's dispatchers too, once (if ever) the program imports it.
+        after_import("numba_cuda_mlir", _serve_mlir)
     return session
+
+
+def _serve_mlir() -> None:
+    """Run right after the program imports numba-cuda-mlir: its kernels are served too.
+    Whatever goes wrong here is a warning: the program's import must go on."""
+    session = _current["session"]
+    if session is None:
+        return
+    try:
+        from ..backend.mlir import dispatch as mlir_dispatch
+
+        mlir_dispatch.install(session)
+    except Exception as exc:  # noqa: BLE001 - numba-cuda-mlir then compiles on its own
+        session.warn(f"kbuild: numba-cuda-mlir kernels are compiled by numba-cuda-mlir, "
+                     f"not cached: {type(exc).__name__}: {exc}")
 
 
 def _enable_simulated(session) -> None:
@@ -61,6 +82,9 @@ def disable() -> None:
 
     dispatch.uninstall()
     dispatch.uninstall_recorder()
+    mlir_dispatch = sys.modules.get("kbuild.backend.mlir.dispatch")
+    if mlir_dispatch is not None:
+        mlir_dispatch.uninstall()
     _current["session"] = None
 
 

@@ -133,19 +133,20 @@ class Session:
 
         name = naming.target_name(request.py_func, self.declared)
         module = sys.modules.get(request.py_func.__module__)
-        text = self._declared_text(name, request.argtypes, module) or \
-            sigtext.checked_text(request.argtypes, module) or \
+        backend = _backend_of(request.dispatcher)
+        text = self._declared_text(name, request.argtypes, module, backend) or \
+            sigtext.checked_text(request.argtypes, module, backend) or \
             sigtext.text(request.argtypes) or \
             "void(" + ", ".join(str(t) for t in request.argtypes) + ")"
         return name, text
 
-    def _declared_text(self, name, argtypes, module):
+    def _declared_text(self, name, argtypes, module, backend):
         """The project file's own text for these types, if it declares them for `name`:
         the entry it builds names that text."""
         from .sigtext import matching_text
 
         spec = self.declared.get(name)
-        return matching_text(spec.signatures, argtypes, module) if spec else None
+        return matching_text(spec.signatures, argtypes, module, backend) if spec else None
 
     def _serve(self, request, name: str, text: str):
         from ..build import current_digests
@@ -177,8 +178,10 @@ class Session:
         from ..discover import ResolvedKernel, Target
 
         archs = (device_arch,) + tuple(a for a in self.settings.archs if a != device_arch)
-        spec = KernelSpec(name, (text,), archs)
-        resolved = ResolvedKernel(spec, request.dispatcher, {text: tuple(request.argtypes)})
+        backend = _backend_of(request.dispatcher)
+        spec = KernelSpec(name, (text,), archs, backend=backend.name)
+        resolved = ResolvedKernel(spec, request.dispatcher, {text: tuple(request.argtypes)},
+                                  backend=backend)
         keyer = new_keyer(self.config, sources=self.sources)
         targets = [Target(name, text, arch) for arch in archs]
         keys = {t: target_key(keyer, resolved, t) for t in targets}
@@ -349,11 +352,19 @@ class Session:
 
         blob = manifest["artifacts"]["cubin"]
         binary = self.store.read_blob(blob)
+        launching = plan.kernels[served.name].backend.launcher()
+        if hasattr(launching, "cached_result"):  # numba-cuda-mlir: its dispatcher loads it
+            kernel = launching.cached_result(request.dispatcher, request.argtypes, binary,
+                                             manifest["entry"], bool(manifest.get("cooperative")))
+            return self._handed_over(kernel, served, plan)
         kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
                                 arch_cc(device_arch), request.options, py_func=request.py_func)
         kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
         if served.launch is not None:
             dispatch.mark_sensitive(kernel)
+        return self._handed_over(kernel, served, plan)
+
+    def _handed_over(self, kernel, served, plan):
         self.counts["served"] += 1
         self.served.append((served.name, served.signature, served.arch,
                             plan.keys[served].digest))
@@ -408,6 +419,13 @@ def _check_source(py_func) -> None:
     if module is None or not getattr(module, "__file__", None) or not os.path.isfile(filename):
         raise KeyingError(f"it has no source file ({filename}: made with exec, or at an "
                           "interactive prompt); define it in a module")
+
+
+def _backend_of(dispatcher):
+    """The backend whose dispatcher this is (numba-cuda's when it is no other's)."""
+    from ..backend.backends import DEFAULT, get, of_object
+
+    return of_object(dispatcher) or get(DEFAULT)
 
 
 def _launch_target(plan, target, launch):

@@ -9,7 +9,10 @@ returns a text that evaluates, in that namespace, to exactly the types it came f
 
 from __future__ import annotations
 
-from numba.core import types
+import functools
+from types import SimpleNamespace
+
+from numba.core import types as numba_types
 
 
 def text(argtypes, namespace=None) -> str | None:
@@ -21,53 +24,74 @@ def text(argtypes, namespace=None) -> str | None:
         return None
 
 
-def checked_text(argtypes, module) -> str | None:
-    """`text()`, when it evaluates in `module`'s signature namespace back to `argtypes`."""
-    from ..discover import signature_namespace
-    from numba.core import sigutils
-
-    namespace = signature_namespace(module) if module is not None else dict(vars(types))
+def checked_text(argtypes, module, backend=None) -> str | None:
+    """`text()`, when it evaluates in `module`'s signature namespace (of `backend`, default
+    numba-cuda) back to `argtypes`."""
     found = text(argtypes, {k: v for k, v in (vars(module) if module else {}).items()})
     if found is None:
         return None
-    try:
-        parsed, _ = sigutils.normalize_signature(
-            eval(found, {"__builtins__": {}}, namespace))  # noqa: S307 - our own text
-    except Exception:  # noqa: BLE001 - not evaluable: not written
-        return None
-    return found if tuple(parsed) == tuple(argtypes) else None
+    return found if _parsed(found, module, backend) == tuple(argtypes) else None
 
 
-def matching_text(texts, argtypes, module) -> str | None:
+def matching_text(texts, argtypes, module, backend=None) -> str | None:
     """The first of `texts` (signatures as a project file writes them) that evaluates, in
     `module`'s signature namespace, to exactly `argtypes`; None."""
-    from ..discover import signature_namespace
-    from numba.core import sigutils
-
     if module is None:
         return None
-    namespace = signature_namespace(module)
     for candidate in texts:
-        try:
-            parsed, _ = sigutils.normalize_signature(
-                eval(candidate, {"__builtins__": {}}, namespace))  # noqa: S307 - numba's format
-        except Exception:  # noqa: BLE001 - a bad declared signature is kbuild build's to report
-            continue
-        if tuple(parsed) == tuple(argtypes):
+        if _parsed(candidate, module, backend) == tuple(argtypes):
             return candidate
     return None
+
+
+def _parsed(signature: str, module, backend):
+    """The argument types `signature` names for a kernel of `module`, as `kbuild build`
+    parses it (the backend's types, the module's globals), or None."""
+    if backend is None:
+        from ..backend.backends import DEFAULT, get
+
+        backend = get(DEFAULT)
+    try:
+        if module is None:
+            argtypes, _ = backend.parse_signature(signature, _NO_MODULE)
+        else:
+            argtypes, _ = backend.parse_signature(signature, module)
+    except Exception:  # noqa: BLE001 - not evaluable: not written, or not this one
+        return None
+    return tuple(argtypes)
+
+
+class _NoModule:
+    """A module with no globals (a kernel whose module is gone)."""
+
+
+_NO_MODULE = _NoModule()
 
 
 class _Unspellable(Exception):
     pass
 
 
-_SCALARS = {types.boolean: "boolean"}
+def _types_of(t):
+    """The vocabulary `t` is of (numba-cuda's types, or numba-cuda-mlir's vendored copy):
+    its backend's signature namespace, with `from_dtype`."""
+    from ..backend.backends import of_object
+
+    backend = of_object(t)
+    return numba_types if backend is None else _vocabulary(backend.name)
+
+
+@functools.cache
+def _vocabulary(backend_name: str):
+    from ..backend.backends import get
+
+    return SimpleNamespace(**get(backend_name).signature_namespace(_NO_MODULE))
 
 
 def _type(t, namespace: dict) -> str:
-    if t in _SCALARS:
-        return _SCALARS[t]
+    types = _types_of(t)
+    if t == types.boolean:
+        return "boolean"
     if isinstance(t, (types.Integer, types.Float, types.Complex)):
         return str(t)
     if isinstance(t, types.Array):
@@ -114,6 +138,10 @@ def _global_name(namespace: dict, matches) -> str:
 
 def _is_dtype_of(value, record) -> bool:
     import numpy as np
-    from numba import from_dtype
 
+    vocabulary = _types_of(record)
+    if vocabulary is numba_types:
+        from numba import from_dtype
+    else:
+        from_dtype = vocabulary.from_dtype
     return isinstance(value, np.dtype) and from_dtype(value) == record

@@ -8,6 +8,7 @@
 | `objects` | its objects as keying sees them (`ObjectModel`) |
 | `toolchain` | its versions and code-changing knobs, for the key |
 | `packing`, `launching` | its kernel ABI and launches from the store; `install()` |
+| `dispatch` | its dispatchers served from the store under `kbuild.enable()` |
 
 Installed with `pip install "kbuild[mlir]"`; without it, importing this says so.
 """

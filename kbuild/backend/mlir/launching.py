@@ -28,7 +28,7 @@ from .packing import field_maker
 
 __all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "core_stream", "load",
            "StoredKernel", "NumbaKernel", "needs_numba_kernel", "device_arch", "current_device",
-           "install"]
+           "install", "cached_result"]
 
 
 def argument_types(args, kinds) -> tuple:
@@ -77,17 +77,24 @@ def install(dispatcher, found, argtypes, device_cc: tuple, options: dict) -> Non
     """Hand a stored kernel (`found`: launch.Found) to the user's MLIRDispatcher as its
     compiled overload for `argtypes`: its launcher then loads this cubin. PTX (built for
     an older arch) is linked into a cubin for the device first, by nvJitLink."""
-    from numba_cuda_mlir.caching import CachedCompileResult
     from numba_cuda_mlir.compiler import CompileResult
-    from numba_cuda_mlir.numba_cuda import types, typing
 
     from ..loader import link_ptx
 
     cooperative = bool(found.manifest.get("cooperative"))
     cubin = found.binary if found.kind == "cubin" else \
         link_ptx(found.binary, device_cc, found.links, cooperative)
-    meta = {"cubin": cubin, "func_name": found.manifest["entry"], "ptx": None,
+    result = cached_result(dispatcher, argtypes, cubin, found.manifest["entry"], cooperative)
+    dispatcher.overloads[tuple(argtypes)] = CompileResult(result)
+
+
+def cached_result(dispatcher, argtypes, cubin: bytes, entry: str, cooperative: bool):
+    """A stored cubin as numba-cuda-mlir's own cache gives a kernel back (a
+    `CachedCompileResult`): what its dispatcher publishes as an overload and launches."""
+    from numba_cuda_mlir.caching import CachedCompileResult
+    from numba_cuda_mlir.numba_cuda import types, typing
+
+    meta = {"cubin": cubin, "func_name": entry, "ptx": None,
             "targetoptions": dict(dispatcher.targetoptions), "gpu_target": None,
             "use_cooperative": cooperative}
-    result = CachedCompileResult(typing.signature(types.none, *argtypes), meta)
-    dispatcher.overloads[tuple(argtypes)] = CompileResult(result)
+    return CachedCompileResult(typing.signature(types.none, *argtypes), meta)
