@@ -224,3 +224,60 @@ def test_located_binaries_load_and_run_on_a_device(checkouts, tmp_path):
             assert str(other) not in path and not PLACEHOLDER.search(path)
         assert any(os.path.normpath(p).startswith(str(project)) for p in found["files"]) \
             or not found["files"]
+
+
+# Under `kbuild.enable()`: a lineinfo kernel served from the store is loaded naming this
+# program's files, both when it was just built and from a later process.
+SERVED = '''
+import json, os, sys
+sys.path.insert(0, os.path.join(os.getcwd(), "src"))
+import numpy as np
+import kbuild
+from kbuild.backend import compiler, fakedriver
+
+loaded = []
+with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 0)):
+    load = fake.load_kernel
+    def loading(binary, kind, entry):
+        loaded.append(binary.encode() if isinstance(binary, str) else bytes(binary))
+        return load(binary, kind, entry)
+    fake.load_kernel = loading
+    from kbuild.backend import driver
+    driver.load_kernel = loading
+    from numba.cuda import dispatcher
+    dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
+    session = kbuild.enable(store=sys.argv[1], archs=["sm_80"])
+    import lined
+    lined.k_lined[1, 4](fakedriver.device_array(np.arange(4, dtype=np.float32)))
+print(json.dumps({"counts": dict(session.counts), "blobs": [b.hex() for b in loaded]}))
+'''
+
+LINED = '''from numba import cuda
+
+
+@cuda.jit(lineinfo=True)
+def k_lined(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] * 2.0
+'''
+
+
+def test_a_served_lineinfo_kernel_names_the_programs_own_files(tmp_path):
+    store = tmp_path / "store"
+    for n, name in enumerate(("first", "second")):
+        program = tmp_path / name
+        (program / "src").mkdir(parents=True)
+        (program / "src" / "lined.py").write_text(LINED)
+        (program / "kbuild.toml").write_text(
+            f'[project]\nname = "lined"\npaths = ["src"]\narch = ["sm_80"]\n')
+        done = run(str(store), cwd=program, home=tmp_path / "home", launcher=("-c", SERVED))
+        assert done.returncode == 0, done.stdout + done.stderr
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        assert found["counts"] == ({"built": 1, "served": 1} if n == 0
+                                   else {"hits": 1, "served": 1}), found["counts"]
+        binary = bytes.fromhex(found["blobs"][-1])
+        assert str(program / "src").encode() in binary  # this program's folder, padded
+        assert not PLACEHOLDER.search(binary.decode("latin-1"))
+        other = tmp_path / ("second" if name == "first" else "first")
+        assert str(other).encode() not in binary
