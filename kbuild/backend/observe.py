@@ -94,7 +94,9 @@ class Observer:
         self._templates: dict = {}
         self._lowered: dict = {}
         self._models: dict = {}
-        self._selectors: dict = {}  # id(OverloadSelector) -> "function KEY" / ... / ""
+        # id(OverloadSelector) -> ("function KEY" / ... / "", its key, the selector: kept, so
+        # no id is reused while it names another): a look-up memo, never part of a key.
+        self._selectors: dict = {}
 
     def _is_static(self, func) -> bool:
         try:
@@ -224,13 +226,13 @@ def _selector_name(names: dict, selector, impl) -> str:
                             ("_setattrs", "setattr")):
             for key, found in list(getattr(context, table, {}).items()):
                 name = registrations.attr_name(key) if kind != "function" else key_name(key)
-                names[id(found)] = (f"{kind} {name}" if name else "", key)
+                names[id(found)] = (f"{kind} {name}" if name else "", key, found)
         for table, kind in (("_casts", "cast"), ("_get_constants", "constant")):
             found = getattr(context, table, None)
             if found is not None:
-                names[id(found)] = (kind, None)
-        names.setdefault(id(selector), ("", None))  # another context's: not looked up again
-    name, key = names[id(selector)]
+                names[id(found)] = (kind, None, found)
+        names.setdefault(id(selector), ("", None, selector))  # another context's: not again
+    name, key, _ = names[id(selector)]
     return "" if key is impl else name
 
 
