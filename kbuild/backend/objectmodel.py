@@ -55,19 +55,10 @@ class NumbaCudaObjects:
                                 tuple(extern_link_files(value)))
 
     def record_of(self, value):
-        if not isinstance(value, nbtypes.Type):
-            return None
-        record = value if isinstance(value, nbtypes.Record) else getattr(value, "dtype", None)
-        return record if isinstance(record, nbtypes.Record) else None
+        return record_in(value, nbtypes)
 
     def linked_item(self, item) -> str | LinkedCode | None:
-        path = item if isinstance(item, str) else getattr(item, "path", None)
-        if isinstance(path, str):
-            return path
-        data = getattr(item, "data", None)  # numba-cuda's LinkableCode: PTXSource, Cubin, ...
-        if isinstance(data, (bytes, str)):
-            return LinkedCode(type(item).__name__, data)
-        return None
+        return linked_item(item)
 
     def overloads_of(self, func) -> list:
         from .registry import overload_implementations
@@ -99,3 +90,26 @@ class NumbaCudaObjects:
 
 
 NUMBA_CUDA = NumbaCudaObjects()
+
+
+# -- shared with numba-cuda-mlir's object model (its types are a vendored copy) ---------------
+
+def record_in(value, types_module):
+    """The record type `value` is or holds (an array of records: its dtype), in
+    `types_module`'s vocabulary, or None."""
+    if not isinstance(value, types_module.Type):
+        return None
+    record = value if isinstance(value, types_module.Record) else getattr(value, "dtype", None)
+    return record if isinstance(record, types_module.Record) else None
+
+
+def linked_item(item) -> str | LinkedCode | None:
+    """A `link=` item: a file's path, or code given inline (numba-cuda's LinkableCode:
+    PTXSource, Cubin, ...; numba-cuda-mlir's cuda.LTOIR, CUSource, ...) by its kind and bytes."""
+    path = item if isinstance(item, str) else getattr(item, "path", None)
+    if isinstance(path, str):
+        return path
+    data = getattr(item, "data", None)
+    if isinstance(data, (bytes, str)):
+        return LinkedCode(type(item).__name__, data)
+    return None

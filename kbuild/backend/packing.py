@@ -103,7 +103,7 @@ def _array_fields(kind, itemsize):
     if category == "device":
         return lambda a, s, r: _device_array_fields(a, itemsize)
     if category == "cai":
-        return lambda a, s, r: _cai_fields(a, itemsize)
+        return lambda a, s, r: cai_fields(a, itemsize)
     if category == "dlpack":
         return lambda a, s, r: view_fields(driver.array_view(a, s), itemsize)
     # host arrays, cuda.In/Out/InOut and anything else numba knows how to copy
@@ -120,12 +120,15 @@ def view_fields(view, itemsize) -> tuple:
     return (0, 0, view.size, itemsize, view.ptr, *shape, *strides)
 
 
-def _cai_fields(a, itemsize) -> tuple:
+def cai_fields(a, itemsize, sync_foreign_streams=None) -> tuple:
+    """numba's array parameters of a `__cuda_array_interface__` object, after waiting on
+    the stream it names when the compiler's config says to (`sync_foreign_streams()`:
+    default numba-cuda's CUDA_ARRAY_INTERFACE_SYNC)."""
     desc = a.__cuda_array_interface__
     if desc.get("mask") is not None:
         raise NotImplementedError("masked __cuda_array_interface__ arrays are not supported")
     foreign = desc.get("stream")
-    if foreign is not None and _cai_sync():
+    if foreign is not None and (sync_foreign_streams or _cai_sync)():
         driver.sync_stream(foreign)
     shape = tuple(desc["shape"])
     strides = desc.get("strides") or contiguous_strides(shape, itemsize, "C")

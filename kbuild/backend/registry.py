@@ -17,17 +17,19 @@ def registries() -> list:
     return [getattr(m, "builtin_registry", None) for m in (core_templates, cuda_templates)]
 
 
-def known_to_numba(value) -> bool:
+def known_to_numba(value, among=None) -> bool:
     """Whether `value` is registered as a global with numba's typing (`@type_callable`,
-    `@overload`, a structref constructor, ...): then compiled code can use it."""
-    return any(key is value for registry in registries()
+    `@overload`, a structref constructor, ...): then compiled code can use it. `among`:
+    the typing registries to look in (default numba-cuda's, `registries()`)."""
+    return any(key is value for registry in (registries() if among is None else among)
                for key, _ in getattr(registry, "globals", ()))
 
 
-def overload_implementations(func) -> list:
-    """The functions registered with numba's `@overload(func)`, generic and CUDA targets."""
+def overload_implementations(func, among=None) -> list:
+    """The functions registered with numba's `@overload(func)`, generic and CUDA targets
+    (or in the typing registries `among`)."""
     found = []
-    for registry in registries():
+    for registry in (registries() if among is None else among):
         for key, fntype in getattr(registry, "globals", ()):
             if key is not func:
                 continue

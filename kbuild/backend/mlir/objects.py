@@ -20,6 +20,8 @@ from numba_cuda_mlir.descriptor import MLIRDispatcher
 from numba_cuda_mlir.numba_cuda import types as mtypes
 
 from ...keying.interfaces import DeclaredFunction, Function, LinkedCode, Role
+from ..objectmodel import linked_item, record_in
+from ..registry import known_to_numba, overload_implementations
 
 # Options that never change the compiled code: caching, dumps and traces, and the arch
 # (kbuild compiles every target for its own arch; `chip` is what the decorator's `cc`
@@ -76,34 +78,16 @@ class MlirObjects:
         return DeclaredFunction(value.name, tuple(sig.args), sig.return_type, str(sig), paths)
 
     def record_of(self, value):
-        if not isinstance(value, mtypes.Type):
-            return None
-        record = value if isinstance(value, mtypes.Record) else getattr(value, "dtype", None)
-        return record if isinstance(record, mtypes.Record) else None
+        return record_in(value, mtypes)
 
     def linked_item(self, item) -> str | LinkedCode | None:
-        path = item if isinstance(item, str) else getattr(item, "path", None)
-        if isinstance(path, str):
-            return path
-        data = getattr(item, "data", None)  # cuda.LTOIR, cuda.PTXSource, cuda.CUSource, ...
-        if isinstance(data, (bytes, str)):
-            return LinkedCode(type(item).__name__, data)
-        return None
+        return linked_item(item)
 
     def overloads_of(self, func) -> list:
-        found = []
-        for registry in registries():
-            for key, fntype in registry.globals:
-                if key is not func:
-                    continue
-                for template in getattr(fntype, "templates", ()):
-                    impl = getattr(template, "_overload_func", None)
-                    if isinstance(impl, pytypes.FunctionType) and not any(impl is f for f in found):
-                        found.append(impl)
-        return found
+        return overload_implementations(func, among=registries())
 
     def known_to_compiler(self, value) -> bool:
-        return any(key is value for registry in registries() for key, _ in registry.globals)
+        return known_to_numba(value, among=registries())
 
     def named_form(self, value) -> tuple | None:
         if isinstance(value, MLIRDispatcher):

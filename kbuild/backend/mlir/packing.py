@@ -23,8 +23,7 @@ import ctypes
 import numpy as np
 
 from .. import driver
-from ..kinds import contiguous_strides
-from ..packing import tuple_fields, view_fields
+from ..packing import cai_fields, tuple_fields, view_fields
 
 
 def field_maker(ty, kind):
@@ -68,7 +67,7 @@ def _memref_maker(kind, itemsize: int):
     if category == "device":  # a numba-cuda device array: its descriptor kept on it
         return lambda a, s, r: _device_memref(a, itemsize)
     if category == "cai":
-        return lambda a, s, r: memref(_cai_view(a, itemsize), itemsize)
+        return lambda a, s, r: memref(cai_fields(a, itemsize, _cai_sync), itemsize)
     if category == "dlpack":
         return lambda a, s, r: memref(view_fields(driver.array_view(a, s), itemsize), itemsize)
     # host arrays, cuda.In/Out/InOut and anything else numba-cuda knows how to copy
@@ -84,18 +83,6 @@ def memref(fields: tuple, itemsize: int) -> tuple:
         raise ValueError(f"a numba-cuda-mlir kernel takes array strides in elements; strides "
                          f"{tuple(strides)} are not multiples of the item size {itemsize}")
     return (data, data, 0, *shape, *(s // itemsize for s in strides))
-
-
-def _cai_view(a, itemsize) -> tuple:
-    desc = a.__cuda_array_interface__
-    if desc.get("mask") is not None:
-        raise NotImplementedError("masked __cuda_array_interface__ arrays are not supported")
-    foreign = desc.get("stream")
-    if foreign is not None and _cai_sync():
-        driver.sync_stream(foreign)
-    shape = tuple(desc["shape"])
-    strides = desc.get("strides") or contiguous_strides(shape, itemsize, "C")
-    return (0, 0, 0, itemsize, desc["data"][0], *shape, *strides)
 
 
 def _cai_sync() -> bool:
