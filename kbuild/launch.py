@@ -145,11 +145,9 @@ class KernelLauncher:
                 stored_binary = self.project.store.read_blob(stored[arch]["artifacts"][kind])
                 # A debug binary names its source files against placeholders: this
                 # checkout's folders go back in before anything loads it.
-                binary = self.project.located(stored_binary)
+                binary, located = self.project.located(stored_binary)
                 links = self._ptx_links(stored[arch], binary, signature, device_arch) \
                     if kind == "ptx" else ()
-                located = "" if binary == stored_binary else \
-                    os.pathsep.join(map(str, self.project.source_roots()))
                 return Found(arch, kind, stored[arch], binary, links, located)
             except CorruptBlob as exc:
                 why = str(exc)

@@ -11,6 +11,7 @@ from .packaged import FromBundle, load_package
 from .store import failures, journal
 from .store.history import History, RelinkReasons, explained
 from .store.local import Store, is_object, is_target
+from .targets import status_head
 
 
 class Project:
@@ -96,13 +97,14 @@ class Project:
             the_plan.launch_digests = _build.current_digests(the_plan)
         return _build.fresh_entry(the_plan, self.store, target, the_plan.launch_digests)
 
-    def located(self, binary: bytes) -> bytes:
+    def located(self, binary: bytes) -> tuple[bytes, str]:
         """A stored binary as this checkout loads it: where a debug or lineinfo binary names
         its source files (written against placeholders, so that one store serves every
-        checkout), this checkout's folders (`backend.debugpaths`)."""
-        from .backend.debugpaths import path_map
+        checkout), this checkout's folders (`backend.debugpaths.located`); and what it was
+        located to ("" for the stored bytes)."""
+        from .backend.debugpaths import located
 
-        return path_map(self.source_roots()).located(binary)
+        return located(binary, self.source_roots())
 
     def source_roots(self) -> tuple:
         """The folders a debug binary's project paths are relative to: the import roots."""
@@ -171,12 +173,7 @@ class Project:
 
     def _status_row(self, the_plan, history, current, target, diffs: bool) -> dict:
         node = the_plan.keys[target]
-        row = {"target": target.name, "signature": target.signature, "arch": target.arch,
-               "key": node.digest}
-        if target.launch is not None:
-            from .keying.launch import launch_json
-
-            row["launch"] = launch_json(target.launch)
+        row = status_head(target, node.digest)
         fresh = _build.fresh_entry(the_plan, self.store, target, current)
         if fresh is not None:
             # Cached; when a later build was of other inputs (a revert), say which.

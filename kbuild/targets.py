@@ -37,6 +37,18 @@ def requested(specs, archs=None) -> list[Target]:
                               for launch in (spec.launches or (None,))))
 
 
+def status_head(target: Target, key) -> dict:
+    """The fields a `status` row starts with: the target (and the launch configuration a
+    launch-config-sensitive one is built for) and its key."""
+    row = {"target": target.name, "signature": target.signature, "arch": target.arch,
+           "key": key}
+    if target.launch is not None:
+        from .keying.launch import launch_json
+
+        row["launch"] = launch_json(target.launch)
+    return row
+
+
 def parse_archs(text: str | None, where: str = "--arch", check_toolchain: bool = True):
     """`--arch sm_80,sm_90` as a tuple (None when not given), each checked as
     `config.validate_arch` checks the file's."""

@@ -65,6 +65,14 @@ class PathMap:
         return binary
 
 
+def located(binary: bytes, roots) -> tuple[bytes, str]:
+    """`binary` as a checkout (or program) whose import roots are `roots` loads it, and what
+    it was located to: "" when it is the stored bytes, else the roots (modules loaded from
+    it are cached under the blob's name and this, apart from other checkouts')."""
+    found = path_map(roots).located(binary)
+    return found, "" if found == binary else os.pathsep.join(map(str, roots))
+
+
 def _placeholder(name: str) -> str:
     found = _padded(f"/kbuild-{name}")
     assert found is not None

@@ -294,16 +294,10 @@ def cmd_status(args) -> int:
 
 def _direct_status_row(found) -> dict:
     """An up-to-date target's status row, as `Project.status` makes it, from the journal."""
-    from ..keying.launch import launch_json
+    from ..targets import status_head
 
-    target = found.target
-    row = {"target": target.name, "signature": target.signature, "arch": target.arch,
-           "key": found.key}
-    if target.launch is not None:
-        row["launch"] = launch_json(target.launch)
-    row.update(status=TargetState.UP_TO_DATE, reasons=[], built_at=found.built_at,
-               newest=found.newest)
-    return row
+    return dict(status_head(found.target, found.key), status=TargetState.UP_TO_DATE,
+                reasons=[], built_at=found.built_at, newest=found.newest)
 
 
 def _full_status(args, direct, store) -> list[dict]:

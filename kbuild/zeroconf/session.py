@@ -27,11 +27,10 @@ Never an entry keyed by identity.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..errors import KbuildError, KeyingError, LaunchError
 from ..sources import ProjectSources, note_source
@@ -346,16 +345,17 @@ class Session:
     # -- loading ----------------------------------------------------------------------
 
     def _load(self, manifest, served, request, device_arch, plan):
-        from ..backend import dispatch
+        from ..backend import debugpaths, dispatch
         from ..backend.launcher import serve_fast
         from ..backend.loader import rebuild_kernel
         from ..config import arch_cc
 
         blob = manifest["artifacts"]["cubin"]
-        binary = self._located(self.store.read_blob(blob))
-        if binary.located:  # not the stored bytes: its modules are cached apart
-            blob = f"{blob}@{binary.located}"
-        binary = binary.data
+        # A debug or lineinfo binary names the program's own files (`backend.debugpaths`);
+        # not the stored bytes then, so its modules are cached apart.
+        binary, located = debugpaths.located(self.store.read_blob(blob), self.config.paths)
+        if located:
+            blob = f"{blob}@{located}"
         launching = plan.kernels[served.name].backend.launcher()
         if hasattr(launching, "cached_result"):  # numba-cuda-mlir: its dispatcher loads it
             kernel = launching.cached_result(request.dispatcher, request.argtypes, binary,
@@ -367,15 +367,6 @@ class Session:
         if served.launch is not None:
             dispatch.mark_sensitive(kernel)
         return self._handed_over(kernel, served, plan)
-
-    def _located(self, stored: bytes):
-        """A stored binary as this program loads it: a debug or lineinfo binary names its
-        source files against placeholders (one store serves every checkout); here they
-        are the program's own folders (`backend.debugpaths`)."""
-        from ..backend.debugpaths import path_map
-
-        data = path_map(self.config.paths).located(stored)
-        return _Located(data, "" if data == stored else os.pathsep.join(map(str, self.config.paths)))
 
     def _handed_over(self, kernel, served, plan):
         self.counts["served"] += 1
@@ -432,12 +423,6 @@ def _check_source(py_func) -> None:
     if module is None or not getattr(module, "__file__", None) or not os.path.isfile(filename):
         raise KeyingError(f"it has no source file ({filename}: made with exec, or at an "
                           "interactive prompt); define it in a module")
-
-
-@dataclass(frozen=True)
-class _Located:
-    data: bytes
-    located: str  # the folders written over the placeholders ("" when none were)
 
 
 def _backend_of(dispatcher):
