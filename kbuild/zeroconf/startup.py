@@ -37,7 +37,7 @@ def start() -> None:
 
     def enable_once() -> None:
         if enable_once in _waiting:
-            stand_down_waiting()
+            _stop_waiting()
             _enable(options)
 
     _waiting.append(enable_once)
@@ -45,7 +45,7 @@ def start() -> None:
         after_import(name, enable_once)
 
 
-def stand_down_waiting() -> None:
+def _stop_waiting() -> None:
     from .afterimport import cancel
 
     while _waiting:
@@ -55,7 +55,7 @@ def stand_down_waiting() -> None:
 def stand_down() -> None:
     """kbuild's own commands compile for themselves: KBUILD_ENABLE in their environment
     (exported for a whole shell, say) must not route their compiles through a session."""
-    stand_down_waiting()
+    _stop_waiting()
     if "kbuild.zeroconf.session" in sys.modules:
         from . import disable
 
