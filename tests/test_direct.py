@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+import kbuild
+
 from support import run, shared_home
 
 TOML = """[project]
@@ -374,3 +376,18 @@ def test_status_check_says_which_mode_answered(baseline, tmp_path):
     plain = run("status", "--store", r.store, cwd=r.project, home=shared_home(), env=env,
                 bytecode=False)
     assert not any(line.startswith("mode:") for line in plain.stdout.splitlines())
+
+
+def test_kbuilds_own_folders_are_no_listing_of_the_program(baseline, tmp_path):
+    """kbuild lists its own keying folder (the facts' version): that is no input of the
+    build. Taken as the program's listing, every name in it would count, and the
+    `__pycache__` another process writes there on its first import of kbuild.keying would
+    send the next no-op to full keying (CI, with bytecode written, once did)."""
+    r = checkout(baseline, tmp_path)
+    inputs = json.loads(journal_file(r).read_bytes().partition(b"\n")[2])["inputs"]
+    package = str(Path(kbuild.__file__).resolve().parent)
+    listed = {path: record[5] for path, record in inputs["dirs"].items()}
+    assert any(path.startswith(package) for path in listed)  # the import system's folders
+    assert {path: kind for path, kind in listed.items()
+            if path.startswith(package) and kind != "import"} == {}
+    assert listed["@/pkg/data"] == "program"  # what the project's module lists still counts

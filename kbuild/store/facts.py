@@ -33,9 +33,14 @@ FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbu
 
 @lru_cache(maxsize=1)
 def facts_version() -> str:
-    """Facts are what kbuild's keying code computes: a new kbuild starts a new directory."""
+    """Facts are what kbuild's keying code computes: a new kbuild starts a new directory.
+    The folder is listed here, not through pathlib, so that the direct-mode recorder sees
+    the store listing it (kbuild's own read, no input of the build: a ``__pycache__``
+    made there by another process must not send the next no-op to full keying)."""
     keying = Path(__file__).resolve().parent.parent / "keying"
-    return digest(b"".join(path.read_bytes() for path in sorted(keying.glob("*.py"))))[:16]
+    with os.scandir(keying) as entries:
+        names = sorted(e.name for e in entries if e.name.endswith(".py"))
+    return digest(b"".join((keying / name).read_bytes() for name in names))[:16]
 
 
 class KeptFacts:
