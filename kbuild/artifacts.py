@@ -31,6 +31,7 @@ OBJECT_KIND = "object"
 OUTPUT_KIND = "output"
 
 _PTX_TARGET = re.compile(rb"^[ \t]*\.target[ \t]+(sm_\d+[a-z]?)", re.MULTILINE)
+_PTX_VERSION = re.compile(rb"^[ \t]*\.version[ \t]", re.MULTILINE)
 _PTX_ENTRY = re.compile(rb"^[ \t]*(?:\.(?:visible|weak)[ \t]+)?\.entry[ \t]+([A-Za-z_$][\w$]*)",
                         re.MULTILINE)
 # `.extern .func (.param .b32 r) name(` declares; `.func name(` without `.extern` defines.
@@ -69,10 +70,28 @@ def artifact_facts(kind: str, data: bytes) -> Facts:
 
 
 def ptx_facts(data: bytes) -> Facts:
-    targets = _PTX_TARGET.findall(data)
+    """A PTX text is one module, or several for one arch: a `debug=True` compile makes a
+    module per function, which numba keeps joined (`get_asm_str`) and links one by one."""
+    targets = set(_PTX_TARGET.findall(data))
     if len(targets) != 1:
-        raise BinaryError("PTX without exactly one .target line")
-    return Facts(targets[0].decode(), frozenset(m.decode() for m in _PTX_ENTRY.findall(data)))
+        raise BinaryError("PTX without a .target line, or with .target lines for more "
+                          "than one arch")
+    if len(_PTX_VERSION.findall(data)) != len(_PTX_TARGET.findall(data)):
+        raise BinaryError("PTX whose modules do not each have one .version and .target line")
+    entries = [m.decode() for m in _PTX_ENTRY.findall(data)]
+    if len(set(entries)) != len(entries):
+        raise BinaryError("PTX defining a kernel more than once")
+    return Facts(targets.pop().decode(), frozenset(entries))
+
+
+def ptx_modules(data: bytes) -> list:
+    """The modules of a PTX text (see `ptx_facts`), each from its `.version` line on; the
+    driver loads one module at a time, so several are linked (`loader.link_ptx`)."""
+    starts = [m.start() for m in _PTX_VERSION.finditer(data)]
+    if len(starts) < 2:
+        return [data]
+    starts[0] = 0  # what comes before the first .version (comments) stays with it
+    return [data[a:b] for a, b in zip(starts, starts[1:] + [len(data)])]
 
 
 def ptx_unresolved(data: bytes) -> frozenset:

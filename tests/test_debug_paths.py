@@ -63,9 +63,14 @@ FILES = {
                 x[i] = twice(x[i]) ** n  # numba's int_power is compiled in: its file too
 
 
+        @cuda.jit(device=True, debug=True, opt=False)
+        def bump(x):
+            return x + 1.0
+
+
         @cuda.jit(debug=True, opt=False)
-        def k_debug(x):
-            x[0] = x[0] + 1.0
+        def k_debug(x):  # a debug compile's PTX: one module per function, joined
+            x[0] = bump(x[0])
 
 
         @cuda.jit

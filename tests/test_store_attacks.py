@@ -25,7 +25,7 @@ from store_support import make_cubin, make_ptx
 from support import kbuild_argv, kbuild_env
 from support import run as run_process
 
-from kbuild.artifacts import BinaryError, cubin_facts, ptx_facts
+from kbuild.artifacts import BinaryError, Facts, cubin_facts, ptx_facts
 from kbuild.store import archive
 from kbuild.store.archive import ArchiveError, export_archive, import_archive
 from kbuild.store.local import Store
@@ -151,10 +151,25 @@ def test_the_binary_readers_agree_with_what_numba_built(built):
 
 
 @pytest.mark.parametrize("data", [b"", b"\x7fELF", make_cubin(80)[:100], make_ptx() * 2,
+                                  make_ptx("sm_80", "k") + make_ptx("sm_90", "d"),
+                                  make_ptx().replace(b".version 8.0\n", b""),
                                   b"\x7fELF\x02\x01" + bytes(200)])
 def test_malformed_binaries_are_refused_not_guessed(data):
     with pytest.raises(BinaryError):
         cubin_facts(data) if data.startswith(b"\x7fELF") or not data else ptx_facts(data)
+
+
+def test_a_debug_compiles_ptx_is_one_module_per_function():
+    """numba keeps a `debug=True` compile's modules (one per function) joined: one arch,
+    each kernel once, and the loader links the modules one by one."""
+    from kbuild.artifacts import ptx_modules
+
+    joined = make_ptx("sm_80", "k") + make_ptx("sm_80", "other")
+    assert ptx_facts(joined) == Facts("sm_80", frozenset({"k", "other"}))
+    modules = ptx_modules(joined)
+    assert b"".join(modules) == joined
+    assert [ptx_facts(m).kernels for m in modules] == [{"k"}, {"other"}]
+    assert ptx_modules(make_ptx()) == [make_ptx()]
 
 
 def test_an_archive_naming_another_kernels_blobs_is_refused(built, tmp_path):

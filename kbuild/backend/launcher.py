@@ -118,14 +118,15 @@ _loaded: dict = {}  # (blob id, binary kind, entry, device cc) -> cuda.core Kern
 def load(blob_id: str, binary: bytes, kind: str, entry: str, cooperative: bool, cc: tuple,
          links=()):
     """The kernel in a stored binary, loaded once per process. PTX that calls code its
-    cubin was linked with (cudadevrt for a grid sync, `links` files) is linked with it for
-    the device first, as numba links it; plain PTX is JIT-compiled by the driver."""
+    cubin was linked with (cudadevrt for a grid sync, `links` files), or that is several
+    modules, is linked for the device first, as numba links it; plain PTX is JIT-compiled
+    by the driver."""
     key = (blob_id, kind, entry, tuple(cc), tuple(links))
     kernel = _loaded.get(key)
     if kernel is None:
-        if kind == "ptx" and (cooperative or links):
-            from .loader import link_ptx
+        from .loader import link_ptx, needs_link
 
+        if kind == "ptx" and needs_link(binary, cooperative, links):
             binary, kind = link_ptx(binary, cc, links, cooperative), "cubin"
         kernel = _loaded[key] = driver.load_kernel(binary, kind, entry)
     return kernel

@@ -41,7 +41,7 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
 
     entry = manifest["entry"]
     cooperative = bool(manifest.get("cooperative"))
-    if binary_kind == "ptx" and (cooperative or links):
+    if binary_kind == "ptx" and needs_link(binary, cooperative, links):
         binary, binary_kind = link_ptx(binary, device_cc, links, cooperative), "cubin"
     # Bytes, never str: cuda.core reads a str as the path of a file holding the code.
     data = binary if isinstance(binary, bytes) else binary.encode()
@@ -66,24 +66,40 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
     return kernel
 
 
+def needs_link(ptx, cooperative: bool, links=()) -> bool:
+    """Whether a stored PTX must be linked before it loads: a grid sync (cudadevrt), link
+    files, or several modules (a debug compile's, one per function)."""
+    from ..artifacts import ptx_modules
+
+    return bool(cooperative or links) or len(ptx_modules(_bytes(ptx))) > 1
+
+
 def link_ptx(ptx: bytes, device_cc: tuple, files=(), cudadevrt: bool = False) -> bytes:
     """A cubin for `device_cc` of a stored PTX and what its cubin was linked with: the
     kernel's link files (`link=`, declare_device) and, for a grid sync, cudadevrt. numba's
     PTX lacks both; they are linked as numba links them (nvJitLink, else the driver's
-    linker), .cu files compiled for the device by NVRTC."""
+    linker), .cu files compiled for the device by NVRTC. Each module of the PTX is added
+    alone, as numba adds a debug compile's."""
     from numba.cuda.cudadrv.driver import _Linker
     from numba.cuda.cudadrv.libs import get_cudalib
+
+    from ..artifacts import ptx_modules
 
     # With link-time optimisation NVRTC makes LTO-IR of a .cu file, which needs no
     # driver; its PTX output asks the driver for its version first.
     linker = _Linker(max_registers=None, cc=tuple(device_cc[:2]), lto=bool(files))
-    linker.add_ptx(ptx if isinstance(ptx, bytes) else ptx.encode())
+    for module in ptx_modules(_bytes(ptx)):
+        linker.add_ptx(module)
     for path in files:
         linker.add_file_guess_ext(path)
     if cudadevrt:
         linker.add_file_guess_ext(get_cudalib("cudadevrt", static=True))
     cubin = linker.complete()
     return bytes(getattr(cubin, "code", cubin))
+
+
+def _bytes(code) -> bytes:
+    return code if isinstance(code, bytes) else code.encode()
 
 
 class _ExceptionTable:
