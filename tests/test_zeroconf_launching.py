@@ -70,9 +70,10 @@ def test_served_kernels_launch_through_kbuilds_launcher(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     # numba typed three launches alike: one overload, served and launched by kbuild; the
-    # debug kernel is numba's own launch (device-side exceptions) of the served binary.
+    # debug kernel is numba's own launch (device-side exceptions) of the served binary
+    # (numba's `_Kernel`, as loaded from the store: `loader.stored_classes`).
     assert result["counts"] == {"built": 2, "served": 2}
-    assert result["kinds"] == ["FastKernel", "_Kernel"]
+    assert result["kinds"] == ["FastKernel", "StoredKernel"]
     assert [l[1:] for l in result["launches"]] == [
         [[2, 1, 1], [32, 1, 1], 25], [[2, 1, 1], [32, 1, 1], 25], [[2, 1, 1], [32, 1, 1], 25],
         [[1, 1, 1], [64, 1, 1], 7]]

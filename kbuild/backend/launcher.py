@@ -276,8 +276,11 @@ def _fast_class():
     if cls is None:
         from numba.cuda.dispatcher import _Kernel
 
-        class FastKernel(_Kernel):
-            """numba's `_Kernel`, launched by kbuild's launcher (see the module)."""
+        from .loader import stored_classes
+
+        class FastKernel(stored_classes()[1]):
+            """numba's `_Kernel` loaded from the store, launched by kbuild's launcher (see
+            the module)."""
 
             def launch(self, args, griddim, blockdim, stream=0, sharedmem=0):
                 fast = self._kbuild
