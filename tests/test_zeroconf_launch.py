@@ -59,12 +59,33 @@ def block_kernel(out):
 @cuda.jit
 def plain(out):
     out[0] = 1.5
+
+
+@cuda.jit
+def marked(out):
+    out[0] = 2.5
 """
 
 APP = """\
 import numpy as np
+from numba.cuda import launchconfig
 
 import app_kernels as K
+
+
+def _marking(dispatcher):
+    # The program marks the dispatcher before numba compiles (as numba-cuda's own test
+    # of the mark does), not the compile while it runs.
+    original = dispatcher._compile_for_args
+
+    def compile_marked(*args, **kws):
+        launchconfig.ensure_current_launch_config().dispatcher.mark_launch_config_sensitive()
+        return original(*args, **kws)
+
+    dispatcher._compile_for_args = compile_marked
+
+
+_marking(K.marked)
 
 
 def main(device_array, which):
@@ -72,6 +93,9 @@ def main(device_array, which):
     for item in which:
         name, block = item.split("@")
         getattr(K, name)[1, int(block)](out)
+        if name == "marked":
+            (kernel,) = K.marked.overloads.values()
+            assert kernel.launch_config_sensitive, "served as insensitive"
 """
 
 SIG = "void(float32[::1])"
@@ -138,6 +162,21 @@ def test_two_block_sizes_get_two_binaries(program, tmp_path):
     status = json.loads(status.stdout)
     assert [(r["launch"], r["key"], r["status"]) for r in status["targets"]] == \
         [(r["launch"], r["key"], "up-to-date") for r in rows], status["mode"]
+
+
+def test_a_dispatcher_marked_before_it_compiles_keys_its_kernel_by_the_launch(program,
+                                                                             tmp_path):
+    root = tmp_path / "prog"
+    shutil.copytree(program, root)
+    store = tmp_path / "store"
+    first = run(root, "kbuild", ("marked@32",), enable={"store": str(store)})
+    assert first["counts"] == {"built": 1, "served": 1}, first["stderr"]
+    again = run(root, "kbuild", ("marked@32",), enable={"store": str(store)})
+    assert (again["nvvm"], again["counts"]) == (0, {"hits": 1, "served": 1}), again["stderr"]
+    other = run(root, "kbuild", ("marked@64",), enable={"store": str(store)})
+    assert other["counts"] == {"built": 1, "served": 1}, other["stderr"]  # its own entry
+    keys = [k for runs in (first, again, other) for name, sig, arch, k in runs["served"]]
+    assert keys[0] == keys[1] != keys[2]
 
 
 @pytest.mark.parametrize("launch, message", [

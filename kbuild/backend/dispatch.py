@@ -150,20 +150,15 @@ class Marks:
 @contextlib.contextmanager
 def watching(config):
     """Within the block, a compile's `mark_launch_config_sensitive()` is seen: yields a
-    `Marks`. numba keeps the mark on the (cached) configuration object, where an earlier
-    compile may have left it: it is cleared for the block, then set again as it was or as
-    this compile left it."""
+    `Marks`. As numba's compile decides (its `_is_kernel_launch_config_sensitive()` when
+    the compile ends), a mark on the launch configuration counts whether this compile set
+    it or it was there before (the program marked the dispatcher first, or an earlier
+    compile of this configuration did): when in doubt, the kernel is keyed by its launch."""
     marks = Marks()
-    if config is None:
-        yield marks
-        return
-    before = config._kernel_launch_config_sensitive
-    config._kernel_launch_config_sensitive = None
     try:
         yield marks
     finally:
-        marks.sensitive = bool(config._kernel_launch_config_sensitive)
-        config._kernel_launch_config_sensitive = before or marks.sensitive or None
+        marks.sensitive = config is not None and bool(config._kernel_launch_config_sensitive)
 
 
 @contextlib.contextmanager

@@ -297,7 +297,8 @@ class Session:
             self.warn(f"kbuild: {target.label}: {str(outcome).splitlines()[0]}; "
                       "numba compiles it")
             return None
-        if marks.sensitive and target.launch is None:
+        if (marks.sensitive or request.launch_sensitive) and target.launch is None \
+                and request.launch is not None:
             target = _launch_target(plan, target, request.launch)
             self._forget_launch_specific(plan, outcome)
         commit(self.store, plan, target, outcome, seconds, current)
