@@ -94,6 +94,20 @@ def _scaled(v):
     return impl
 """
 
+# How an overload is registered changes what numba compiles (`strict` decides whether a
+# mismatched signature is an error; `inline`, `jit_options` change the code).
+_OVERLOAD_OPTION = """
+def scaled(v):
+    pass
+
+
+@overload(scaled, target="cuda", {option})
+def _scaled(v):
+    def impl(v):
+        return v * 2.0
+    return impl
+"""
+
 _CLASS_READ_BY_OVERLOAD = """
 class Base:
     GAIN = {base}
@@ -157,6 +171,12 @@ DIFFER = [
                                        _kernel("x[0] = OPS_DICT['cube'](x[0])"))),
     ("dict-read-by-an-overload", *_pair(_OVERLOAD_DICT, {"gain": 2.0}, {"gain": 3.0},
                                         _kernel("x[0] = scaled(x[0])"))),
+    *((f"overload-{name}", *_pair(_OVERLOAD_OPTION, {"option": one}, {"option": two},
+                                  _kernel("x[0] = scaled(x[0])")))
+      for name, one, two in (("strict", "strict=True", "strict=False"),
+                             ("inline", "inline='never'", "inline='always'"),
+                             ("jit-options", "jit_options={'fastmath': False}",
+                              "jit_options={'fastmath': True}"))),
     ("class-attribute-read-by-an-overload", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS,
                                                    dict(_CLS, base=3.0),
                                                    _kernel("x[0] = scaled(x[0])"))),

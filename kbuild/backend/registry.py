@@ -26,8 +26,10 @@ def known_to_numba(value, among=None) -> bool:
 
 
 def overload_implementations(func, among=None) -> list:
-    """The functions registered with numba's `@overload(func)`, generic and CUDA targets
-    (or in the typing registries `among`)."""
+    """(implementation, options) of each `@overload(func)` registered with numba, generic
+    and CUDA targets (or in the typing registries `among`). The options are how the
+    overload was registered (`strict`, `inline`, `prefer_literal`, `jit_options` and
+    the rest of `@overload`'s keywords): typing and code depend on them as on the body."""
     found = []
     for registry in (registries() if among is None else among):
         for key, fntype in getattr(registry, "globals", ()):
@@ -35,9 +37,22 @@ def overload_implementations(func, among=None) -> list:
                 continue
             for template in getattr(fntype, "templates", ()):
                 impl = getattr(template, "_overload_func", None)
-                if isinstance(impl, pytypes.FunctionType) and not any(impl is f for f in found):
-                    found.append(impl)
+                if not isinstance(impl, pytypes.FunctionType):
+                    continue
+                options = _overload_options(template)
+                if not any(impl is f and options == o for f, o in found):
+                    found.append((impl, options))
     return found
+
+
+def _overload_options(template) -> dict:
+    inline = getattr(template, "_inline", None)
+    options = {"strict": getattr(template, "_strict", None),
+               "inline": getattr(inline, "value", inline),
+               "prefer_literal": getattr(template, "prefer_literal", None),
+               "jit_options": dict(getattr(template, "_jit_options", None) or {})}
+    options.update(getattr(template, "metadata", None) or {})
+    return options
 
 
 def extern_link_files(extfn) -> list[str]:

@@ -99,7 +99,8 @@ class ObjectModel(Protocol):
         """An item of a `link=` option: a file's path, code in memory, or None (unknown)."""
 
     def overloads_of(self, func) -> list:
-        """The functions the compiler runs for `func` (numba's `@overload(func)`)."""
+        """(function, options) the compiler runs for `func` (numba's `@overload(func)`):
+        each implementation with how it was registered (a dict of keyable values)."""
 
     def known_to_compiler(self, value) -> bool:
         """Whether the compiler's typing registries name `value` itself (compiled code can

@@ -125,10 +125,13 @@ class Keyer:
                      if k not in _IGNORED_OPTIONS]
         children += self._references(py_func, where)
         if fn.role is Role.FUNCTION:
-            # A stub whose @overload implementations are what numba compiles for it.
-            children += [self.function_node(impl, LabelKind.OVERLOAD.label(qualified_name(impl)),
-                                            where)
-                         for impl in self._objects.overloads_of(py_func)]
+            # A stub whose @overload implementations (and how each was registered: strict,
+            # inline, ...) are what numba compiles for it.
+            for impl, options in self._objects.overloads_of(py_func):
+                children.append(self.function_node(
+                    impl, LabelKind.OVERLOAD.label(qualified_name(impl)), where))
+                children += [self._option(f"overload {name}", value, where)
+                             for name, value in sorted(options.items())]
         if keep_positions:
             path = _relative_file(py_func)
             children.append(leaf(LabelKind.FILE.label(), path, path))
