@@ -268,8 +268,7 @@ class PackagedProject(FromBundle, Project):
 def _failed_row(target, error) -> dict:
     """The status row of a target that could not be imported ("failed") or keyed
     ("unkeyable"): it has no key."""
-    row = {"target": target.name, "signature": target.signature, "arch": target.arch,
-           "key": None, "reasons": [str(error)]}
+    row = dict(status_head(target, None), reasons=[str(error)])
     if isinstance(error, KeyingError):
         return dict(row, status=TargetState.UNKEYABLE)
     return dict(row, status=TargetState.FAILED, error=str(error))

@@ -193,3 +193,19 @@ def test_declared_launch_is_validated(tmp_path, launch, message):
     done = kbuild(tmp_path, "keys")
     assert done.returncode == 2
     assert message in done.stderr and "launch" in done.stderr
+
+
+def test_a_launch_target_that_cannot_be_imported_keeps_its_launch_in_status(tmp_path):
+    """Each launch configuration's row stays its own when the module fails to import."""
+    root = tmp_path / "prog"
+    root.mkdir()
+    (root / "broken_kernels.py").write_text("from numba import cuda\n\nraise ImportError('x')\n")
+    (root / "kbuild.toml").write_text(
+        '[project]\nname = "lcs"\narch = ["sm_80"]\n\n'
+        '[kernels."broken_kernels:k"]\n'
+        f'signatures = ["{SIG}"]\n'
+        'launch = [{grid = 1, block = 32}, {grid = 1, block = 64}]\n')
+    done = kbuild(root, "status", "--json", "--store", str(tmp_path / "store"))
+    rows = json.loads(done.stdout)["targets"]
+    assert [(r["status"], r["launch"]["block"]) for r in rows] == \
+        [("failed", [32, 1, 1]), ("failed", [64, 1, 1])], rows
