@@ -414,16 +414,28 @@ class Session:
 
 
 def _check_source(py_func) -> None:
-    """A kernel kbuild keys lives in a module with a source file: its key holds the source,
-    and its entry is bound to the module numba names in its symbols. One made by `exec`,
-    or typed at an interactive prompt, has neither (KeyingError: numba compiles it)."""
+    """A kernel kbuild keys belongs to a module with a source file: its entry is bound to
+    the module numba names in its symbols, and what it reads is the module's. Its own code
+    may have been made by `exec` in that module's namespace (numba's `vectorize` and
+    `guvectorize` make their kernels so): keying then takes its bytecode, which is what
+    numba compiles. One made at an interactive prompt, or by `exec` in a namespace of no
+    module, has neither (KeyingError: numba compiles it)."""
     import os
 
-    module = sys.modules.get(py_func.__module__)
-    filename = py_func.__code__.co_filename
-    if module is None or not getattr(module, "__file__", None) or not os.path.isfile(filename):
-        raise KeyingError(f"it has no source file ({filename}: made with exec, or at an "
-                          "interactive prompt); define it in a module")
+    module = sys.modules.get(py_func.__module__) if py_func.__module__ else None
+    filename = getattr(module, "__file__", None)
+    if module is None or not filename or not os.path.isfile(filename) \
+            or py_func.__globals__ is not vars(module) and not _made_by_numba(py_func):
+        raise KeyingError(f"it has no source file ({py_func.__code__.co_filename}: made with "
+                          "exec, or at an interactive prompt); define it in a module")
+
+
+def _made_by_numba(py_func) -> bool:
+    """A kernel numba's ufunc builders made by `exec` over a copy of the user's module
+    namespace (their core function and `cuda` added to it)."""
+    return py_func.__code__.co_filename == "<string>" and \
+        "__core__" in py_func.__globals__ and py_func.__name__.startswith(("__vectorized_",
+                                                                           "__gufunc_"))
 
 
 def _backend_of(dispatcher):
