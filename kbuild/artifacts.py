@@ -72,16 +72,16 @@ def artifact_facts(kind: str, data: bytes) -> Facts:
 def ptx_facts(data: bytes) -> Facts:
     """A PTX text is one module, or several for one arch: a `debug=True` compile makes a
     module per function, which numba keeps joined (`get_asm_str`) and links one by one."""
-    targets = set(_PTX_TARGET.findall(data))
-    if len(targets) != 1:
+    targets = _PTX_TARGET.findall(data)
+    if len(set(targets)) != 1:
         raise BinaryError("PTX without a .target line, or with .target lines for more "
                           "than one arch")
-    if len(_PTX_VERSION.findall(data)) != len(_PTX_TARGET.findall(data)):
+    if len(_PTX_VERSION.findall(data)) != len(targets):
         raise BinaryError("PTX whose modules do not each have one .version and .target line")
     entries = [m.decode() for m in _PTX_ENTRY.findall(data)]
     if len(set(entries)) != len(entries):
         raise BinaryError("PTX defining a kernel more than once")
-    return Facts(targets.pop().decode(), frozenset(entries))
+    return Facts(targets[0].decode(), frozenset(entries))
 
 
 def ptx_modules(data: bytes) -> list:
