@@ -68,9 +68,9 @@ def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, de
         call_helper=_ExceptionTable(recompiled) if debug else None,
         extensions=list(options.get("extensions") or []),
         shared_memory_carveout=None, launch_config_sensitive=False)
+    kernel.__class__ = kernel_class
     # What numba's constructor sets and its `_rebuild` does not (the dispatcher reads
     # `objectmode` of every overload when it converts arguments).
-    kernel.__class__ = kernel_class
     kernel.objectmode, kernel.py_func, kernel.argtypes = False, py_func, tuple(argtypes)
     kernel.launch_bounds = options.get("launch_bounds")
     carveout = options.get("shared_memory_carveout")
