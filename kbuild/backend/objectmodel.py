@@ -31,12 +31,7 @@ class NumbaCudaObjects:
             # numba's simulator (NUMBA_ENABLE_CUDASIM): FakeCUDAKernel. Its options are
             # read back from its decorator when it is keyed (`options_of`).
             return Function(fn, None, Role.DEVICE if obj._device else Role.KERNEL)
-        defn = getattr(obj, "_defn", None)
-        if isinstance(defn, pytypes.FunctionType):
-            return Function(defn, {}, Role.FUNCTION)  # a user @intrinsic
-        if isinstance(obj, pytypes.FunctionType):
-            return Function(obj, {}, Role.FUNCTION)
-        return None
+        return stub_function(obj)
 
     def options_of(self, obj) -> dict:
         from .simopts import options_for
@@ -93,6 +88,17 @@ NUMBA_CUDA = NumbaCudaObjects()
 
 
 # -- shared with numba-cuda-mlir's object model (its types are a vendored copy) ---------------
+
+def stub_function(obj) -> Function | None:
+    """A function compiled code calls by what is registered for it, not by its body (a
+    user `@intrinsic`, a Python function with `@overload`s), either compiler's."""
+    defn = getattr(obj, "_defn", None)
+    if isinstance(defn, pytypes.FunctionType):
+        return Function(defn, {}, Role.FUNCTION)  # a user @intrinsic
+    if isinstance(obj, pytypes.FunctionType):
+        return Function(obj, {}, Role.FUNCTION)
+    return None
+
 
 def record_in(value, types_module):
     """The record type `value` is or holds (an array of records: its dtype), in

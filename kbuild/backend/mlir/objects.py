@@ -20,7 +20,7 @@ from numba_cuda_mlir.descriptor import MLIRDispatcher
 from numba_cuda_mlir.numba_cuda import types as mtypes
 
 from ...keying.interfaces import DeclaredFunction, Function, LinkedCode, Role
-from ..objectmodel import linked_item, record_in
+from ..objectmodel import linked_item, record_in, stub_function
 from ..registry import known_to_numba, overload_implementations
 
 # Options that never change the compiled code: caching, dumps and traces, and the arch
@@ -60,12 +60,7 @@ class MlirObjects:
         if isinstance(obj, MLIRDispatcher):
             opts = options(obj)
             return Function(obj.py_func, opts, Role.DEVICE if opts.get("device") else Role.KERNEL)
-        defn = getattr(obj, "_defn", None)
-        if isinstance(defn, pytypes.FunctionType):
-            return Function(defn, {}, Role.FUNCTION)  # a user @intrinsic
-        if isinstance(obj, pytypes.FunctionType):
-            return Function(obj, {}, Role.FUNCTION)
-        return None
+        return stub_function(obj)
 
     def options_of(self, obj) -> dict:
         return {}
