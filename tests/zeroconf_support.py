@@ -4,7 +4,7 @@ The program (`app.py` + `app_kernels.py` + `mathlib.py`, the device function in 
 of its own) launches its kernels under kbuild's fake driver (backend/fakedriver.py: the
 launch path runs for real down to the `cuda.core` call) on an sm_80 "device". The
 harness counts what a run compiled: NVVM compiles (`nvvm.compile_ir`) and links (numba's
-`_Linker.complete` and cuda.core's `Linker.link`, i.e. nvJitLink), and records the
+`_Linker.complete`, cuda.core's `Linker.link` and nvJitLink's own `complete`), and records the
 digest of every binary the driver was handed. Modes: `kbuild` (`kbuild.enable()` first),
 `numba` (numba alone; the kernels say `cache=True`, so this is numba's own cache) and
 `env` (nothing in the program: KBUILD_ENABLE and the startup hook do it).
@@ -114,6 +114,12 @@ class _CountingLinker(_core.Linker):
         report["links"] += 1
         return super().link(*a, **k)
 _core.Linker = _CountingLinker
+from cuda.bindings import nvjitlink as _nvjitlink
+_nvjitlink_complete = _nvjitlink.complete
+def _counted_nvjitlink(*a, **k):
+    report["links"] += 1
+    return _nvjitlink_complete(*a, **k)
+_nvjitlink.complete = _counted_nvjitlink
 
 from kbuild.backend import compiler, fakedriver
 from kbuild.keying.encode import digest

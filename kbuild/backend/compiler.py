@@ -209,7 +209,8 @@ def _linked(compiled, cc, made, options, outputs=None) -> Artifacts:
     from .lto import link
 
     linked = link([o.ltoir for o in made], cc, max_registers=options.get("max_registers"),
-                  outputs=outputs, entry=compiled.entry_name)
+                  outputs=outputs, entry=compiled.entry_name,
+                  flags=made[0].manifest["link_flags"])
     return Artifacts(ptx=linked.ptx, cubin=linked.cubin, entry=compiled.entry_name,
                      cooperative=bool(compiled.cooperative),
                      link={"mode": "lto", "objects": [o.key for o in made]}, objects=made,

@@ -60,14 +60,16 @@ def split(compiled, cc, device_functions, nodes, target_node, *, outputs=None):
     units.insert(0, (objects.kernel_object_key(target_node), library._module,
                      compiled.entry_name, kernel.summary, []))
     options = dict(library._nvvm_options)
+    flags = list(link_flags(options))
     made = []
     for key, module, root, function, defines in units:
         imports = [exports[fn.name].as_json() for fn in module.functions
                    if fn.is_declaration and fn.name in exports]
         manifest = {"kind": OBJECT_KIND, "function": function, "exports": defines,
                     "imports": imports}
-        if not defines:  # the kernel's own object
-            manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative))
+        if not defines:  # the kernel's own object, and how the target must be linked
+            manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative),
+                            link_flags=flags)
         obj = _made.get(key)
         # One key, another interface (a callee's return type changed): other code.
         if obj is None or objects.interface(obj.manifest) != objects.interface(manifest):
@@ -93,11 +95,35 @@ def forget(keys) -> None:
         _made.pop(key, None)
 
 
+def made_keys() -> tuple:
+    """The keys of the objects this process made (`--verify` forgets them all: its
+    compile reuses nothing)."""
+    return tuple(_made)
+
+
 def _remember(obj: Object) -> Object:
     if len(_made) >= _MADE_LIMIT:
         _made.clear()
     _made[obj.key] = obj
     return obj
+
+
+# The float semantics numba hands NVVM for a whole program (`nvvm.compile_ir`: a truthy
+# `fastmath`, True or a set of LLVM flags, becomes all four). nvJitLink's link-time
+# optimisation runs NVVM again over the linked objects, with its own defaults unless told:
+# without them a fastmath kernel loses flush-to-zero (`cvt.f64.f32` for numba's
+# `cvt.ftz.f64.f32`), whatever flags its objects were compiled with.
+_FLOAT_FLAGS = ("fma", "ftz", "prec_div", "prec_sqrt")
+_FASTMATH = {"ftz": True, "fma": True, "prec_div": False, "prec_sqrt": False}
+
+
+def link_flags(nvvm_options: dict) -> tuple:
+    """The nvJitLink options (`-ftz=1`, ...) that give a link the float semantics numba's
+    NVVM compile of the same kernel has, in one order; () for NVVM's defaults."""
+    chosen = {k: nvvm_options[k] for k in _FLOAT_FLAGS if k in nvvm_options}
+    if nvvm_options.get("fastmath"):
+        chosen.update(_FASTMATH)
+    return tuple(f"-{k.replace('_', '-')}={int(bool(v))}" for k, v in sorted(chosen.items()))
 
 
 def _whole_program_reason(compiled, library) -> str | None:
@@ -166,46 +192,60 @@ class Linked:
     keys: tuple = ()
 
 
-def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "") -> Linked:
+def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "",
+         flags=()) -> Linked:
     """PTX and cubin of LTO-IR objects, linked with link-time optimisation for `cc`.
 
     With `outputs` (the build's `cutoff.Outputs`), early cutoff: objects byte-identical
     to an earlier link's take its PTX and cubin (no link), a linked PTX byte-identical
     to an earlier one takes its cubin (no PTX -> cubin). `entry` is the kernel the
-    stored output must define."""
-    from ..keying.cutoff import step_options
+    stored output must define; `flags` the kernel's float semantics (`link_flags`)."""
+    from ..keying.cutoff import link_options, step_options
 
     cc2 = tuple(cc[:2])
+    flags = tuple(flags)
     options = step_options(cc2, max_registers)
     if outputs is None:
-        ptx = link_ptx(ltoirs, cc2)
+        ptx = link_ptx(ltoirs, cc2, flags)
         return Linked(ptx, ptx_to_cubin(ptx, cc2, max_registers))
-    link_key, found = outputs.linked(ltoirs, options, entry)
+    link_key, found = outputs.linked(ltoirs, link_options(options, flags), entry)
     if found is not None:
         return Linked(*found, cutoff="link", keys=(link_key,))
-    ptx = link_ptx(ltoirs, cc2)
+    ptx = link_ptx(ltoirs, cc2, flags)
     cubin_key, cubin = outputs.cubin([ptx], options, entry)
     if cubin is not None:
         return Linked(ptx, cubin, cutoff="cubin", keys=(link_key, cubin_key))
     return Linked(ptx, ptx_to_cubin(ptx, cc2, max_registers), keys=(link_key, cubin_key))
 
 
-def link_ptx(ltoirs, cc) -> bytes:
-    """nvJitLink's link-time-optimising link of LTO-IR objects into PTX for `cc`.
+def link_ptx(ltoirs, cc, flags=()) -> bytes:
+    """nvJitLink's link-time-optimising link of LTO-IR objects into PTX for `cc`, with
+    the kernel's float flags (`link_flags`). Through nvJitLink's own API: cuda.core's
+    `LinkerOptions` spells them `-ftz=true`, which the NVVM inside nvJitLink refuses."""
+    from cuda.bindings import nvjitlink
 
-    A kernel's fastmath needs no link option: numba passes it to NVVM as ftz, fma,
-    prec-div and prec-sqrt, the objects carry them, and nvJitLink refuses them as
-    link options (the linked PTX shows they hold)."""
-    from cuda.core import Linker, LinkerOptions, ObjectCode
-
-    arch = f"sm_{cc[0]}{cc[1]}"
-    codes = [ObjectCode.from_ltoir(data, name=f"object{i}") for i, data in enumerate(ltoirs)]
-    linker = Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=True,
-                                                  ptx=True))
+    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-lto", "-ptx", *flags]
+    handle = nvjitlink.create(len(options), options)
     try:
-        return bytes(linker.link("ptx").code).rstrip(b"\x00").strip()
+        for i, data in enumerate(ltoirs):
+            nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, data, len(data), f"object{i}")
+        try:
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            raise RuntimeError(f"nvJitLink: {exc}: {_error_log(handle)}") from None
+        ptx = bytearray(nvjitlink.get_linked_ptx_size(handle))
+        nvjitlink.get_linked_ptx(handle, ptx)
+        return bytes(ptx).rstrip(b"\x00").strip()
     finally:
-        linker.close()
+        nvjitlink.destroy(handle)
+
+
+def _error_log(handle) -> str:
+    from cuda.bindings import nvjitlink
+
+    log = bytearray(nvjitlink.get_error_log_size(handle))
+    nvjitlink.get_error_log(handle, log)
+    return log.decode(errors="replace").strip("\x00").strip()
 
 
 def ptx_to_cubin(ptx: bytes, cc, max_registers=None) -> bytes:

@@ -34,6 +34,13 @@ def step_options(cc: tuple, max_registers) -> tuple:
     return (("cc", tuple(cc)), ("max_registers", max_registers or None))
 
 
+def link_options(options: tuple, flags) -> tuple:
+    """A link's options: the step's, and the kernel's float flags nvJitLink is given
+    (`-ftz=1`, ...: they change the linked PTX, so the same objects linked with other
+    flags are another link)."""
+    return options + (("flags", tuple(flags)),) if flags else options
+
+
 def link_key(target: KeyNode, ltoirs, options: tuple) -> str:
     """The key of linking LTO-IR objects (their blob names, in link order) into PTX and a
     cubin for `target`'s arch, toolchain and config."""

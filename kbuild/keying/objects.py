@@ -90,6 +90,7 @@ class Recipe:
     objects: tuple
     entry: str  # the kernel's symbol
     cooperative: bool
+    flags: tuple = ()  # the kernel's float flags for the link (nvJitLink options)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,8 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
             return Unresolved(f"the interface of callee {imp.ident} changed")
     blobs = {key: found[key]["artifacts"]["ltoir"] for key in found}
     ordered = tuple((key, blobs[key]) for key in link_order(first, blobs))
-    return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]))
+    return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]),
+                  tuple(manifest.get("link_flags", ())))
 
 
 def link_order(first: str, blobs: dict) -> list:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 6  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 7  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
@@ -57,6 +57,8 @@ KEY_SCHEMA = 6  # 2: callee bindings, bytecode fingerprints, record fields with 
 #                   spelled sorted (not by what a process compiled first); debug and
 #                   lineinfo binaries name their files against placeholders (put back
 #                   at load). Bytes built under schema 4 or 5 differ for the same inputs.
+#                7: a separately compiled fastmath kernel's link gets numba's float flags
+#                   (-ftz=1 -prec-div=0 -prec-sqrt=0 -fma=1): schema 6 links lost .ftz
 
 
 class LabelKind(str, enum.Enum):

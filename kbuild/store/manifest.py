@@ -152,6 +152,10 @@ def _inputs_ok(inputs) -> bool:
         type(p) is str for row in inputs for p in row[0])
 
 
+# The only nvJitLink options a kernel object may ask its links for (`lto.link_flags`).
+_LINK_FLAG = re.compile(r"-(fma|ftz|prec-div|prec-sqrt)=[01]")
+
+
 def _object_problem(manifest: dict) -> str | None:
     """A separately compiled object (see `objects`): its LTO-IR and its interface."""
     def rows(name, width):
@@ -169,6 +173,10 @@ def _object_problem(manifest: dict) -> str | None:
             return "no entry symbol"
         if not isinstance(manifest.get("cooperative"), bool):
             return "kernel object without a cooperative flag"
+        flags = manifest.get("link_flags", [])
+        if not isinstance(flags, list) or not all(
+                isinstance(f, str) and _LINK_FLAG.fullmatch(f) for f in flags):
+            return "kernel object with link flags kbuild does not give"
     return None
 
 

@@ -1,0 +1,222 @@
+"""Compile equivalence: kbuild's PTX for a target has the float semantics of numba's own JIT.
+
+For every kernel form of a small matrix project and of the examples, crossed with the
+options that change generated code (`fastmath` True or a set of flags, `opt`,
+`max_registers`, `lineinfo`, `debug`, and `NUMBA_OPT` in the environment), `kbuild build`
+(separate compilation and nvJitLink's link-time optimisation, the default) and numba's
+JIT of the same kernel and types (its dispatcher, compiling for the device of a fake
+driver: numba's own pipeline, nothing of kbuild's) must give PTX with:
+
+- the same `.target`;
+- the same set of floating-point instruction variants: opcode with every modifier
+  (rounding `.rn`/`.rz`..., `.ftz`, `.approx`/`.full`, `.sat`), e.g. `cvt.rn.ftz.f32.f64`;
+- the same set of floating-point immediates (`0f3FC00000`, `0d...`).
+
+Sets, not counts or order: separate compilation inlines callees at link time rather than
+in NVVM's whole-program pass, so the same instructions may appear a different number of
+times (a callee's body once per call site or once as a function), which changes no
+result. A variant present on one side only is another rounding or denormal behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+
+from conftest import copy_examples
+from support import REPO_ROOT
+from support import run as run_process
+
+ARCH, CC = "sm_90", (9, 0)
+
+FORMS = '''
+import math
+
+import numpy as np
+from numba import cuda
+
+SCALE = np.float32(1.5)
+TINY = np.float32(1e-39)  # a float32 denormal: flushed to zero under ftz
+
+
+@cuda.jit(device=True)
+def helper(v):
+    return math.sqrt(v) / (v + SCALE)
+
+
+@cuda.jit(device=True)
+def blend(a, b):
+    return a * 0.25 + b / 3.0
+
+
+def _kernels(suffix, options):
+    @cuda.jit(**options)
+    def calls(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = helper(x[i]) + x[i] * 0.5
+
+    @cuda.jit(**options)
+    def plain(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            v = x[i]
+            y[i] = v / 7.0 + math.exp(v) - (1.0 if v == TINY else 0.0)
+
+    @cuda.jit(**options)
+    def doubles(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = blend(x[i], math.sqrt(x[i])) + math.log(x[i] + 1.0)
+
+    found = {}
+    for kernel in (calls, plain, doubles):
+        name = f"{kernel.py_func.__name__}_{suffix}"
+        kernel.py_func.__name__ = kernel.py_func.__qualname__ = name
+        found[name] = kernel
+    return found
+
+
+OPTIONS = {
+    "default": {},
+    "fastmath": {"fastmath": True},
+    "fastflags": {"fastmath": {"nsz", "arcp", "contract", "afn", "reassoc"}},
+    "noopt": {"opt": False},
+    "maxreg": {"max_registers": 32},
+    "lineinfo": {"lineinfo": True},
+    "fastlineinfo": {"fastmath": True, "lineinfo": True},
+    "debug": {"debug": True, "opt": False},
+}
+for _suffix, _options in OPTIONS.items():
+    globals().update(_kernels(_suffix, _options))
+'''
+
+SIGNATURES = {"calls": "void(float32[::1], float32[::1])",
+              "plain": "void(float32[::1], float32[::1])",
+              "doubles": "void(float64[::1], float64[::1])"}
+SUFFIXES = ["default", "fastmath", "fastflags", "noopt", "maxreg", "lineinfo",
+            "fastlineinfo", "debug"]
+
+# numba's JIT under a fake device of CC: for each (module:attr, signature) its PTX.
+NUMBA_JIT = '''
+import json, importlib, sys
+from kbuild.backend import compiler, fakedriver
+from kbuild.backend.backends import DEFAULT, get
+
+wanted = json.loads(sys.argv[1])
+out = {}
+cc = tuple(json.loads(sys.argv[2]))
+# The fake driver is the device; `targeting` answers numba's device-function typing's
+# question for the current device's compute capability (the same cc) without a driver.
+with fakedriver.installed(cc, record=False), compiler.targeting(cc):
+    for name, signature in wanted:
+        module_name, _, attr = name.partition(":")
+        kernel = module = importlib.import_module(module_name)
+        for part in attr.split("."):
+            kernel = getattr(kernel, part)
+        # The signature text read as kbuild.toml's is (the module's dtypes by name); the
+        # compile is numba's dispatcher's own.
+        args, _ = get(DEFAULT).parse_signature(signature, module)
+        kernel.compile(tuple(args))
+        out[name + " " + signature] = kernel.inspect_asm(tuple(args))
+print(json.dumps(out))
+'''
+
+_FLOAT_OP = re.compile(
+    r"^\s*(?:@!?%p\d+\s+)?((?:add|sub|mul|div|fma|mad|sqrt|rsqrt|rcp|cvt|setp|set|min|max|abs"
+    r"|neg|ex2|lg2|sin|cos|tanh|testp|copysign|frc|cvta)\.[\w.]*\.f(?:16|32|64)\w*(?:\.\w+)*)",
+    re.M)
+_IMMEDIATE = re.compile(r"\b0[fd][0-9A-F]{8,16}\b")
+_TARGET = re.compile(r"^\s*\.target\s+(\w+)", re.M)
+
+
+def semantics(ptx: str) -> dict:
+    """What of a PTX text decides float results: its arch, its FP instruction variants and
+    its FP immediates."""
+    return {"target": sorted(set(_TARGET.findall(ptx))),
+            "float ops": sorted(set(_FLOAT_OP.findall(ptx))),
+            "immediates": sorted(set(_IMMEDIATE.findall(ptx)))}
+
+
+def _kbuild_ptx(result, project, home, store) -> dict:
+    ptx = {}
+    for row in result.json["targets"]:
+        assert row["status"] in ("built", "cached"), row
+        blob = run_process("cat", row["artifacts"]["ptx"], cwd=project, home=home, store=store)
+        assert blob.returncode == 0, blob.stderr
+        ptx[row["target"] + " " + row["signature"]] = blob.stdout
+    return ptx
+
+
+def _numba_ptx(project, home, wanted, env=None) -> dict:
+    result = run_process(json.dumps(wanted), json.dumps(list(CC)), cwd=project, home=home,
+                         launcher=("-c", NUMBA_JIT), env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def _compare(kbuild: dict, numba: dict) -> list:
+    assert sorted(kbuild) == sorted(numba)
+    return [(name, field, a[field], b[field])
+            for name in sorted(kbuild)
+            for a, b in [(semantics(kbuild[name]), semantics(numba[name]))]
+            for field in a if a[field] != b[field]]
+
+
+def _matrix_project(tmp_path):
+    project = tmp_path / "proj"
+    (project / "eq").mkdir(parents=True)
+    (project / "eq" / "__init__.py").write_text("")
+    (project / "eq" / "forms.py").write_text(textwrap.dedent(FORMS))
+    lines = ["[project]", 'name = "eq"', 'paths = ["."]', f'arch = ["{ARCH}"]', ""]
+    wanted = []
+    for suffix in SUFFIXES:
+        for base, signature in SIGNATURES.items():
+            name = f"eq.forms:{base}_{suffix}"
+            lines += [f'[kernels."{name}"]', f'signatures = ["{signature}"]', ""]
+            wanted.append((name, signature))
+    (project / "kbuild.toml").write_text("\n".join(lines))
+    return project, wanted
+
+
+@pytest.mark.parametrize("env", [{}, {"NUMBA_OPT": "0"}], ids=["env-default", "NUMBA_OPT=0"])
+def test_every_option_of_the_matrix_has_numbas_float_semantics(tmp_path, env):
+    project, wanted = _matrix_project(tmp_path)
+    home, store = tmp_path / "home", tmp_path / "store"
+    built = run_process("build", "--json", cwd=project, home=home, store=store, env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    links = {r["target"]: r["link"] for r in built.json["targets"]}
+    # Separate compilation is what is checked: the plain options link from objects (under
+    # NUMBA_OPT=0 every kernel is one program, as opt=False kernels are).
+    expected = "whole" if env else "lto"
+    assert links["eq.forms:calls_fastmath"] == links["eq.forms:calls_default"] == expected
+    differ = _compare(_kbuild_ptx(built, project, home, store),
+                      _numba_ptx(project, home, wanted, env))
+    assert differ == []
+
+
+def test_the_examples_have_numbas_float_semantics(tmp_path):
+    project = copy_examples(REPO_ROOT, tmp_path / "proj")
+    home, store = tmp_path / "home", tmp_path / "store"
+    built = run_process("build", "--json", "--arch", ARCH, cwd=project, home=home, store=store)
+    assert built.returncode == 0, built.stdout + built.stderr
+    wanted = [(r["target"], r["signature"]) for r in built.json["targets"]]
+    differ = _compare(_kbuild_ptx(built, project, home, store),
+                      _numba_ptx(project, home, wanted))
+    assert differ == []
+
+
+def test_a_fastmath_link_keeps_flush_to_zero(tmp_path):
+    """The case that broke: a fastmath kernel calling a device function, linked from
+    separately compiled objects, lost `.ftz` on its conversions (`cvt.f64.f32`)."""
+    project, wanted = _matrix_project(tmp_path)
+    home, store = tmp_path / "home", tmp_path / "store"
+    built = run_process("build", "--json", "eq.forms:calls_fastmath", cwd=project, home=home,
+                        store=store)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (ptx,) = _kbuild_ptx(built, project, home, store).values()
+    ops = semantics(ptx)["float ops"]
+    assert "cvt.ftz.f64.f32" in ops and "cvt.f64.f32" not in ops, ops
