@@ -146,6 +146,20 @@ class Project:
         self._save_facts()
         return rows
 
+    def verify(self, rows, names=None, archs=None, *, sample=None, jobs=1,
+               target_timeout=None):
+        """`rows` of a build (`build`'s, same selection) with the targets the store served
+        rebuilt from source in worker processes and compared byte for byte (see
+        `build.verify`): a target whose entry differs from a fresh build fails, and its
+        entry is replaced. `sample` (`build.parse_sample("10%")`) checks a random share."""
+        from .build.verify import Sample
+
+        the_plan = self.plan(names, archs)
+        limit = the_plan.config.target_timeout if target_timeout is None else target_timeout
+        with self.store.shared():
+            return _build.check_served(the_plan, self.store, rows, sample=sample or Sample(),
+                                 jobs=jobs, timeout=limit or None)
+
     def _save_facts(self) -> None:
         # Only into a store that exists and is kbuild's: looking at a project creates no
         # store, and a folder of another program's gets nothing (a build says why).

@@ -11,6 +11,7 @@ One room per concern:
 | `compile` | one target's job here: compile it, or link it from stored objects |
 | `run` | `build()`: locks, the two waves, worker processes or an executor |
 | `cluster` | a target's job as plain data, and its compile on a cluster worker |
+| `verify` | `--verify`: what the store would serve rebuilt from source and compared |
 
 Callers use the names below (`from kbuild.build import plan, build, Row`).
 """
@@ -31,6 +32,7 @@ _WHERE = {
     "select_specs": "planning", "target_key": "planning",
     "Row": "row",
     "Workers": "run", "build": "run", "default_jobs": "run", "relink_recipe": "run",
+    "check_served": "verify", "parse_sample": "verify",
 }
 
 __all__ = sorted(_WHERE)

@@ -87,14 +87,16 @@ def launchable(manifest: dict) -> dict:
 
 
 def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
-           current=None) -> dict:
+           current=None, *, replace_objects: bool = False) -> dict:
     """Store the objects, then the artifacts' blobs, then the manifest; return the
     launchable artifacts' hashes.
 
     The manifest goes under the static key, with the record of every observation set
     seen for that key (newest first). The variant it replaces, built for other
     observations, moves to its full key, where `fresh_entry` finds it if those
-    observations hold again (an environment switched back, say).
+    observations hold again (an environment switched back, say). `replace_objects`
+    (`--verify` found the stored bytes wrong): the compile's objects replace stored ones
+    under the same keys even where their observations hold.
     """
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     current = current or current_digests(the_plan)
@@ -104,7 +106,7 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
     for obj in (artifacts.objects if target.launch is None else ()):
         # Objects are keyed statically and carry what their compile observed, so a relink
         # can check it; one compiled again because an observation changed replaces the old.
-        if _object_holds(store, obj, current):
+        if not replace_objects and _object_holds(store, obj, current):
             continue
         record = obs.Record(obj.key, (obs.observation_set(obj.key, observed),))
         store.commit(obj.key, dict(obj.manifest, artifacts={

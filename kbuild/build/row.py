@@ -31,6 +31,9 @@ class Row:
     # Built rows: what early cutoff took from an earlier build of the same bytes (the link's
     # output, or the cubin of the same PTX); None when every step ran.
     cutoff: Cutoff | None = None
+    # `--verify`: "same" (a fresh build gave the stored bytes), "differs" (it did not: the
+    # row failed and the entry was replaced) or "unchecked"; None when not verified.
+    verified: str | None = None
 
     @classmethod
     def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:
@@ -44,4 +47,6 @@ class Row:
                  "artifacts": self.artifacts, "error": self.error, "link": self.link,
                  "note": self.note, "recorded": self.recorded, "changed": self.changed,
                  "cutoff": self.cutoff}
+        if self.verified is not None:
+            found["verified"] = self.verified
         return found if self.launch is None else dict(found, launch=self.launch)

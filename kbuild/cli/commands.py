@@ -122,7 +122,20 @@ COMMANDS = (
         Opt("--executor", metavar="local|dask://HOST:PORT", default=None,
             help="where to compile: local processes (default) or a Dask cluster"),
         *FAILURES, FULL,
+        Opt("--verify", nargs="?", const="", default=None, metavar="SHARE",
+            help="also rebuild what the store served, from source in a worker, and compare "
+                 "the bytes: a target that differs fails and its entry is replaced "
+                 "(--verify=10%%: a random share of them; default: $KBUILD_VERIFY)"),
         _loudness("print only failed targets (first line of the error) and the summary"))),
+    Command("verify", "project_cmds.cmd_verify",
+            "rebuild what the store holds for the current targets, from source, and compare "
+            "(a mismatch fails, and its entry is replaced)", (
+                *TARGETS_AND_ARCH, JSON, JOBS,
+                Opt("--sample", metavar="SHARE", default=None,
+                    help="check a random share of the targets (e.g. 10%%; default: all)"),
+                _loudness("print only targets that differ and the summary")),
+            defaults={"full": True, "keep_going": True, "read_only": False, "whole_program": False,
+                      "target_timeout": None, "retry_failed": False}),
     Command("watch", "project_cmds.cmd_watch",
             "stay resident and rebuild when a project file is saved", (
                 *TARGETS_AND_ARCH, JOBS,

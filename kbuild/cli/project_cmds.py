@@ -11,8 +11,8 @@ import time
 
 from ..errors import KbuildError
 from ..model import RowStatus, TargetState
-from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error, flush_warnings, max_size_of,
-                     planned, print_json, remember, size, warnings)
+from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, error, flush_warnings,
+                     max_size_of, planned, print_json, remember, size, warnings)
 from .report import BuildReport
 
 
@@ -30,7 +30,10 @@ def cmd_build(args) -> int:
         store.check_root()  # before keying imports numba and the project
         store.claim()  # a folder that is not kbuild's is refused before anything runs
     start = time.perf_counter()
-    direct = Direct(config, store, enabled=not args.full, may_write=not args.read_only)
+    args.verify = _verify_setting(args)
+    # Verifying rebuilds what the store serves: every target keyed, none answered blind.
+    direct = Direct(config, store, enabled=not args.full and args.verify is None,
+                    may_write=not args.read_only)
     rows = direct.answer(args.targets, args.arch, "fresh", hold=lambda: _shared(store))
     if rows is not None:
         return _direct_build(args, direct, config, store, rows, max_size, start)
@@ -102,9 +105,16 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, project.store)
     report.mode = direct.describe()
+    verifying = getattr(args, "verify", None) is not None
+    if verifying:
+        report.stream = False  # rows are final only once checked: printed at the end
+    jobs = args.jobs or default_jobs()
     try:
         rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
-                             executor=executor, **_settings(args, args.jobs or default_jobs()))
+                             executor=executor, **_settings(args, jobs))
+        if verifying and not args.read_only:
+            rows = project.verify(rows, args.targets, archs, sample=args.verify, jobs=jobs,
+                                  target_timeout=args.target_timeout)
     except KeyboardInterrupt:
         # Finished rows are committed; what was compiling is dropped, its locks released.
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
@@ -112,6 +122,55 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
         _evict(project.store, max_size, the_plan)
     _journal_build(direct, project, the_plan, rows)
     report.mode = direct.describe()
+    return report.finish(rows, time.perf_counter() - start)
+
+
+def _verify_setting(args):
+    """The share of served targets `--verify` checks ("" for all), None for no check:
+    the option, else $KBUILD_VERIFY (`1`: all; `10%`: a share; `0` or empty: none)."""
+    from ..build import parse_sample
+
+    text = args.verify
+    if text is None:
+        env = os.environ.get("KBUILD_VERIFY", "").strip()
+        if env.lower() in ("", "0", "false", "no", "off"):
+            return None
+        text = "" if env.lower() in ("1", "true", "yes", "on") else env
+    try:
+        return parse_sample(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_verify(args) -> int:
+    """Rebuild what the store holds for the current targets and compare the bytes."""
+    from ..build import default_jobs, launchable, parse_archs, parse_sample
+    from ..build.row import Row
+    from ..config import load_config
+    from ..project import Project
+
+    config, store = _light_project(args, read_only=False)
+    try:
+        sample = parse_sample(args.sample)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("--verify=", "--sample ")) from None
+    start = time.perf_counter()
+    project = remember(args, Project(load_config(args.config), store))
+    archs = parse_archs(args.arch)
+    the_plan = project.plan(args.targets, archs)
+    report = BuildReport(args, the_plan, store)
+    report.stream = False
+    rows = []
+    for target in the_plan.targets:
+        held = project.fresh_entry(the_plan, target)
+        key = the_plan.keys[target].digest
+        rows.append(Row.of(target, key, RowStatus.CACHED, artifacts=launchable(held))
+                    if held is not None else
+                    Row.of(target, key, RowStatus.SKIPPED, error="not in the store: nothing "
+                           "to verify (kbuild build builds it)"))
+    rows += [Row.of(t, None, RowStatus.FAILED, error=str(e)) for t, e in the_plan.failed.items()]
+    rows = project.verify(rows, args.targets, archs, sample=sample,
+                          jobs=args.jobs or default_jobs())
     return report.finish(rows, time.perf_counter() - start)
 
 

@@ -63,6 +63,10 @@ class BuildReport:
         rows = sorted(rows, key=self._position)
         summary = {s.value: sum(r.status == s for r in rows) for s in RowStatus}
         summary["seconds"] = round(seconds, 3)
+        checked = [r.verified for r in rows if r.verified in ("same", "differs")]
+        if checked:  # --verify: how many served targets were rebuilt, how many differed
+            summary["verified"] = len(checked)
+            summary["differ"] = checked.count("differs")
         if interrupted:
             summary["interrupted"] = True
             error("interrupted")
@@ -98,6 +102,8 @@ class BuildReport:
                 f"{summary['failed']} failed"
                 + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
                 + f" in {summary['seconds']:.2f}s")
+        if "verified" in summary:
+            line += f"; verified {summary['verified']}, {summary['differ']} differ"
         if interrupted:
             line = f"interrupted: {line}; {not_done} not built"
         return line
@@ -118,6 +124,8 @@ class BuildReport:
             line += f" (grid {row.launch['grid']} block {row.launch['block']})"
         if row.status == RowStatus.BUILT:
             line += f"  {row.seconds:.2f}s" + relinked(row) + unchanged(row)
+        if row.verified == "same":
+            line += "  verified"
         print(line, flush=self.stream)
         self._print_details(row)
 

@@ -27,6 +27,7 @@ Never an entry keyed by identity.
 
 from __future__ import annotations
 
+import random
 import sys
 import warnings
 from collections import Counter
@@ -80,6 +81,7 @@ class Session:
         self._unwritable: str | None = None
         self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
         self._arch: dict = {}
+        self._verify = _verify_share()  # KBUILD_VERIFY: the share of served kernels checked
         for message in settings.warnings:
             self.warn(message)
 
@@ -170,7 +172,47 @@ class Session:
                 return None  # kbuild's compile failed: numba compiles, and raises its error
         else:
             self.counts["hits"] += 1
+            if self._verify and random.random() < self._verify:
+                manifest, served = self._verified(plan, served, manifest, current)
+                if manifest is None:
+                    self.counts["fallback"] += 1
+                    return None  # a fresh build fails: numba compiles it, and says why
         return self._load(manifest, served, request, device_arch, plan)
+
+    def _verified(self, plan, served, manifest, current):
+        """KBUILD_VERIFY: the entry `served` rebuilt from source here, reusing nothing
+        this process or the store made, and compared byte for byte (see build.verify):
+        (the entry to load, its target), the fresh build's when the stored one differs,
+        (None, None) when a fresh build fails. Checked before the launch, so a binary
+        that differs is never launched."""
+        from ..backend import dispatch, lto
+        from ..build import commit, compile_target
+        from ..keying.encode import digest
+
+        lto.forget(lto.made_keys())
+        for disp in plan.keyer.device_functions:
+            dispatch.forget_compiled(disp)
+            self._compiled.pop(disp.py_func, None)
+        plan.separate = manifest.get("link", {}).get("mode") != "whole"
+        outcome, seconds = compile_target(plan, served)
+        self.counts["verified"] += 1
+        label = f"{served.name} {served.signature} {served.arch}"
+        if isinstance(outcome, Exception):
+            self.store.remove_entry(plan.keys[served].digest)
+            self.warn(f"kbuild: {label}: the store holds a binary a fresh build cannot make "
+                      f"({str(outcome).splitlines()[0]}); entry removed, numba compiles it "
+                      "(please report this)")
+            return None, None
+        stored = manifest["artifacts"]
+        if all(stored.get(k) == digest(getattr(outcome, k)) for k in ("ptx", "cubin")):
+            return manifest, served
+        self.counts["differ"] += 1
+        self.warn(f"kbuild: {label}: the cached binary differs from a fresh build; kbuild "
+                  "keyed nothing that changed (please report this); the entry is replaced "
+                  "and the fresh build launched")
+        with self.store.shared():
+            commit(self.store, plan, served, outcome, seconds, current, replace_objects=True)
+        return self._fresh(plan, served, current)
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..build import Plan, new_keyer, target_key
@@ -411,6 +453,24 @@ class Session:
     def _flush_store_warnings(self) -> None:
         while self.store.warnings:
             self.warn(f"kbuild: {self.store.warnings.pop(0)}")
+
+
+def _verify_share() -> float:
+    """KBUILD_VERIFY as a share of served kernels to check: `1` all, `10%` or `0.1` a
+    random tenth, unset or `0` none (a value that does not parse checks all: asked for
+    checking, a typo must not turn it off)."""
+    import os
+
+    text = os.environ.get("KBUILD_VERIFY", "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return 0.0
+    if text in ("1", "true", "yes", "on"):
+        return 1.0
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return 1.0
+    return min(max(share, 0.0), 1.0)
 
 
 def _check_source(py_func) -> None:
