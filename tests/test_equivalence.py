@@ -220,3 +220,84 @@ def test_a_fastmath_link_keeps_flush_to_zero(tmp_path):
     (ptx,) = _kbuild_ptx(built, project, home, store).values()
     ops = semantics(ptx)["float ops"]
     assert "cvt.ftz.f64.f32" in ops and "cvt.f64.f32" not in ops, ops
+
+
+def test_numba_force_cuda_cc_chooses_the_arch_built_and_served(tmp_path):
+    """numba compiles for NUMBA_FORCE_CUDA_CC's arch (NVVM's `-arch`) and assembles that
+    PTX for the device; kbuild under zero-config builds and keys that arch's target and
+    assembles its PTX for the device the same way."""
+    import zeroconf_support as zc
+
+    root = zc.write_program(tmp_path / "prog")
+    env = {"HARNESS_CC": "[9, 0]", "NUMBA_FORCE_CUDA_CC": "8.0"}
+    forced = zc.run(root, "kbuild", enable={"store": str(tmp_path / "store")}, env=env)
+    assert {arch for _, _, arch, _ in forced["served"]} == {"sm_80"}, forced["stderr"]
+    assert forced["counts"]["built"] == 2 and forced["launches"]
+    for _, _, _, key in forced["served"]:
+        entry = zc.cubin_of(tmp_path / "store", key)  # the stored cubin: sm_80's
+        assert entry not in {digest for _, _, digest in forced["loads"]}
+    plain = zc.run(root, "kbuild", enable={"store": str(tmp_path / "store")},
+                   env={"HARNESS_CC": "[9, 0]"})
+    assert {arch for _, _, arch, _ in plain["served"]} == {"sm_90"}
+    assert plain["counts"]["built"] == 2  # another arch, another key
+
+
+GAINED = '''\
+from numba import cuda
+
+GAIN = 2.5
+
+
+@cuda.jit(device=True)
+def gained(v):
+    return v * GAIN + 0.625
+
+
+@cuda.jit
+def first(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = gained(x[i])
+
+
+@cuda.jit
+def second(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = gained(x[i]) - 1.0
+'''
+
+GAINED_APP = '''\
+import numpy as np
+
+import app_kernels as K
+
+
+def main(device_array, which=()):
+    x = device_array(np.arange(64, dtype=np.float32))
+    out = device_array(np.zeros(64, np.float32))
+    K.first[2, 32](x, out)
+    K.GAIN = 3.5  # after numba compiled `gained` for `first`
+    K.second[2, 32](x, out)
+    with open("second.ptx", "w") as f:
+        f.write(K.second.inspect_asm(K.second.signatures[0]))
+'''
+
+
+def test_a_device_function_numba_compiled_is_reused_as_numba_reuses_it(tmp_path):
+    """numba compiles `gained` for `first` (GAIN 2.5) and reuses that code for `second`
+    after the program sets GAIN = 3.5: `second` computes with 2.5. kbuild, keying
+    `second` with today's 3.5, would serve other code: it lets numba compile it, with the
+    code numba holds. (When `first` came from the store, numba holds no code for `gained`
+    and compiles it with 3.5, as numba does after its own cache served `first`.)"""
+    import zeroconf_support as zc
+
+    root = zc.write_program(tmp_path / "prog", kernels=GAINED, app=GAINED_APP)
+    reference = zc.run(root, "numba")
+    numba_ptx = (root / "second.ptx").read_text()
+    assert "0d4004000000000000" in numba_ptx and "0d400C000000000000" not in numba_ptx
+    report = zc.run(root, "kbuild", enable={"store": str(tmp_path / "store")})
+    assert reference["launches"] and report["counts"]["fallback"] == 1
+    assert any("device function gained changed since numba compiled it" in w
+               for w in report["warnings"])
+    assert semantics((root / "second.ptx").read_text()) == semantics(numba_ptx)

@@ -63,6 +63,21 @@ def targeting(cc: tuple):
                  codegen.CUDACodeLibrary.__init__) = _state["saved"]
 
 
+@contextlib.contextmanager
+def _arch_as_asked():
+    """The arch a target is compiled for is the arch its code is made for. numba's NVVM
+    arch option follows NUMBA_FORCE_CUDA_CC whatever it is asked; that variable chooses
+    the arch of a device's targets instead (`launcher.compile_arch`), never another
+    arch's code under this one's name."""
+    from numba.cuda import config
+
+    forced, config.FORCE_CUDA_CC = config.FORCE_CUDA_CC, None
+    try:
+        yield
+    finally:
+        config.FORCE_CUDA_CC = forced
+
+
 class _OrderedSet(dict):
     """A set that iterates in insertion order (a dict's keys), never in hash order."""
 
@@ -135,7 +150,7 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     are written relative to (see `debugpaths`).
     """
     stable_ids = stable_ids or {}
-    with targeting(cc), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids), \
+    with targeting(cc), _arch_as_asked(), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids), \
             _internal_functions(), _flag_names(), _debug_paths(source_roots):
         if observer is None:
             return _compile(kernel, argtypes, cc, device_functions, apart, outputs)[0]

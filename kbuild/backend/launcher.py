@@ -214,6 +214,35 @@ def device_arch(device_id: int) -> str:
     return arch
 
 
+def compile_arch(device_arch: str) -> str:
+    """The arch numba-cuda compiles for on a device of `device_arch`: the one
+    NUMBA_FORCE_CUDA_CC names when it is set (numba gives NVVM that arch and assembles its
+    PTX for the device: see `device_binary`), else the device's own."""
+    from numba.cuda import config
+
+    forced = config.FORCE_CUDA_CC
+    if not forced:
+        return device_arch
+    return f"sm_{forced[0]}{forced[1]}{forced[2] if len(forced) > 2 else ''}"
+
+
+def device_binary(manifest: dict, ptx: bytes, device_cc: tuple) -> bytes:
+    """A cubin for the device of a target built for another arch (NUMBA_FORCE_CUDA_CC):
+    its PTX assembled for `device_cc` as numba assembles it (`_Linker` for the device's
+    cc, cudadevrt for a grid sync). A PTX that calls code of linked files cannot be
+    assembled alone (LaunchError: numba compiles it)."""
+    from ..artifacts import ptx_unresolved
+    from ..errors import KbuildError
+    from .loader import link_ptx
+
+    cooperative = bool(manifest.get("cooperative"))
+    if ptx_unresolved(ptx) and not cooperative:  # a grid sync's calls are cudadevrt's
+        raise KbuildError("it links files, and NUMBA_FORCE_CUDA_CC asks for another arch's "
+                          "PTX than the device's")
+    return link_ptx(ptx, device_cc, (), cooperative)
+
+
+
 def current_device() -> int:
     """The current device's id (numba's primary context is made current if none is)."""
     return driver.current_device()

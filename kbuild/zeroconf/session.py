@@ -82,6 +82,7 @@ class Session:
         self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
         self._arch: dict = {}
         self._verify = _verify_share()  # KBUILD_VERIFY: the share of served kernels checked
+        self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
         for message in settings.warnings:
             self.warn(message)
 
@@ -155,7 +156,8 @@ class Session:
 
         _check_source(request.py_func)
         device_arch = self._device_arch()
-        plan, targets = self._plan(request, name, text, device_arch)
+        plan, targets = self._plan(request, name, text, self._compile_arch(request, device_arch))
+        self._check_reused_callees(plan)
         target = targets[0]
         current = current_digests(plan)
         manifest, served = self._lookup(plan, target, request, current)
@@ -213,6 +215,26 @@ class Session:
         with self.store.shared():
             commit(self.store, plan, served, outcome, seconds, current, replace_objects=True)
         return self._fresh(plan, served, current)
+
+    def _check_reused_callees(self, plan) -> None:
+        """numba compiles a device function once per argument types in a process and
+        reuses that code for every later kernel, with the values it read then. A device
+        function whose key has changed since this process first keyed it (a global it
+        reads set at run time), and whose earlier code numba holds, is reused by numba's
+        compile of this kernel: kbuild's, typed again with today's values, would compute
+        something else (KbuildError: numba compiles it)."""
+        from ..backend import dispatch
+
+        for disp in plan.keyer.device_functions:
+            node = plan.keyer.nodes.get(disp.py_func)
+            if node is None:
+                continue
+            first = self._first_keyed.setdefault(disp.py_func, node.digest)
+            if first != node.digest and dispatch.holds_compiled(disp):
+                raise KbuildError(
+                    f"device function {disp.py_func.__qualname__} changed since numba "
+                    "compiled it in this process (a value it reads was set at run time); "
+                    "numba reuses that code, so numba compiles this kernel")
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..build import Plan, new_keyer, target_key
@@ -394,9 +416,17 @@ class Session:
         from ..config import arch_cc
 
         blob = manifest["artifacts"]["cubin"]
+        if served.arch == device_arch:
+            stored = self.store.read_blob(blob)
+        else:  # NUMBA_FORCE_CUDA_CC: built for another arch; its PTX assembled for this one
+            from ..backend.launcher import device_binary
+
+            blob = manifest["artifacts"]["ptx"]
+            stored = device_binary(manifest, self.store.read_blob(blob), arch_cc(device_arch))
+            blob = f"{blob}@{device_arch}"
         # A debug or lineinfo binary names the program's own files (`backend.debugpaths`);
         # not the stored bytes then, so its modules are cached apart.
-        binary, located = debugpaths.located(self.store.read_blob(blob), self.config.paths)
+        binary, located = debugpaths.located(stored, self.config.paths)
         if located:
             blob = f"{blob}@{located}"
         launching = plan.kernels[served.name].backend.launcher()
@@ -416,6 +446,17 @@ class Session:
         self.served.append((served.name, served.signature, served.arch,
                             plan.keys[served].digest))
         return kernel
+
+    @staticmethod
+    def _compile_arch(request, device_arch: str) -> str:
+        """The arch numba compiles the kernel for on this device (NUMBA_FORCE_CUDA_CC may
+        name another); numba-cuda-mlir's kernels are built for the device's."""
+        from ..backend import launcher
+        from ..backend.backends import DEFAULT
+
+        if _backend_of(request.dispatcher).name != DEFAULT:
+            return device_arch
+        return launcher.compile_arch(device_arch)
 
     def _device_arch_or_none(self):
         try:
