@@ -13,6 +13,7 @@ import os
 import sys
 from functools import lru_cache
 
+from . import cells
 from .keying.encode import digest
 from .errors import CHANGED_AFTER_IMPORT, KeyingError
 from .store.facts import KeptFacts
@@ -145,6 +146,7 @@ class ProjectSources:
     def source_of(self, func):
         code = getattr(func, "__code__", None)
         if code is not None:
+            cells.registered_text(code)  # what inspect reads is what numba compiles
             check_imported(code.co_filename)  # inspect reads the file again
         try:
             lines, first = inspect.getsourcelines(func)
@@ -162,7 +164,8 @@ class ProjectSources:
         code = getattr(func, "__code__", None)
         if code is None or func.__name__ == "<lambda>":
             return None
-        defs = self._defs_by_line(code.co_filename)
+        text = cells.registered_text(code)
+        defs = self._defs_by_line(code.co_filename) if text is None else _cell_defs(text)
         for node in defs.get(code.co_firstlineno, ()):
             if node.name == func.__name__:
                 return node, 1
@@ -184,7 +187,8 @@ class ProjectSources:
         module = sys.modules.get(module_name)
         path = getattr(module, "__file__", None)
         if not path:
-            return False
+            # A notebook's namespace: its functions are the program's, keyed by content.
+            return cells.is_interactive_module(module)
         path = os.path.realpath(path)
         if "site-packages" in path.split(os.sep) or "dist-packages" in path.split(os.sep):
             return False
@@ -248,6 +252,15 @@ def _source_text(path: str, _mtime_ns: int) -> str:
         return decoded_source(fh.read())
 
 
+@lru_cache(maxsize=64)
+def _cell_defs(text: str) -> dict:
+    """Every function definition in a cell's registered text (`cells`), by first line."""
+    try:
+        return _defs_of(ast.parse(text))
+    except (SyntaxError, ValueError):
+        return {}
+
+
 def _index_defs(filename: str) -> dict:
     """Every function definition in a file, by the line its code object starts on."""
     try:
@@ -257,9 +270,12 @@ def _index_defs(filename: str) -> dict:
         return {}
     _check_text(filename, real, text)
     try:
-        tree = ast.parse(text)
+        return _defs_of(ast.parse(text))
     except (SyntaxError, ValueError):
         return {}
+
+
+def _defs_of(tree) -> dict:
     index: dict = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
