@@ -121,10 +121,9 @@ def _code_signatures(filename: str, text: str) -> frozenset:
 
 def namespace_source(py_func) -> bool:
     """Whether `py_func`, made in a namespace that is no imported module's (a notebook's
-    cells, a script run with `%run`), has a source kbuild can key: text registered for its
-    code, or a file that compiles to it; and a namespace that names itself as its module
-    does. KeyingError when its registered text is not the text it was compiled from."""
-    if py_func.__globals__.get("__name__") != py_func.__module__:
-        return False
+    cells; a script run with `%run`, whose namespace IPython keeps, its `__name__`
+    removed), has a source kbuild can key: text registered for its code, or a file that
+    compiles to it. Keying reads what it reads from its own `__globals__`. KeyingError
+    when its registered text is not the text it was compiled from."""
     code = py_func.__code__
     return registered_text(code) is not None or file_compiles_to(code)
