@@ -3,8 +3,9 @@
 A first cell (SETUP) does in the kernel what `zeroconf_support.HARNESS` does in a fresh
 process: it counts NVVM compiles (`nvvm.compile_ir`), installs the fake driver (an sm_80
 "device"; the launch path runs for real down to the `cuda.core` call), records the digest
-of every binary loaded, collects kbuild's warnings, and enables kbuild (mode `kbuild`),
-leaves it to KBUILD_ENABLE (mode `env`), or leaves numba alone (mode `numba`). A cell
+of every binary loaded and collects kbuild's warnings. In mode `kbuild` the next cell is
+`%load_ext kbuild`, as a user writes it; mode `env` leaves it to KBUILD_ENABLE (`kbuild
+run`), mode `numba` to numba alone. A cell
 `snap("label")` prints what happened since the previous snap as one `SNAP` line.
 
 The notebook's own cells are the program: a device function, kernels that call it or
@@ -50,16 +51,11 @@ def _showing(message, *a, **k):
     return _shown(message, *a, **k)
 warnings.showwarning = _showing
 warnings.simplefilter("always")
-_session = None
-if MODE == "kbuild":
-    import kbuild
-    _session = kbuild.enable()
-elif MODE == "env":
-    from kbuild import zeroconf
-    _session = zeroconf.current()
+from kbuild import zeroconf as _zeroconf
 device_array = fakedriver.device_array
 _seen = {"served": 0, "loads": 0, "warnings": 0, "nvvm": 0, "counts": {}}
 def snap(label):
+    _session = _zeroconf.current()
     counts = dict(_session.counts) if _session is not None else {}
     served = [s[:1] + s[3:] for s in _session.served] if _session is not None else []
     row = {"label": label, "nvvm": _report["nvvm"] - _seen["nvvm"],
@@ -181,12 +177,12 @@ def write_files(root: Path) -> Path:
 
 
 def notebook(cells, mode: str = "kbuild"):
-    """An nbformat notebook: SETUP (in `mode`), then `cells`."""
+    """An nbformat notebook: SETUP, `%load_ext kbuild` (mode `kbuild`), then `cells`."""
     import nbformat
 
-    first = f"MODE = {mode!r}\n" + SETUP
+    first = [SETUP] + (["%load_ext kbuild"] if mode == "kbuild" else [])
     return nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(c) for c in [first, *cells]],
+        cells=[nbformat.v4.new_code_cell(c) for c in [*first, *cells]],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}})
 

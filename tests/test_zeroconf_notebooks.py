@@ -178,3 +178,35 @@ def test_kbuild_run_record_over_nbconvert_records_module_kernels_and_says_why_no
     assert script == ["kbuild run: not recorded: __main__:from_script: defined in the script "
                       "run as __main__ (script.py): `kbuild build` imports it under another "
                       "module name; move the kernel into a module"], done.stderr
+
+
+def test_a_cell_name_registered_again_with_other_text_is_refused_never_mixed(tmp_path):
+    """The text keyed is the text the code was compiled from: a function of a cell whose
+    name now holds other text is refused, naming the cell; the new text keys its own."""
+    import linecache
+
+    from kbuild import cells
+    from kbuild.errors import KeyingError
+    from kbuild.sources import ProjectSources
+
+    name = f"<ipython-input-1-{tmp_path.name}>"
+
+    def run_cell(text):
+        linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+        namespace = {"__name__": "__main__"}
+        exec(compile(text, name, "exec"), namespace)
+        return namespace["f"]
+
+    sources = ProjectSources([str(tmp_path)])
+    try:
+        first = run_cell("def f(x):\n    return x + 1\n")
+        assert sources.function_def(first)[0].name == "f"
+        assert cells.namespace_source(first)
+        second = run_cell("# edited\ndef f(x):\n    return x + 2\n")
+        with pytest.raises(KeyingError, match=r"the text registered for <ipython-input-1-.*> "
+                                              r"is not the text 'f' was compiled from"):
+            sources.function_def(first)
+        assert sources.function_def(second)[0].body[0].value.right.value == 2
+    finally:
+        linecache.cache.pop(name, None)
+    assert cells.registered_text(second.__code__) is None  # nothing registered: no text
