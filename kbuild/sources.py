@@ -42,6 +42,23 @@ def note_source(path: str) -> None:
         pass
 
 
+def note_rerun_script(code) -> None:
+    """A script run again in one process after an edit (IPython's `%run`) made new code
+    from its file as it is now: when `code` compiles from that text, it is the text the
+    program now runs, no longer an edit made after import (`check_imported`)."""
+    real = _realpath(code.co_filename)
+    if real not in _IMPORTED:
+        return
+    try:
+        with open(real, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return
+    if digest(decoded_source(data).encode("utf-8")) != _IMPORTED[real] \
+            and cells.file_compiles_to(code):
+        record_imported_source(real, data)
+
+
 def imported_sources() -> list[str]:
     """The real paths of the project modules this process compiled from their sources."""
     return sorted(_IMPORTED)
@@ -173,9 +190,11 @@ class ProjectSources:
 
     def _defs_by_line(self, filename: str) -> dict:
         cache = self.__dict__.setdefault("_defs", {})
-        if filename not in cache:
-            cache[filename] = _index_defs(filename)
-        return cache[filename]
+        # By the text the program compiled too: a script run again (`note_rerun_script`).
+        slot = (filename, _IMPORTED.get(_realpath(filename)))
+        if slot not in cache:
+            cache[slot] = _index_defs(filename)
+        return cache[slot]
 
     def is_project_module(self, module_name: str) -> bool:
         cached = self._project_cache.get(module_name)

@@ -210,3 +210,19 @@ def test_a_cell_name_registered_again_with_other_text_is_refused_never_mixed(tmp
     finally:
         linecache.cache.pop(name, None)
     assert cells.registered_text(second.__code__) is None  # nothing registered: no text
+
+
+def test_a_script_run_again_after_an_edit_is_keyed_from_its_new_text(tmp_path):
+    """`%run script.py`, edit it, `%run` again: the new kernel is keyed from the new text
+    (not the text first run), so a restart that runs the edited script is served it."""
+    root = write_files(tmp_path / "nb")
+    env = {"KBUILD_STORE": tmp_path / "store"}
+    edit = ("text = open('script.py').read().replace('x[i] - 1.0', 'x[i] - 3.0')\n"
+            "open('script.py', 'w').write(text)\n")
+    first, again = execute(root, ["%run script.py\nsnap('first')",
+                                  edit + "%run script.py\nsnap('again')"], env=env)
+    assert first["counts"] == again["counts"] == {"built": 1, "served": 1}, again
+    assert again["warnings"] == []
+    (restarted,) = execute(root, ["%run script.py\nsnap('restarted')"], env=env)
+    assert restarted["nvvm"] == 0 and restarted["counts"] == {"hits": 1, "served": 1}
+    assert restarted["served"] == again["served"] != first["served"]

@@ -425,7 +425,10 @@ def _check_source(py_func, options) -> None:
     import os
 
     from .. import cells
+    from ..sources import note_rerun_script
 
+    if py_func.__module__ == "__main__":
+        note_rerun_script(py_func.__code__)  # `%run script.py` again, after an edit
     module = sys.modules.get(py_func.__module__) if py_func.__module__ else None
     filename = getattr(module, "__file__", None)
     if module is not None and filename and os.path.isfile(filename) \
