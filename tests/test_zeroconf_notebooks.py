@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from notebook_support import DEVICE, DEVICE_EDITED, KERNEL_NAMES, KERNELS, RUN_ALL, \
+from notebook_support import CLOSURES, DEVICE, DEVICE_EDITED, KERNEL_NAMES, KERNELS, RUN_ALL, \
     execute, notebook, write_files
 from zeroconf_support import env_for
 
@@ -106,7 +106,13 @@ def test_what_a_notebook_cannot_key_falls_back_saying_why_once(tmp_path):
         from_string[1, 1](device_array(np.zeros(4)))
         snap("fallbacks")
         """)
-    (row,) = execute(root, [DEVICE, unkeyable], env={"KBUILD_STORE": tmp_path / "store"})
+    # A closure kernel a cell displayed: named after the global that keeps it, never after
+    # IPython's output history (`_3`), whose names move with every cell run.
+    displayed = "k7 = make_scaler(7.0)\nk7"
+    launch_k7 = "k7[2, 32](x, x)\nsnap('displayed')"
+    row, shown = execute(root, [DEVICE, CLOSURES, displayed, unkeyable, launch_k7],
+                         env={"KBUILD_STORE": tmp_path / "store"})
+    assert [name for name, _ in shown["served"]] == ["__main__:k7"]
     assert row["counts"] == {"fallback": 3}, row
     assert len(row["warnings"]) == 2, row["warnings"]
     exec_warning, lines_warning = sorted(row["warnings"])
