@@ -62,8 +62,10 @@ def test_restart_run_all_compiles_nothing_then_an_edit_recompiles_only_its_depen
     redefine = f"LABEL = 'redefined'\n{SHIFT_BY_TWO}\n{LAUNCH_TWO}"
     back = f"LABEL = 'back'\n{SHIFT_AGAIN}\n{LAUNCH_TWO}"
     edit = ["LABEL = 'edited'\n" + DEVICE_EDITED, KERNELS, LAUNCH_TWO]
-    restarted, edited, redefined, again = execute(
-        root, RUN_ALL + edit + [redefine, back], env={"KBUILD_STORE": store})
+    device_only = ["LABEL = 'device only'\n" + DEVICE.replace("v * 2.0", "v * 2.0 + 2.0"),
+                   LAUNCH_TWO]
+    restarted, edited, redefined, again, followed = execute(
+        root, RUN_ALL + edit + [redefine, back] + device_only, env={"KBUILD_STORE": store})
 
     # Restart and run all: a new kernel process, every kernel from the store, the very
     # binaries the cold run compiled.
@@ -86,6 +88,14 @@ def test_restart_run_all_compiles_nothing_then_an_edit_recompiles_only_its_depen
         not {d for _, d in redefined["loads"]} & old_binaries
     assert again["counts"] == {"hits": 1, "served": 1}, again
     assert _keys(again)["__main__:shift"] == _keys(cold)["__main__:shift"]
+
+    # Only the device function's cell run again (not the kernels'): numba would launch the
+    # scale it compiled with the old device function; kbuild compiles scale again at its
+    # next launch, and shift, which does not call it, launches as it was.
+    assert followed["counts"] == {"built": 1, "served": 1}, followed
+    assert _names(followed) == ["__main__:scale"]
+    assert _keys(followed)["__main__:scale"] not in (_keys(cold)["__main__:scale"],
+                                                     _keys(edited)["__main__:scale"])
 
 
 def test_what_a_notebook_cannot_key_falls_back_saying_why_once(tmp_path):

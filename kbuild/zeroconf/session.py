@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from ..errors import KbuildError, KeyingError, LaunchError
 from ..sources import ProjectSources, note_source
+from . import cellwatch
 
 
 class ZeroConfigWarning(UserWarning):
@@ -170,7 +171,9 @@ class Session:
                 return None  # kbuild's compile failed: numba compiles, and raises its error
         else:
             self.counts["hits"] += 1
-        return self._load(manifest, served, request, device_arch, plan)
+        kernel = self._load(manifest, served, request, device_arch, plan)
+        cellwatch.follow(request.dispatcher, plan.keyer)  # a notebook's: see cellwatch
+        return kernel
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..build import Plan, new_keyer, target_key
