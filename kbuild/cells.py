@@ -63,6 +63,9 @@ def unkeyable_reason(py_func) -> str:
     if filename == "<stdin>":
         how = "typed at a plain >>> prompt, which keeps no text"
         hint = "define it in a module, or in IPython or Jupyter, which keep each cell's text"
+    elif filename in _MAGIC_NAMES:
+        how = "compiled by an IPython cell magic such as %%time, which keeps no text"
+        hint = "define the kernel in a cell without the magic, or in a module"
     elif filename.startswith("<") and filename.endswith(">"):
         how = "made with exec of a string, or python -c, whose text was not kept"
         hint = ("define it in a module, or register its text in linecache under the name "
@@ -92,6 +95,10 @@ def file_compiles_to(code) -> bool:
     except (SyntaxError, UnicodeDecodeError, LookupError):
         return False
     return _signature(code) in _code_signatures(code.co_filename, text)
+
+
+# What IPython's %%time and %%timeit compile a cell's text under, registering none of it.
+_MAGIC_NAMES = frozenset({"<timed exec>", "<timed eval>", "<magic-timeit>"})
 
 
 def _shown(filename: str) -> str:

@@ -120,9 +120,17 @@ def test_what_a_notebook_cannot_key_falls_back_saying_why_once(tmp_path):
     # IPython's output history (`_3`), whose names move with every cell run.
     displayed = "k7 = make_scaler(7.0)\nk7"
     launch_k7 = "k7[2, 32](x, x)\nsnap('displayed')"
-    row, shown = execute(root, [DEVICE, CLOSURES, displayed, unkeyable, launch_k7],
-                         env={"KBUILD_STORE": tmp_path / "store"})
+    timed = "%%time\n@cuda.jit\ndef timed(x):\n    x[0] = 3.0\n"
+    launch_timed = "timed[1, 1](x)\nsnap('timed')"
+    row, shown, magic = execute(root, [DEVICE, CLOSURES, displayed, unkeyable, launch_k7,
+                                       timed, launch_timed],
+                                env={"KBUILD_STORE": tmp_path / "store"})
     assert [name for name, _ in shown["served"]] == ["__main__:k7"]
+    assert magic["warnings"] == [
+        "kbuild: __main__:timed is compiled by numba, not cached: kbuild cannot key it: it "
+        "has no source file (<timed exec>: compiled by an IPython cell magic such as "
+        "%%time, which keeps no text); define the kernel in a cell without the magic, or "
+        "in a module"]
     assert row["counts"] == {"fallback": 3}, row
     assert len(row["warnings"]) == 2, row["warnings"]
     exec_warning, lines_warning = sorted(row["warnings"])
