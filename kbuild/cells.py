@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import linecache
 import os
+import sys
 from functools import lru_cache
 
 from .errors import KeyingError
@@ -47,6 +48,12 @@ def registered_text(code) -> str | None:
                           f"'{code.co_name}' was compiled from (registered again since); "
                           "run its cell again")
     return text
+
+
+def in_ipython() -> bool:
+    """Whether IPython runs this program (a notebook's kernel, its terminal)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get is not None and get() is not None
 
 
 def is_interactive_module(module) -> bool:
@@ -106,9 +113,11 @@ def _shown(filename: str) -> str:
 
 
 def _signature(code) -> tuple:
-    """What tells a compiled function from another compiled at the same place."""
+    """What tells a compiled function from another compiled at the same place (its line
+    table too: a lineinfo binary holds its positions)."""
     return (code.co_firstlineno, getattr(code, "co_qualname", code.co_name), code.co_code,
-            code.co_names, code.co_varnames)
+            code.co_names, code.co_varnames,
+            getattr(code, "co_linetable", None) or getattr(code, "co_lnotab", None))
 
 
 @lru_cache(maxsize=256)

@@ -45,9 +45,10 @@ def note_source(path: str) -> None:
 def note_rerun_script(code) -> None:
     """A script run again in one process after an edit (IPython's `%run`) made new code
     from its file as it is now: when `code` compiles from that text, it is the text the
-    program now runs, no longer an edit made after import (`check_imported`)."""
+    program now runs, no longer an edit made after import (`check_imported`). Only under
+    IPython: a plain script never runs again, and an edit to it stays one."""
     real = _realpath(code.co_filename)
-    if real not in _IMPORTED:
+    if real not in _IMPORTED or not cells.in_ipython():
         return
     try:
         with open(real, "rb") as fh:
