@@ -64,8 +64,12 @@ def test_restart_run_all_compiles_nothing_then_an_edit_recompiles_only_its_depen
     edit = ["LABEL = 'edited'\n" + DEVICE_EDITED, KERNELS, LAUNCH_TWO]
     device_only = ["LABEL = 'device only'\n" + DEVICE.replace("v * 2.0", "v * 2.0 + 2.0"),
                    LAUNCH_TWO]
-    restarted, edited, redefined, again, followed = execute(
-        root, RUN_ALL + edit + [redefine, back] + device_only, env={"KBUILD_STORE": store})
+    constant = ["SCALE = 2.0\n\n\n@cuda.jit\ndef by_scale(x):\n    x[0] = x[1] * SCALE\n",
+                "by_scale[1, 1](x)\nsnap('constant')", "SCALE = 3.0",
+                "by_scale[1, 1](x)\nsnap('constant changed')"]
+    restarted, edited, redefined, again, followed, first_value, second_value = execute(
+        root, RUN_ALL + edit + [redefine, back] + device_only + constant,
+        env={"KBUILD_STORE": store})
 
     # Restart and run all: a new kernel process, every kernel from the store, the very
     # binaries the cold run compiled.
@@ -96,6 +100,11 @@ def test_restart_run_all_compiles_nothing_then_an_edit_recompiles_only_its_depen
     assert _names(followed) == ["__main__:scale"]
     assert _keys(followed)["__main__:scale"] not in (_keys(cold)["__main__:scale"],
                                                      _keys(edited)["__main__:scale"])
+
+    # A notebook global a kernel reads, set again in a later cell: keyed by its value, so
+    # the kernel compiles again for the new value (numba alone keeps the old one).
+    assert first_value["counts"] == second_value["counts"] == {"built": 1, "served": 1}
+    assert _keys(first_value)["__main__:by_scale"] != _keys(second_value)["__main__:by_scale"]
 
 
 def test_what_a_notebook_cannot_key_falls_back_saying_why_once(tmp_path):
