@@ -20,6 +20,16 @@ def disable():
     _disable()
 
 
+def load_ipython_extension(ipython):
+    """`%load_ext kbuild` in IPython or a Jupyter notebook: `enable()` for its kernel, unless
+    kbuild is enabled there already (by `kbuild run` or KBUILD_ENABLE, whose settings stay).
+    Kernels written in cells are keyed from each cell's text (see `kbuild.cells`)."""
+    from .zeroconf import current
+
+    if current() is None:
+        enable()
+
+
 def __getattr__(name):
     # Lazy: `import kbuild` stays cheap; the project API pulls in numba only when used.
     if name == "Project":

@@ -13,6 +13,7 @@ import os
 import sys
 from functools import lru_cache
 
+from . import cells
 from .keying.encode import digest
 from .errors import CHANGED_AFTER_IMPORT, KeyingError
 from .store.facts import KeptFacts
@@ -39,6 +40,24 @@ def note_source(path: str) -> None:
             record_imported_source(real, fh.read())
     except OSError:
         pass
+
+
+def note_rerun_script(code) -> None:
+    """A script run again in one process after an edit (IPython's `%run`) made new code
+    from its file as it is now: when `code` compiles from that text, it is the text the
+    program now runs, no longer an edit made after import (`check_imported`). Only under
+    IPython: a plain script never runs again, and an edit to it stays one."""
+    real = _realpath(code.co_filename)
+    if real not in _IMPORTED or not cells.in_ipython():
+        return
+    try:
+        with open(real, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return
+    if digest(decoded_source(data).encode("utf-8")) != _IMPORTED[real] \
+            and cells.file_compiles_to(code):
+        record_imported_source(real, data)
 
 
 def imported_sources() -> list[str]:
@@ -145,6 +164,7 @@ class ProjectSources:
     def source_of(self, func):
         code = getattr(func, "__code__", None)
         if code is not None:
+            cells.registered_text(code)  # what inspect reads is what numba compiles
             check_imported(code.co_filename)  # inspect reads the file again
         try:
             lines, first = inspect.getsourcelines(func)
@@ -162,7 +182,8 @@ class ProjectSources:
         code = getattr(func, "__code__", None)
         if code is None or func.__name__ == "<lambda>":
             return None
-        defs = self._defs_by_line(code.co_filename)
+        text = cells.registered_text(code)
+        defs = self._defs_by_line(code.co_filename) if text is None else _cell_defs(text)
         for node in defs.get(code.co_firstlineno, ()):
             if node.name == func.__name__:
                 return node, 1
@@ -170,9 +191,11 @@ class ProjectSources:
 
     def _defs_by_line(self, filename: str) -> dict:
         cache = self.__dict__.setdefault("_defs", {})
-        if filename not in cache:
-            cache[filename] = _index_defs(filename)
-        return cache[filename]
+        # By the text the program compiled too: a script run again (`note_rerun_script`).
+        slot = (filename, _IMPORTED.get(_realpath(filename)))
+        if slot not in cache:
+            cache[slot] = _index_defs(filename)
+        return cache[slot]
 
     def is_project_module(self, module_name: str) -> bool:
         cached = self._project_cache.get(module_name)
@@ -184,7 +207,8 @@ class ProjectSources:
         module = sys.modules.get(module_name)
         path = getattr(module, "__file__", None)
         if not path:
-            return False
+            # A notebook's namespace: its functions are the program's, keyed by content.
+            return cells.is_interactive_module(module)
         path = os.path.realpath(path)
         if "site-packages" in path.split(os.sep) or "dist-packages" in path.split(os.sep):
             return False
@@ -248,6 +272,15 @@ def _source_text(path: str, _mtime_ns: int) -> str:
         return decoded_source(fh.read())
 
 
+@lru_cache(maxsize=64)
+def _cell_defs(text: str) -> dict:
+    """Every function definition in a cell's registered text (`cells`), by first line."""
+    try:
+        return _defs_of(ast.parse(text))
+    except (SyntaxError, ValueError):
+        return {}
+
+
 def _index_defs(filename: str) -> dict:
     """Every function definition in a file, by the line its code object starts on."""
     try:
@@ -257,9 +290,12 @@ def _index_defs(filename: str) -> dict:
         return {}
     _check_text(filename, real, text)
     try:
-        tree = ast.parse(text)
+        return _defs_of(ast.parse(text))
     except (SyntaxError, ValueError):
         return {}
+
+
+def _defs_of(tree) -> dict:
     index: dict = {}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

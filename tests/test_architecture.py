@@ -16,6 +16,7 @@ one), and `importlib.import_module("kbuild...")` with a constant name. Then:
           artifacts                                  what kinds of artifact the store holds
           store                                      blobs, entries, facts, archives, remotes
           backend                                    numba-cuda, NVVM, nvJitLink, the driver
+          cells                                      text kept in memory (notebook cells)
           sources                                    source files and keying facts
           config                                     kbuild.toml
           discover, graph, scaffold, bundle          importing kernels, the graph, init, bundles
@@ -59,7 +60,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kbuild"
 LAYERS = (
     ("core", [{"errors", "model", "environ"}]),
     ("keying", [{"keying"}]),
-    ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"sources"}, {"config"},
+    ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"cells"}, {"sources"}, {"config"},
                   {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"targets"},
                   {"execute"}, {"direct"}]),
     ("build", [{"build"}]),

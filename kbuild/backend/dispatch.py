@@ -261,3 +261,12 @@ def forget_compiled(dispatcher) -> None:
     it types it again with the values it reads now (an eager one keeps its only code)."""
     if getattr(dispatcher, "_can_compile", False):
         dispatcher.overloads.clear()
+
+
+def forget_kernel(dispatcher) -> None:
+    """Drop every overload a lazy kernel's dispatcher holds (as numba's own `recompile`
+    does first), so its next launch compiles it again: through kbuild's hook, keyed with
+    the values it reads then. An eager kernel (compilation disabled) keeps its code."""
+    if getattr(dispatcher, "_can_compile", False) and hasattr(dispatcher, "_reset_overloads"):
+        dispatcher._reset_overloads()
+        getattr(dispatcher, "_launch_config_specializations", {}).clear()

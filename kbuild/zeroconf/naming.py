@@ -21,6 +21,7 @@ Attributes are read from `__dict__`s only (never through a property or a module
 
 from __future__ import annotations
 
+import re
 import sys
 import types as pytypes
 import weakref
@@ -133,8 +134,22 @@ def _search(module, py_func):
 def _members(obj):
     names = obj.__dict__ if not isinstance(obj, type) else \
         {n: v for klass in reversed(obj.__mro__) for n, v in vars(klass).items()}
+    history = _is_interactive(obj)
     for name in sorted(n for n in names if isinstance(n, str) and n.isidentifier()):
+        if history and _HISTORY.fullmatch(name):
+            continue
         yield name, _unwrap(names[name])
+
+
+# IPython's output history in a notebook's namespace (`_`, `__`, `_7`, `_i7`, `_oh`, ...):
+# a kernel a cell displayed is kept there too, under a name that moves with every cell.
+_HISTORY = re.compile(r"_+|_i*\d+|_i+|_[oid]h|In|Out")
+
+
+def _is_interactive(obj) -> bool:
+    from ..cells import is_interactive_module
+
+    return isinstance(obj, pytypes.ModuleType) and is_interactive_module(obj)
 
 
 def _searchable(value, module_name: str) -> bool:

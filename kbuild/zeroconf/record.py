@@ -51,6 +51,7 @@ class Recorder:
                  checked_text(argtypes, module) or "", None, None)
 
     def _add(self, py_func, argtypes, text, arch, launch) -> None:
+        from .. import cells
         from ..keying.launch import launch_json
         from . import naming, sigtext
 
@@ -67,10 +68,14 @@ class Recorder:
                 and (launch is None or launch in spec.launches):
             return  # declared already
         checked = sigtext.checked_text(argtypes, module)
-        if not naming.importable_module(py_func.__module__):
+        if cells.is_registered(py_func.__code__.co_filename):
+            row.update(kernel=None, why="defined in a notebook cell, which is no module "
+                       "`kbuild build` can import to build it ahead of time (it is cached "
+                       "when it runs); move the kernel into a module to declare it")
+        elif not naming.importable_module(py_func.__module__):
             row.update(kernel=None, why=f"defined in the script run as {py_func.__module__} "
-                       f"({_file_of(module)}): `kbuild build` imports it under another "
-                       "module name; move the kernel into a module")
+                       f"({_file_of(module, py_func)}): `kbuild build` imports it under "
+                       "another module name; move the kernel into a module")
         elif path is None:
             row.update(why="made by a factory and kept on no module attribute (keep it as "
                            "one, like `ns.func = make_kernel(...)`)")
@@ -87,8 +92,10 @@ class Recorder:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def _file_of(module) -> str:
-    return os.path.basename(getattr(module, "__file__", "") or "") or "no file"
+def _file_of(module, py_func) -> str:
+    # A script run with IPython's %run: its namespace is no module, its code has a file.
+    path = getattr(module, "__file__", "") or py_func.__code__.co_filename
+    return os.path.basename(path) if os.path.isfile(path) else "no file"
 
 
 def _import_root(module) -> str | None:

@@ -89,8 +89,8 @@ def _write_recording(args, folder: Path, code: int) -> None:
     from .record import collect
 
     found = collect(folder)
-    for name, why in sorted(found.skipped.items()):
-        _say(f"kbuild run: not recorded: {name}: {why}")
+    for why, names in _by_reason(found.skipped):
+        _say(f"kbuild run: not recorded: {', '.join(names)}: {why}")
     if not found.kernels:
         _say("kbuild run: recorded nothing new" + ("" if code == 0 else
                                                    f" (the command exited with {code})"))
@@ -133,3 +133,12 @@ def _relative(root: str, base: Path) -> str:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _by_reason(skipped: dict) -> list:
+    """(why, names) for each reason, names sorted: a notebook's dozen cell kernels are told
+    once, not a line each."""
+    grouped: dict = {}
+    for name, why in sorted(skipped.items()):
+        grouped.setdefault(why, []).append(name)
+    return sorted(grouped.items(), key=lambda item: item[1])

@@ -35,6 +35,7 @@ from dataclasses import replace
 
 from ..errors import KbuildError, KeyingError, LaunchError
 from ..sources import ProjectSources, note_source
+from . import cellwatch
 
 
 class ZeroConfigWarning(UserWarning):
@@ -154,7 +155,7 @@ class Session:
     def _serve(self, request, name: str, text: str):
         from ..build import current_digests
 
-        _check_source(request.py_func)
+        _check_source(request.py_func, request.options)
         device_arch = self._device_arch()
         plan, targets = self._plan(request, name, text, self._compile_arch(request, device_arch))
         self._check_reused_callees(plan)
@@ -179,7 +180,9 @@ class Session:
                 if manifest is None:
                     self.counts["fallback"] += 1
                     return None  # a fresh build fails: numba compiles it, and says why
-        return self._load(manifest, served, request, device_arch, plan)
+        kernel = self._load(manifest, served, request, device_arch, plan)
+        cellwatch.follow(request.dispatcher, plan.keyer)  # a notebook's: see cellwatch
+        return kernel
 
     def _verified(self, plan, served, manifest, current):
         """KBUILD_VERIFY: the entry `served` rebuilt from source here, reusing nothing
@@ -514,21 +517,36 @@ def _verify_share() -> float:
     return min(max(share, 0.0), 1.0)
 
 
-def _check_source(py_func) -> None:
+def _check_source(py_func, options) -> None:
     """A kernel kbuild keys belongs to a module with a source file: its entry is bound to
     the module numba names in its symbols, and what it reads is the module's. Its own code
     may have been made by `exec` in that module's namespace (numba's `vectorize` and
     `guvectorize` make their kernels so): keying then takes its bytecode, which is what
-    numba compiles. One made at an interactive prompt, or by `exec` in a namespace of no
-    module, has neither (KeyingError: numba compiles it)."""
+    numba compiles. A notebook's namespace has no file but keeps each cell's text
+    (`cells`): its kernels are keyed from that text. One typed at a plain prompt, or made
+    by `exec` of a string whose text was not kept, has neither (KeyingError: numba
+    compiles it)."""
     import os
 
+    from .. import cells
+    from ..sources import note_rerun_script
+
+    if py_func.__module__ == "__main__":
+        note_rerun_script(py_func.__code__)  # `%run script.py` again, after an edit
     module = sys.modules.get(py_func.__module__) if py_func.__module__ else None
     filename = getattr(module, "__file__", None)
-    if module is None or not filename or not os.path.isfile(filename) \
-            or py_func.__globals__ is not vars(module) and not _made_by_numba(py_func):
-        raise KeyingError(f"it has no source file ({py_func.__code__.co_filename}: made with "
-                          "exec, or at an interactive prompt); define it in a module")
+    if module is not None and filename and os.path.isfile(filename) \
+            and (py_func.__globals__ is vars(module) or _made_by_numba(py_func)):
+        return
+    if not cells.namespace_source(py_func):
+        raise KeyingError(cells.unkeyable_reason(py_func))
+    if (options.get("lineinfo") or options.get("debug")) \
+            and cells.is_registered(py_func.__code__.co_filename):
+        # Its binary would name the cell's file, which names this process (ipykernel's
+        # /tmp/ipykernel_<pid>/...): not what another process's compile writes.
+        raise KeyingError(f"a lineinfo or debug kernel names its cell's file "
+                          f"({py_func.__code__.co_filename}) in its binary, and that name "
+                          "is this process's; define it in a module to cache it")
 
 
 def _made_by_numba(py_func) -> bool:
