@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from ..keying.encode import digest
 from ..errors import ConfigError
 from .local import MAX_BLOB
-from .manifest import MAX_JSON_BYTES, EntryProblem, parse_manifest
+from .manifest import MAX_JSON_BYTES, EntryProblem, is_object, parse_manifest
 from .remotes import open_backend
 from .remotes.base import ENTRY, Deadline, Tampered
 from .remotes.urls import redact, scrub, url_secrets
@@ -280,3 +280,27 @@ class RemoteTier:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else "no message"
+
+
+def push_entries(tier: RemoteTier, store, keys) -> dict:
+    """Seed the remote with the entries `keys` of `store` and the objects they link from
+    (ccache's --reshare): each as a build's write-back sends it, signed when a key is set.
+    Counts of what was sent and of `keys` the store lacks; stops at the remote's first
+    failure (`tier.down`)."""
+    sent, missing, queue, seen = {"entries": 0, "objects": 0}, [], list(keys), set()
+    while queue and not tier.down:
+        key = queue.pop(0)
+        if key in seen:
+            continue
+        seen.add(key)
+        manifest = store.lookup(key, remote=False)
+        if manifest is None:
+            missing.append(key)
+            continue
+        if tier.push(store, key, store.entry_path(key).read_text()):
+            sent["objects" if is_object(manifest) else "entries"] += 1
+        queue += [k for k in (manifest.get("link") or {}).get("objects", ())
+                  if isinstance(k, str)]
+    counts = tier.take_counts()
+    return dict(sent, missing=len(missing), missing_keys=missing, down=tier.down,
+                bytes=counts["remote_bytes_pushed"])

@@ -178,8 +178,8 @@ class HttpRemote(Remote):
             return None, complete
         if method != "GET" and status in _PUT_OK:
             return b"", complete
-        detail = detail[:200]
-        text = detail.decode("utf-8", "replace").strip().splitlines()[:1]
+        plain = (response.getheader("Content-Type") or "").startswith("text/plain")
+        text = detail[:200].decode("utf-8", "replace").strip().splitlines()[:1] if plain else []
         hint = "; check the user and password in the URL" if status in (401, 403) else ""
         raise HttpError(f"{method} {self.prefix}{path} answered {status} {response.reason}"
                         f"{': ' + text[0] if text else ''}{hint}")
