@@ -181,3 +181,64 @@ def test_push_entries_counts_what_the_remote_took(warm, tmp_path):
     assert all(fresh.lookup(r["key"]) is not None for r in warm.rows)
     assert json.loads(fresh.entry_path(warm.rows[0]["key"]).read_text())["key"] == \
         warm.rows[0]["key"]
+
+
+# -- S3, with its endpoint and region in the URL, against a real S3 server (moto) ----------
+
+@pytest.fixture
+def s3_server(tmp_path):
+    """moto's S3 server on a free loopback port, with one bucket; (endpoint, env)."""
+    moto = pytest.importorskip("moto.server", reason="pip install -e '.[test]' (moto[server])")
+    pytest.importorskip("s3fs", reason="pip install -e '.[test]' (s3fs)")
+    import socket
+    import subprocess
+    import sys
+
+    from nginx_support import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "from moto.server import main; main()",
+                             "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
+            time.sleep(0.1)
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_ENDPOINT_URL": None, "AWS_DEFAULT_REGION": None, "AWS_CONFIG_FILE": None}
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/kbuild-ci", method="PUT"))
+    yield endpoint, env
+    proc.terminate()
+    proc.wait(timeout=10)
+    assert moto  # imported only to skip without it
+
+
+def test_s3_with_endpoint_and_region_in_the_url_shares_a_warm_store(
+        warm, s3_server, run_kbuild, tmp_path):
+    endpoint, env = s3_server
+    url = f"s3://kbuild-ci/team/cache?endpoint_url={endpoint}&region=eu-west-1"
+    pushed = run_kbuild("push", "--json", "--arch", ARCH, "--remote", url,
+                        "--remote-timeout", "60", cwd=warm.project, store=warm.store, env=env)
+    assert pushed.returncode == 0, pushed.stderr
+    assert (pushed.json["entries"], pushed.json["down"]) == (len(warm.rows), False)
+
+    fresh = run_kbuild("build", "--json", "--arch", ARCH, "--remote", url,
+                       "--remote-timeout", "60", cwd=copy_examples(warm.project, tmp_path / "b"),
+                       store=tmp_path / "sb", env=env)
+    assert fresh.returncode == 0, fresh.stderr
+    assert {r["status"] for r in fresh.json["targets"]} == {"cached"}
+    assert fresh.json["warnings"] == []
+
+    bad = run_kbuild("build", "--json", "--arch", ARCH, "--remote",
+                     f"s3://kbuild-ci/team/cache?endpoint={endpoint}",
+                     cwd=tmp_path / "b", store=tmp_path / "sb", env=env)
+    assert bad.returncode == 2
+    assert "unknown option 'endpoint' for s3://; use anon, endpoint_url, profile, region, " \
+        "requester_pays" in bad.json["error"]
