@@ -167,3 +167,72 @@ def test_a_cluster_serves_both_waves_of_a_rebuild(executor, run_kbuild, tmp_path
     rows = result.json["targets"]
     assert [r["status"] for r in rows] == ["failed"] * 3
     assert all("TypingError" in r["error"] for r in rows), [r["error"] for r in rows]
+
+
+LIAR = '''
+"""A Dask worker preload: this worker's compiles return PTX for another arch."""
+import dataclasses
+
+import kbuild.build.cluster as cluster
+
+_real = cluster.compile_target
+
+
+def _lying(the_plan, target, *args, **kwargs):
+    artifacts, seconds = _real(the_plan, target, *args, **kwargs)
+    if isinstance(artifacts, Exception):
+        return artifacts, seconds
+    ptx = artifacts.ptx.replace(b".target sm_90", b".target sm_80")
+    return dataclasses.replace(artifacts, ptx=ptx), seconds
+
+
+def dask_setup(worker):
+    cluster.compile_target = _lying
+'''
+
+
+def test_a_worker_returning_another_arch_s_binary_fails_its_target_and_nothing_is_stored(
+        local_build, run_kbuild, tmp_path):
+    import distributed
+
+    preload = tmp_path / "liar.py"
+    preload.write_text(LIAR)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None,
+                                  preload=[str(preload)],
+                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as liar:
+        result = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--executor",
+                            liar.scheduler_address.replace("tcp://", "dask://"),
+                            cwd=local_build[0], store=tmp_path / "store")
+    assert result.returncode == 1, result.stderr
+    (row,) = result.json["targets"]
+    assert row["status"] == "failed"
+    assert row["error"].startswith(f"dask worker's result for {SAXPY} ")
+    assert "is not its binary (its PTX targets sm_80, not sm_90); it is not stored" in row["error"]
+    assert not entry_files(tmp_path / "store")
+    assert not blob_files(tmp_path / "store")
+
+
+class _Finished:
+    """A finished job as `distributed` hands it back (only `result()` is read)."""
+
+    def __init__(self, result):
+        self._result = result
+
+    def result(self):
+        return self._result
+
+
+def test_a_result_whose_bytes_changed_on_the_way_is_refused():
+    from kbuild.backend.base import Artifacts
+    from kbuild.execute.distributed import _outcome, blob_digests
+
+    data = to_data(Artifacts(ptx=b"//ptx", cubin=b"\x7fELF", entry="k", cooperative=False))
+    sent = {"artifacts": data, "digests": blob_digests(data), "seconds": 1.0}
+    assert _outcome(_Finished(sent))[0] == from_data(data)
+    changed = dict(sent, artifacts=to_data(Artifacts(ptx=b"//ptX", cubin=b"\x7fELF", entry="k",
+                                                     cooperative=False)))
+    error, _ = _outcome(_Finished(changed))
+    assert "do not match the hashes the worker sent; nothing of it is stored" in str(error)
+    error, _ = _outcome(_Finished({"artifacts": {"dataclass": 3}, "digests": []}))
+    assert "dask worker returned a malformed result" in str(error)
