@@ -33,6 +33,7 @@ http {{
     uwsgi_temp_path {root}/tmp/uwsgi;
     scgi_temp_path {root}/tmp/scgi;
     client_max_body_size 512m;
+    keepalive_timeout {keepalive};
     server {{
         listen 127.0.0.1:{port};
         location /cache/ {{
@@ -56,7 +57,7 @@ def free_port() -> int:
 class Nginx:
     """nginx in the foreground under `root`; `url(user, password)` names its /cache/."""
 
-    def __init__(self, root: Path, users: dict | None = None):
+    def __init__(self, root: Path, users: dict | None = None, keepalive: str = "75s"):
         self.root = root
         for folder in ("www/cache", "tmp"):
             (root / folder).mkdir(parents=True, exist_ok=True)
@@ -67,7 +68,7 @@ class Nginx:
             auth = f'auth_basic "kbuild"; auth_basic_user_file {root}/htpasswd;'
         self.port = free_port()
         (root / "nginx.conf").write_text(_CONF.format(
-            root=root, port=self.port, auth=auth, user=pwd.getpwuid(os.getuid()).pw_name,
+            root=root, port=self.port, auth=auth, keepalive=keepalive, user=pwd.getpwuid(os.getuid()).pw_name,
             group=grp.getgrgid(os.getgid()).gr_name))
         self.proc = subprocess.Popen([NGINX, "-c", str(root / "nginx.conf"), "-p", str(root)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

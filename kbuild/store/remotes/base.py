@@ -42,8 +42,9 @@ class Remote:
     name = "remote"
 
     def get(self, kind: str, name: str, cap: int, deadline: float) -> bytes | None:
-        """The bytes stored under (kind, name); None when absent. More than `cap` bytes
-        may be cut at cap + 1 (the tier refuses them) or refused with an exception."""
+        """The bytes stored under (kind, name); None when absent. What holds more than
+        `cap` bytes may come back cut at cap + 1 bytes, as None, or as an exception: the
+        tier refuses each (a backend must not read it all)."""
         raise NotImplementedError
 
     def put(self, kind: str, name: str, data: bytes, deadline: float) -> None:

@@ -9,6 +9,7 @@ the local store's layout. Options of the filesystem come in the URL's query
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -77,6 +78,13 @@ class FsspecRemote(Remote):
 
     def put(self, kind: str, name: str, data: bytes, deadline: float) -> None:
         self._write(self._path(kind, name), data)
+
+    def exists(self, kind: str, name: str, deadline: float) -> bool:
+        path = self._path(kind, name)
+        if self.local:
+            info = tree.lstat(Path(self.root), self._rel(path))
+            return info is not None and stat.S_ISREG(info.st_mode)
+        return self.fs.exists(path)
 
     def remove(self, kind: str, name: str, deadline: float) -> bool:
         path = self._path(kind, name)

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigError
 from ..local import LAYOUT
-from ..manifest import EntryProblem, load_json
+from ..manifest import HEX32, EntryProblem, load_json
 from .base import BLOB, ENTRY, Deadline, Remote, Tampered, check_deadline
 from .urls import redact
 
@@ -133,8 +133,10 @@ class HttpRemote(Remote):
         if not isinstance(cas, dict) or header.get("kbuild") != LAYOUT or not all(
                 isinstance(s, str) and _SHA256.match(s) for s in cas.values()):
             raise Tampered(f"entry {key} at {self.prefix}{path} is not a kbuild {LAYOUT} entry")
-        self._cas.update(cas)
-        return manifest
+        # Only for blobs this manifest names: an entry must not redirect another's reads.
+        self._cas.update((n, sha) for n, sha in cas.items()
+                         if isinstance(n, str) and HEX32.match(n) and n.encode() in manifest)
+        return manifest[:cap + 1]  # longer than asked: cut, for the tier to refuse
 
     # -- HTTP ---------------------------------------------------------------------------------
 
