@@ -242,3 +242,72 @@ def test_s3_with_endpoint_and_region_in_the_url_shares_a_warm_store(
     assert bad.returncode == 2
     assert "unknown option 'endpoint' for s3://; use anon, endpoint_url, profile, region, " \
         "requester_pays" in bad.json["error"]
+
+
+# -- a server with bazel-remote's rules --------------------------------------------------------
+
+class _Bazelish(http.server.BaseHTTPRequestHandler):
+    """What bazel-remote enforces on its HTTP API (with --disable_http_ac_validation): an
+    optional instance name, 64 lower-case hex digits, a CAS upload whose bytes have its
+    SHA-256 (else 400), no DELETE; objects in memory."""
+
+    objects: dict = {}
+    protocol_version = "HTTP/1.1"
+
+    def _address(self):
+        parts = self.path.strip("/").split("/")
+        if len(parts) not in (2, 3) or parts[-2] not in ("ac", "cas") or \
+                len(parts[-1]) != 64 or parts[-1].strip("0123456789abcdef"):
+            return None
+        return parts[-2], parts[-1]
+
+    def _answer(self, status, body=b""):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802
+        address = self._address()
+        found = address and type(self).objects.get(address)
+        self._answer(200, found) if found is not None else self._answer(404)
+
+    def do_PUT(self):  # noqa: N802
+        address = self._address()
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if address is None or address[0] == "cas" and \
+                hashlib.sha256(body).hexdigest() != address[1]:
+            self._answer(400, b"bad digest")
+            return
+        type(self).objects[address] = body
+        self._answer(200)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_bazel_remote_like_server_serves_signed_entries_and_refuses_other_keys(
+        warm, run_kbuild, tmp_path):
+    _Bazelish.objects = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Bazelish)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/kbuild"
+    signed = {"KBUILD_SIGNING_KEY": "team-key"}
+    try:
+        checkout = copy_examples(warm.project, tmp_path / "p")
+        first = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--remote", url,
+                           cwd=checkout, store=tmp_path / "s1", env=signed)
+        assert first.returncode == 0 and first.json["warnings"] == []
+        assert {kind for kind, _ in _Bazelish.objects} == {"ac", "cas"}
+        second = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--remote", url,
+                            cwd=checkout, store=tmp_path / "s2", env=signed)
+        assert second.json["targets"][0]["status"] == "cached", second.stderr
+        other = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--remote", url,
+                           cwd=checkout, store=tmp_path / "s3",
+                           env={"KBUILD_SIGNING_KEY": "not-the-team-key"})
+        assert other.json["targets"][0]["status"] == "built"
+        assert any("its signature does not match the signing key" in w
+                   for w in other.json["warnings"])
+    finally:
+        server.shutdown()
+        server.server_close()
