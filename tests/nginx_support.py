@@ -68,8 +68,8 @@ class Nginx:
             auth = f'auth_basic "kbuild"; auth_basic_user_file {root}/htpasswd;'
         self.port = free_port()
         (root / "nginx.conf").write_text(_CONF.format(
-            root=root, port=self.port, auth=auth, keepalive=keepalive, user=pwd.getpwuid(os.getuid()).pw_name,
-            group=grp.getgrgid(os.getgid()).gr_name))
+            root=root, port=self.port, auth=auth, keepalive=keepalive,
+            user=pwd.getpwuid(os.getuid()).pw_name, group=grp.getgrgid(os.getgid()).gr_name))
         self.proc = subprocess.Popen([NGINX, "-c", str(root / "nginx.conf"), "-p", str(root)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 15
