@@ -36,7 +36,7 @@ from .remotes.urls import redact, scrub, url_secrets
 from .signing import sign, signature_problem, signing_key
 
 __all__ = ["RemoteSettings", "RemoteTier", "open_remote", "redact", "remote_settings",
-           "remote_timeout", "parse_timeout", "scrub", "url_secrets", "Deadline"]
+           "remote_timeout", "parse_timeout", "push_entries", "scrub", "url_secrets", "Deadline"]
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_BUDGET = 30.0  # seconds one build may spend waiting on the remote, all calls together
