@@ -18,6 +18,7 @@ from conftest import blob_files, copy_examples, entry_files
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
+POLY = "examples.elementwise:scaled_poly"
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +170,22 @@ def test_a_cluster_serves_both_waves_of_a_rebuild(executor, run_kbuild, tmp_path
     assert all("TypingError" in r["error"] for r in rows), [r["error"] for r in rows]
 
 
-LIAR = '''
-"""A Dask worker preload: this worker's compiles return PTX for another arch."""
+LIARS = {
+    # PTX for another arch than the target's.
+    "arch": """
+    artifacts, seconds = _real(the_plan, target, *args, **kwargs)
+    ptx = artifacts.ptx.replace(b".target sm_90", b".target sm_80")
+    return dataclasses.replace(artifacts, ptx=ptx), seconds
+""",
+    # Another kernel's compile: binaries that agree with each other, for the wrong kernel.
+    "kernel": """
+    other = next(t for t in the_plan.targets if t.arch == target.arch
+                 and t.name != target.name)
+    return _real(the_plan, other, *args, **kwargs)
+""",
+}
+PRELOAD = """
+# A Dask worker preload: what this worker compiles for saxpy is not saxpy's binary.
 import dataclasses
 
 import kbuild.build.cluster as cluster
@@ -179,38 +194,40 @@ _real = cluster.compile_target
 
 
 def _lying(the_plan, target, *args, **kwargs):
-    artifacts, seconds = _real(the_plan, target, *args, **kwargs)
-    if isinstance(artifacts, Exception):
-        return artifacts, seconds
-    ptx = artifacts.ptx.replace(b".target sm_90", b".target sm_80")
-    return dataclasses.replace(artifacts, ptx=ptx), seconds
-
+    if target.name != "examples.saxpy:saxpy":
+        return _real(the_plan, target, *args, **kwargs)
+{body}
 
 def dask_setup(worker):
     cluster.compile_target = _lying
-'''
+"""
 
 
-def test_a_worker_returning_another_arch_s_binary_fails_its_target_and_nothing_is_stored(
-        local_build, run_kbuild, tmp_path):
+@pytest.mark.parametrize("lie, problem", [
+    ("arch", "its PTX targets sm_80, not sm_90"),
+    ("kernel", "its entry symbol _ZN"),
+])
+def test_a_worker_returning_what_its_target_is_not_fails_it_and_nothing_is_stored(
+        local_build, run_kbuild, tmp_path, lie, problem):
     import distributed
 
     preload = tmp_path / "liar.py"
-    preload.write_text(LIAR)
+    preload.write_text(PRELOAD.format(body=LIARS[lie]))
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                                   host="127.0.0.1", dashboard_address=None,
                                   preload=[str(preload)],
                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as liar:
-        result = run_kbuild("build", "--json", "--arch", ARCH, SAXPY, "--executor",
-                            liar.scheduler_address.replace("tcp://", "dask://"),
+        result = run_kbuild("build", "--json", "-k", "--arch", ARCH, SAXPY, POLY,
+                            "--executor", liar.scheduler_address.replace("tcp://", "dask://"),
                             cwd=local_build[0], store=tmp_path / "store")
     assert result.returncode == 1, result.stderr
-    (row,) = result.json["targets"]
-    assert row["status"] == "failed"
+    rows = {r["target"]: r for r in result.json["targets"]}
+    row, poly = rows[SAXPY], rows[POLY]
+    assert (row["status"], poly["status"]) == ("failed", "built")
     assert row["error"].startswith(f"dask worker's result for {SAXPY} ")
-    assert "is not its binary (its PTX targets sm_80, not sm_90); it is not stored" in row["error"]
-    assert not entry_files(tmp_path / "store")
-    assert not blob_files(tmp_path / "store")
+    assert f"is not its binary ({problem}" in row["error"]
+    assert row["error"].endswith("it is not stored: check that worker's toolchain")
+    assert sorted(entry_files(tmp_path / "store")) == [poly["key"]]  # saxpy's: none
 
 
 class _Finished:

@@ -293,7 +293,7 @@ def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None, l
         if compiles:
             for target, outcome, seconds in executor.compile(
                     [(t, cluster.job_of(the_plan, t)) for t in compiles], cluster.run_job):
-                yield target, cluster.checked(target, outcome), seconds
+                yield target, cluster.checked(the_plan, target, outcome), seconds
         items = [item for item in items if item[1] is not None]
     started = workers.started or (lambda target: None)
     if workers.timeout is not None or (workers.jobs > 1 and len(items) > 1):
