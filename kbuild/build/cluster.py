@@ -80,6 +80,10 @@ def result_problem(target: Target, artifacts, entry_prefix: str | None = None) -
     if not all(isinstance(row, tuple) and len(row) == 3 and all(isinstance(x, str) for x in row)
                for row in artifacts.observed):
         return "observations that are not (kind, name, digest) rows"
+    if not (isinstance(artifacts.outputs, tuple) and all(
+            isinstance(k, str) and HEX32.match(k) for k in artifacts.outputs)
+            and isinstance(artifacts.cutoff, (str, type(None)))):
+        return "early-cutoff keys that are not keys"
     return None
 
 
