@@ -35,7 +35,7 @@ http {{
     client_max_body_size 512m;
     keepalive_timeout {keepalive};
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{tls};
         location /cache/ {{
             root {root}/www;
             dav_methods PUT DELETE;
@@ -57,7 +57,8 @@ def free_port() -> int:
 class Nginx:
     """nginx in the foreground under `root`; `url(user, password)` names its /cache/."""
 
-    def __init__(self, root: Path, users: dict | None = None, keepalive: str = "75s"):
+    def __init__(self, root: Path, users: dict | None = None, keepalive: str = "75s",
+                 tls: tuple | None = None):
         self.root = root
         for folder in ("www/cache", "tmp"):
             (root / folder).mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,9 @@ class Nginx:
         self.port = free_port()
         (root / "nginx.conf").write_text(_CONF.format(
             root=root, port=self.port, auth=auth, keepalive=keepalive,
+            tls=f" ssl; ssl_certificate {tls[0]}; ssl_certificate_key {tls[1]}" if tls else "",
             user=pwd.getpwuid(os.getuid()).pw_name, group=grp.getgrgid(os.getgid()).gr_name))
+        self.scheme = "https" if tls else "http"
         self.proc = subprocess.Popen([NGINX, "-c", str(root / "nginx.conf"), "-p", str(root)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 15
@@ -85,7 +88,7 @@ class Nginx:
 
     def url(self, user: str | None = None, password: str | None = None) -> str:
         auth = f"{user}:{password}@" if user is not None else ""
-        return f"http://{auth}127.0.0.1:{self.port}/cache"
+        return f"{self.scheme}://{auth}127.0.0.1:{self.port}/cache"
 
     @property
     def files(self) -> Path:
@@ -102,3 +105,13 @@ class Nginx:
         if self.proc.poll() is None:
             self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """(certificate, key) for 127.0.0.1, made by the openssl command."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key

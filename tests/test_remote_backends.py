@@ -6,6 +6,7 @@ location)."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
 
@@ -87,3 +88,28 @@ def _ac(key: str) -> str:
     from kbuild.store.remotes.http_remote import entry_address
 
     return entry_address(key)
+
+
+@pytest.mark.skipif(NGINX is None or shutil.which("openssl") is None,
+                    reason=f"{NOT_INSTALLED}, with the openssl command")
+def test_https_verifies_the_server_certificate(tmp_path, monkeypatch):
+    import ssl
+
+    from nginx_support import self_signed
+
+    server = Nginx(tmp_path / "nginx", {"ci": "pw"}, tls=self_signed(tmp_path))
+    try:
+        url = server.url("ci", "pw")
+        assert url.startswith("https://")
+        deadline = time.monotonic() + 30
+        with pytest.raises(ssl.SSLCertVerificationError):
+            open_backend(RemoteSettings(url, "test")).get(ENTRY, "c" * 32, 100, deadline)
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))  # the team's CA
+        remote = open_backend(RemoteSettings(url, "test"))
+        blob = b"\x7fELF over TLS"
+        remote.put_entry("c" * 32, json.dumps({"artifacts": {"cubin": digest(blob)}}).encode(),
+                         {digest(blob): blob}, deadline)
+        assert remote.get_blobs([digest(blob)], [100], deadline) == {digest(blob): blob}
+        assert server.requests()[-1].startswith("GET /cache/cas/")
+    finally:
+        server.stop()
