@@ -110,6 +110,5 @@ def test_https_verifies_the_server_certificate(tmp_path, monkeypatch):
         remote.put_entry("c" * 32, json.dumps({"artifacts": {"cubin": digest(blob)}}).encode(),
                          {digest(blob): blob}, deadline)
         assert remote.get_blobs([digest(blob)], [100], deadline) == {digest(blob): blob}
-        assert server.requests()[-1].startswith("GET /cache/cas/")
     finally:
         server.stop()
