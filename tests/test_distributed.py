@@ -18,6 +18,7 @@ from conftest import blob_files, copy_examples, entry_files
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
+POLY = "examples.elementwise:scaled_poly"
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +168,88 @@ def test_a_cluster_serves_both_waves_of_a_rebuild(executor, run_kbuild, tmp_path
     rows = result.json["targets"]
     assert [r["status"] for r in rows] == ["failed"] * 3
     assert all("TypingError" in r["error"] for r in rows), [r["error"] for r in rows]
+
+
+LIARS = {
+    # PTX for another arch than the target's.
+    "arch": """
+    artifacts, seconds = _real(the_plan, target, *args, **kwargs)
+    ptx = artifacts.ptx.replace(b".target sm_90", b".target sm_80")
+    return dataclasses.replace(artifacts, ptx=ptx), seconds
+""",
+    # Another kernel's compile: binaries that agree with each other, for the wrong kernel.
+    "kernel": """
+    other = next(t for t in the_plan.targets if t.arch == target.arch
+                 and t.name != target.name)
+    return _real(the_plan, other, *args, **kwargs)
+""",
+}
+PRELOAD = """
+# A Dask worker preload: what this worker compiles for saxpy is not saxpy's binary.
+import dataclasses
+
+import kbuild.build.cluster as cluster
+
+_real = cluster.compile_target
+
+
+def _lying(the_plan, target, *args, **kwargs):
+    if target.name != "examples.saxpy:saxpy":
+        return _real(the_plan, target, *args, **kwargs)
+{body}
+
+def dask_setup(worker):
+    cluster.compile_target = _lying
+"""
+
+
+@pytest.mark.parametrize("lie, problem", [
+    ("arch", "its PTX targets sm_80, not sm_90"),
+    ("kernel", "its entry symbol _ZN"),
+])
+def test_a_worker_returning_what_its_target_is_not_fails_it_and_nothing_is_stored(
+        local_build, run_kbuild, tmp_path, lie, problem):
+    import distributed
+
+    preload = tmp_path / "liar.py"
+    preload.write_text(PRELOAD.format(body=LIARS[lie]))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None,
+                                  preload=[str(preload)],
+                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as liar:
+        result = run_kbuild("build", "--json", "-k", "--arch", ARCH, SAXPY, POLY,
+                            "--executor", liar.scheduler_address.replace("tcp://", "dask://"),
+                            cwd=local_build[0], store=tmp_path / "store")
+    assert result.returncode == 1, result.stderr
+    rows = {r["target"]: r for r in result.json["targets"]}
+    row, poly = rows[SAXPY], rows[POLY]
+    assert (row["status"], poly["status"]) == ("failed", "built")
+    assert row["error"].startswith(f"dask worker's result for {SAXPY} ")
+    assert f"is not its binary ({problem}" in row["error"]
+    assert row["error"].endswith("it is not stored: check that worker's toolchain")
+    assert sorted(entry_files(tmp_path / "store")) == [poly["key"]]  # saxpy's: none
+
+
+class _Finished:
+    """A finished job as `distributed` hands it back (only `result()` is read)."""
+
+    def __init__(self, result):
+        self._result = result
+
+    def result(self):
+        return self._result
+
+
+def test_a_result_whose_bytes_changed_on_the_way_is_refused():
+    from kbuild.backend.base import Artifacts
+    from kbuild.execute.distributed import _outcome, blob_digests
+
+    data = to_data(Artifacts(ptx=b"//ptx", cubin=b"\x7fELF", entry="k", cooperative=False))
+    sent = {"artifacts": data, "digests": blob_digests(data), "seconds": 1.0}
+    assert _outcome(_Finished(sent))[0] == from_data(data)
+    changed = dict(sent, artifacts=to_data(Artifacts(ptx=b"//ptX", cubin=b"\x7fELF", entry="k",
+                                                     cooperative=False)))
+    error, _ = _outcome(_Finished(changed))
+    assert "do not match the hashes the worker sent; nothing of it is stored" in str(error)
+    error, _ = _outcome(_Finished({"artifacts": {"dataclass": 3}, "digests": []}))
+    assert "dask worker returned a malformed result" in str(error)

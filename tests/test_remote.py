@@ -28,9 +28,9 @@ from conftest import blob_files, copy_examples, entry_files
 from support import counting, counts, kbuild_argv, kbuild_env, run
 
 # What a kbuild process asks a Redis remote (counted in test_a_hung_redis...).
-REDIS_CALLS = ("kbuild.store.remote:RedisRemote.get_entry",
-               "kbuild.store.remote:RedisRemote.get_blobs",
-               "kbuild.store.remote:RedisRemote.put_entry")
+REDIS_CALLS = ("kbuild.store.remotes.redis_remote:RedisRemote.get",
+               "kbuild.store.remotes.redis_remote:RedisRemote.get_blobs",
+               "kbuild.store.remotes.redis_remote:RedisRemote.put_entry")
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
@@ -309,7 +309,7 @@ def test_a_hung_redis_costs_one_timeout_and_one_warning(
         [f"remote {own_redis.url('k:')} did not answer within 1s (on read); "
          "building with the local store only"]
     # One timeout, not one per lookup (11) and push (11): the remote was asked once.
-    assert counts(calls) == {"kbuild.store.remote:RedisRemote.get_entry": 1}
+    assert counts(calls) == {"kbuild.store.remotes.redis_remote:RedisRemote.get": 1}
 
 
 def test_a_refused_remote_warns_once_without_its_password_and_no_remote_skips_it(
@@ -570,7 +570,7 @@ class _SlowBackend:
     def __init__(self, delay):
         self.delay, self.calls = delay, 0
 
-    def get_entry(self, key, cap, deadline):
+    def get(self, kind, name, cap, deadline):
         self.calls += 1
         time.sleep(self.delay)
         return None
@@ -601,7 +601,8 @@ def test_one_budget_bounds_the_whole_build_and_costs_one_warning(tmp_path):
 def test_an_fsspec_read_stops_at_its_deadline_and_its_cap(tmp_path):
     import fsspec
 
-    from kbuild.store.remote import FsspecRemote, _Deadline
+    from kbuild.store.remotes.base import Deadline as _Deadline
+    from kbuild.store.remotes.fsspec_remote import FsspecRemote
 
     url = f"memory://kbuild-slow-{uuid.uuid4().hex}"
     remote = FsspecRemote(RemoteSettings(url, "test"))

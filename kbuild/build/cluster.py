@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..artifacts import names_kernel
+from ..backend.base import Artifacts
+from ..backend.lto import Object
 from ..config import load_config
 from ..discover import Target
 from ..errors import CompileError
 from ..keying.launch import launch_json, launch_of
 from ..execute.distributed import serve_job, worker_name
+from ..store.manifest import HEX32, built_problem
 from .compile import compile_target
+from .entries import expected
 from .planning import Plan, new_keyer, plan
 
 
@@ -31,6 +36,55 @@ def job_of(the_plan: Plan, target: Target) -> dict:
             "target": [target.name, target.signature, target.arch,
                        None if target.launch is None else launch_json(target.launch)],
             "key": the_plan.keys[target].digest}
+
+
+def checked(the_plan: Plan, target: Target, outcome):
+    """A worker's outcome for `target` as the build may commit it: its Artifacts when they
+    are `target`'s binaries (as the store checks an entry it reads: the entry symbol is
+    this kernel's, the PTX's .target and .entry and the cubin's arch and kernel symbol
+    agree with it, each object is LTO-IR), else a CompileError saying why (a worker runs
+    code this machine does not control)."""
+    if isinstance(outcome, Exception):
+        return outcome
+    resolved = the_plan.kernels[target.name]
+    prefix = expected(target, resolved.kernel, resolved.backend).get("entry_prefix")
+    problem = result_problem(target, outcome, prefix)
+    if problem is None:
+        return outcome
+    return CompileError(f"dask worker's result for {target.label} is not its binary "
+                        f"({problem}); it is not stored: check that worker's toolchain")
+
+
+def result_problem(target: Target, artifacts, entry_prefix: str | None = None) -> str | None:
+    """Why `artifacts`, from a worker, are not a compile of `target` (whose entry symbol
+    starts with `entry_prefix`, when the backend knows it), else None."""
+    if not isinstance(artifacts, Artifacts):
+        return f"a {type(artifacts).__name__}, not a compile's artifacts"
+    if not (isinstance(artifacts.ptx, bytes) and isinstance(artifacts.cubin, bytes)
+            and isinstance(artifacts.entry, str) and isinstance(artifacts.cooperative, bool)
+            and isinstance(artifacts.link, dict) and isinstance(artifacts.objects, tuple)):
+        return "fields of the wrong types"
+    if entry_prefix and not names_kernel(artifacts.entry, entry_prefix):
+        return f"its entry symbol {artifacts.entry[:60]} is another kernel's"
+    problem = built_problem(target.arch, artifacts.entry,
+                            {"ptx": artifacts.ptx, "cubin": artifacts.cubin})
+    if problem:
+        return problem
+    for obj in artifacts.objects:
+        if not (isinstance(obj, Object) and isinstance(obj.key, str) and HEX32.match(obj.key)
+                and isinstance(obj.ltoir, bytes) and isinstance(obj.manifest, dict)):
+            return "an object that is not a keyed LTO-IR object"
+        problem = built_problem(target.arch, artifacts.entry, {"ltoir": obj.ltoir})
+        if problem:
+            return f"object {obj.key}: {problem}"
+    if not all(isinstance(row, tuple) and len(row) == 3 and all(isinstance(x, str) for x in row)
+               for row in artifacts.observed):
+        return "observations that are not (kind, name, digest) rows"
+    if not (isinstance(artifacts.outputs, tuple) and all(
+            isinstance(k, str) and HEX32.match(k) for k in artifacts.outputs)
+            and isinstance(artifacts.cutoff, (str, type(None)))):
+        return "early-cutoff keys that are not keys"
+    return None
 
 
 def run_job(files: dict, job: dict) -> dict:

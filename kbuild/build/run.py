@@ -291,8 +291,9 @@ def _run(the_plan: Plan, items, workers: Workers, store: Store, executor=None, l
     if executor is not None:
         compiles = [t for t, recipe in items if recipe is None]
         if compiles:
-            yield from executor.compile([(t, cluster.job_of(the_plan, t)) for t in compiles],
-                                        cluster.run_job)
+            for target, outcome, seconds in executor.compile(
+                    [(t, cluster.job_of(the_plan, t)) for t in compiles], cluster.run_job):
+                yield target, cluster.checked(the_plan, target, outcome), seconds
         items = [item for item in items if item[1] is not None]
     started = workers.started or (lambda target: None)
     if workers.timeout is not None or (workers.jobs > 1 and len(items) > 1):

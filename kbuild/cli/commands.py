@@ -95,8 +95,9 @@ FULL = Opt("--full", action="store_true",
                 "keying (direct mode; see also [build] direct)")
 REMOTE = (
     Opt("--remote", metavar="URL",
-        help="shared cache behind the store: redis://HOST:PORT/DB, s3://BUCKET/PREFIX, "
-             "file:///PATH ... (default: $KBUILD_REMOTE, else [store] remote)"),
+        help="shared cache behind the store: redis://HOST:PORT/DB, http://HOST:PORT/PREFIX, "
+             "s3://BUCKET/PREFIX, file:///PATH, module:Class ... (default: $KBUILD_REMOTE, "
+             "else [store] remote)"),
     Opt("--no-remote", action="store_true", help="use no remote cache"),
     Opt("--remote-read-only", action="store_true",
         help="read from the remote cache but never write to it (CI jobs)"),
@@ -183,6 +184,14 @@ COMMANDS = (
             "write the current targets' entries and blobs to one archive", (
                 Opt("file", help="archive to write (.tar, or .tar.gz / .tgz for gzip)"),
                 *TARGETS_AND_ARCH, JSON)),
+    Command("push", "remote_cmds.cmd_push",
+            "send the current targets' entries and blobs to the remote cache (seeds a new "
+            "one from a warm store)", (
+                *TARGETS_AND_ARCH, JSON,
+                Opt("--remote", metavar="URL",
+                    help="the remote to push to (default: $KBUILD_REMOTE, else [store] remote)"),
+                Opt("--remote-timeout", metavar="SECONDS",
+                    help="bound on every remote call (default: as build)"))),
     Command("import", "store_cmds.cmd_import",
             "merge an archive into the store, verifying every blob and entry", (
                 Opt("file", help="archive written by kbuild export"),

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..backend.toolchain import codegen_config, toolchain
 from ..errors import CompileError, ConfigError, KbuildError
-from ..keying.encode import digest_of
+from ..keying.encode import digest, digest_of
 
 _URL = re.compile(r"^dask://(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})/?$")
 # Folders under an import root that hold no project source.
@@ -112,14 +112,39 @@ class DaskExecutor:
 
 
 def _outcome(future):
-    """(Artifacts or CompileError, seconds) from a finished job's plain result."""
+    """(Artifacts or CompileError, seconds) from a finished job's plain result. The bytes
+    must be those the worker hashed (`blob_digests`); what they are is the build's to
+    check (`build.cluster.checked`) before anything is stored."""
     try:
         result = future.result()
     except Exception as exc:  # noqa: BLE001 - a worker died or could not run the job
         return CompileError(f"dask worker failed: {type(exc).__name__}: {exc}"), 0.0
-    if result.get("error") is not None:
-        return CompileError(result["error"]), result["seconds"]
-    return from_data(result["artifacts"]), result["seconds"]
+    try:
+        seconds = float(result.get("seconds") or 0.0)
+        if result.get("error") is not None:
+            return CompileError(str(result["error"])), seconds
+        data = result["artifacts"]
+        intact = result.get("digests") == blob_digests(data)
+        artifacts = from_data(data)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        return CompileError(f"dask worker returned a malformed result ({type(exc).__name__}: "
+                            f"{str(exc)[:200]}); nothing of it is stored"), 0.0
+    if not intact:
+        return CompileError("dask worker's result arrived with bytes that do not match the "
+                            "hashes the worker sent; nothing of it is stored"), seconds
+    return artifacts, seconds
+
+
+def blob_digests(data) -> list:
+    """kbuild's hash of every bytes value in `data` (a `to_data` tree), in order: a worker
+    sends them beside its result, and the client checks the bytes against them."""
+    if isinstance(data, bytes):
+        return [digest(data)]
+    if isinstance(data, dict):
+        data = list(data.values())
+    if isinstance(data, list):
+        return [d for value in data for d in blob_digests(value)]
+    return []
 
 
 def to_data(value):
@@ -232,7 +257,8 @@ def _serve_job(files: dict, job: dict, compile_job) -> dict:
     outcome, seconds = compile_job(root, job, memo)
     if isinstance(outcome, Exception):
         return {"error": str(outcome), "seconds": seconds}
-    return {"artifacts": to_data(outcome), "seconds": seconds}
+    data = to_data(outcome)
+    return {"artifacts": data, "digests": blob_digests(data), "seconds": seconds}
 
 
 def _fingerprint(backend_names=None) -> dict:

@@ -71,6 +71,13 @@ class Connection:
             raise ProtocolError(f"answered {what} with {_named(kind, value)}, "
                                 f"not {expect.decode()}")
 
+    def read_integer(self, deadline: float, what: str) -> int:
+        """An integer reply (what DEL gives)."""
+        kind, value = self._reply(LINE_MAX, deadline, what)
+        if kind != b":":
+            raise ProtocolError(f"answered {what} with {_named(kind, value)}, not an integer")
+        return value
+
     def read_statuses(self, count: int, deadline: float, what: str) -> None:
         """An array of `count` +OK replies (what EXEC gives for `count` SETs)."""
         kind, value = self._reply(LINE_MAX, deadline, what, items=count)
