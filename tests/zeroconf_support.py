@@ -148,6 +148,8 @@ with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 
     if session is not None:
         report["counts"] = dict(session.counts)
         report["served"] = [list(s) for s in session.served]
+        if session.journal is not None:
+            report["journal"] = dict(session.journal.counts)
     import app_kernels
     report["numba_cache_hits"] = sum(sum(v.stats.cache_hits.values())
                                      for v in vars(app_kernels).values()

@@ -55,7 +55,7 @@ class _ProgramSources(ProjectSources):
 class Session:
     """The per-process state of zero-config caching (one per `enable()`)."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, journal: bool | None = None):
         from ..config import ProjectConfig
         from ..store.local import Store
 
@@ -80,8 +80,22 @@ class Session:
         self._unwritable: str | None = None
         self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
         self._arch: dict = {}
+        self.journal = self._journal(journal)
+        self._live = None  # (journal target id, live digest) of the compile being served
         for message in settings.warnings:
             self.warn(message)
+
+    def _journal(self, wanted):
+        """The program journal (`journal`), unless turned off; saved at exit."""
+        import atexit
+
+        from .journal import ProgramJournal, enabled_by_environment
+
+        if wanted is False or wanted is None and not enabled_by_environment():
+            return None
+        found = ProgramJournal(self.store, self.settings)
+        atexit.register(found.save)
+        return found
 
     def _remote(self, settings):
         from ..store.remote import open_remote, remote_settings
@@ -153,6 +167,9 @@ class Session:
 
         _check_source(request.py_func)
         device_arch = self._device_arch()
+        answered = self._journaled(request, name, text, device_arch)
+        if answered is not None:
+            return answered
         plan, targets = self._plan(request, name, text, device_arch)
         target = targets[0]
         current = current_digests(plan)
@@ -170,7 +187,67 @@ class Session:
                 return None  # kbuild's compile failed: numba compiles, and raises its error
         else:
             self.counts["hits"] += 1
-        return self._load(manifest, served, request, device_arch, plan)
+        self._remember(served, name, text, plan)
+        return self._load(manifest, served, request, device_arch,
+                          plan.kernels[served.name].backend, plan.keys[served].digest)
+
+    # -- the program journal ----------------------------------------------------------
+
+    def _journaled(self, request, name: str, text: str, device_arch: str):
+        """The kernel served under the key the journal holds for what this compile's key
+        rests on now (`journal.LiveDigest`), or None: keyed in full."""
+        from ..build import new_keyer
+        from ..discover import Target
+        from .journal import live_digest, target_id
+
+        self._live = None
+        if self.journal is None or request.launch_sensitive:
+            return None
+        backend = _backend_of(request.dispatcher)
+        keyer = new_keyer(self.config, sources=self.sources)
+        live = live_digest(keyer, keyer.objects, request, text, device_arch, backend)
+        if live is None:
+            self.journal.counts["not vouched"] += 1
+            return None
+        tid = target_id(name, text, device_arch)
+        self._live = (tid, live)
+        key = self.journal.key_for(tid, live)
+        if key is None:
+            return None
+        target = Target(name, text, device_arch)
+        manifest = self._journal_entry(key, target, request, backend, keyer)
+        if manifest is None:
+            self.journal.counts["missed"] += 1
+            return None
+        self.counts["hits"] += 1
+        self.journal.counts["answered"] += 1
+        return self._load(manifest, target, request, device_arch, backend, key)
+
+    def _journal_entry(self, key: str, target, request, backend, keyer):
+        """`build.fresh_entry` for a key the journal gave: the entry verified, and the
+        observation set of what its compile read matched against this process now."""
+        from ..backend.observe import Current
+        from ..build.entries import expected, observed_record
+        from ..keying import observed as obs
+
+        bound = expected(target, request.dispatcher, backend)
+        manifest = self.store.lookup(key, bound)
+        record = manifest and observed_record(self.store, manifest)
+        if not record or record.static_key != key:
+            return None
+        found = obs.matching_set(record, Current(keyer.sources, self.config.root))
+        if found is None:
+            return None
+        return manifest if found is record.sets[0] else self.store.lookup(found.key, bound)
+
+    def _remember(self, served, name: str, text: str, plan) -> None:
+        """A compile keyed in full and served from its static key: the journal keeps its
+        key for the live digest taken before keying."""
+        live, self._live = self._live, None
+        if live is None or served.launch is not None or served.name != name \
+                or served.signature != text or served not in plan.keys:
+            return
+        self.journal.remember(live[0], live[1], plan.keys[served].digest)
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..build import Plan, new_keyer, target_key
@@ -345,7 +422,7 @@ class Session:
 
     # -- loading ----------------------------------------------------------------------
 
-    def _load(self, manifest, served, request, device_arch, plan):
+    def _load(self, manifest, served, request, device_arch, backend, key: str):
         from ..backend import debugpaths, dispatch
         from ..backend.launcher import serve_fast
         from ..backend.loader import rebuild_kernel
@@ -357,22 +434,21 @@ class Session:
         binary, located = debugpaths.located(self.store.read_blob(blob), self.config.paths)
         if located:
             blob = f"{blob}@{located}"
-        launching = plan.kernels[served.name].backend.launcher()
+        launching = backend.launcher()
         if hasattr(launching, "cached_result"):  # numba-cuda-mlir: its dispatcher loads it
             kernel = launching.cached_result(request.dispatcher, request.argtypes, binary,
                                              manifest["entry"], bool(manifest.get("cooperative")))
-            return self._handed_over(kernel, served, plan)
+            return self._handed_over(kernel, served, key)
         kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
                                 arch_cc(device_arch), request.options, py_func=request.py_func)
         kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
         if served.launch is not None:
             dispatch.mark_sensitive(kernel)
-        return self._handed_over(kernel, served, plan)
+        return self._handed_over(kernel, served, key)
 
-    def _handed_over(self, kernel, served, plan):
+    def _handed_over(self, kernel, served, key: str):
         self.counts["served"] += 1
-        self.served.append((served.name, served.signature, served.arch,
-                            plan.keys[served].digest))
+        self.served.append((served.name, served.signature, served.arch, key))
         return kernel
 
     def _device_arch_or_none(self):
