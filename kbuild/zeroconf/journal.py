@@ -196,8 +196,7 @@ class LiveDigest:
         try:
             parts = [("code", code_digest(py_func.__code__)),
                      ("name", py_func.__module__, py_func.__qualname__, fn.role.value)]
-            parts += [("option", self.keyer._option(k, v, where).digest)
-                      for k, v in sorted(options.items()) if k != "cache"]
+            parts.append(("options", options_digest(self.keyer, options, where)))
             parts += self._references(py_func, where)
         finally:
             self._stack.pop()
@@ -219,6 +218,26 @@ class LiveDigest:
                 raise NotVouched("device functions held in a container")
             parts.append(("value", node.label, node.digest))
         return parts
+
+
+_PLAIN = (bool, int, float, str, type(None))
+_OPTIONS: dict = {}  # options of plain values (by type and value) -> their digest
+
+
+def options_digest(keyer, options: dict, where: str) -> str:
+    """The digest of a function's decorator options, each as the Keyer keys it (`link`
+    by its files' bytes); options of plain values are digested once per process."""
+    items = sorted((k, v) for k, v in options.items() if k != "cache")
+    memo = None
+    if all(type(v) in _PLAIN and k not in ("link", "extensions") for k, v in items):
+        memo = tuple((k, type(v).__name__, v) for k, v in items)
+        found = _OPTIONS.get(memo)
+        if found is not None:
+            return found
+    value = digest_of(tuple(keyer._option(k, v, where).digest for k, v in items))
+    if memo is not None:
+        _OPTIONS[memo] = value
+    return value
 
 
 _CODES: dict = {}  # id(code) -> (code, digest): code objects never change
