@@ -194,13 +194,14 @@ class LiveDigest:
         options = fn.options if fn.options is not None else dict(self.objects.options_of(obj))
         self._stack.append(obj)
         try:
-            parts = [("code", code_digest(py_func.__code__)),
-                     ("name", py_func.__module__, py_func.__qualname__, fn.role.value)]
-            parts.append(("options", options_digest(self.keyer, options, where)))
+            parts = ["code", code_digest(py_func.__code__), "name", py_func.__module__,
+                     py_func.__qualname__, fn.role.value, "options",
+                     options_digest(self.keyer, options, where)]
             parts += self._references(py_func, where)
         finally:
             self._stack.pop()
-        found = digest_of(tuple(parts))
+        # Every part is a digest, a label or a dotted name: none holds a NUL.
+        found = digest("\0".join(parts).encode("utf-8", "surrogateescape"))
         self._done[id(obj)] = (obj, found)
         return found
 
@@ -210,13 +211,13 @@ class LiveDigest:
         keyer, parts = self.keyer, []
         for kind, name, value in referenced_values(py_func, keyer.sources, self.objects):
             if keyer._callee(value) is not None:
-                parts.append(("callee", kind.label(name), self.function(value)))
+                parts += ["callee", kind.label(name), self.function(value)]
                 continue
             _, node = keyer._reference(kind, name, value, where)
             if keyer._contained_callees:
                 keyer._contained_callees = []
                 raise NotVouched("device functions held in a container")
-            parts.append(("value", node.label, node.digest))
+            parts += ["value", node.label, node.digest]
         return parts
 
 
@@ -263,6 +264,8 @@ def live_digest(keyer, objects, request, text: str, arch: str, backend) -> str |
         return LiveDigest(keyer, objects).of(request.dispatcher, request.argtypes, text,
                                              arch, backend)
     except (NotVouched, KeyingError):
+        return None
+    except Exception:  # noqa: BLE001 - full keying meets it and says what it is
         return None
 
 

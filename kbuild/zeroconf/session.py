@@ -215,7 +215,10 @@ class Session:
         if key is None:
             return None
         target = Target(name, text, device_arch)
-        manifest = self._journal_entry(key, target, request, backend, keyer)
+        try:
+            manifest = self._journal_entry(key, target, request, backend, keyer)
+        except Exception:  # noqa: BLE001 - the full look-up meets it and says what it is
+            manifest = None
         if manifest is None:
             self.journal.counts["missed"] += 1
             return None
