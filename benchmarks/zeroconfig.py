@@ -10,7 +10,9 @@ after the other. The ways, each timed in fresh processes with Python's bytecode 
 (one untimed run of each way first writes `__pycache__`), medians of --repeats,
 interleaved so that the machine's load falls on every way alike:
 
-- `kbuild warm`: `kbuild.enable()` first, the store filled by an earlier run;
+- `kbuild warm`: `kbuild.enable()` first, the store and the program journal filled by
+  earlier runs (README: Zero-config caching);
+- `kbuild warm, no journal`: the same with `KBUILD_JOURNAL=0`: every kernel keyed in full;
 - `numba cache=True warm`: numba alone, its cache filled by an earlier run;
 - `import numba.cuda`: the floor every program pays: `import numba.cuda` (and, with
   --fake-driver, the fake driver installed), the kernels' module imported, nothing
@@ -134,9 +136,9 @@ def write_program(root: Path, n: int) -> None:
     (root / "main.py").write_text(_main_script())
 
 
-WARM = ("kbuild warm", "numba cache=True warm", "import numba.cuda")
+WARM = ("kbuild warm", "kbuild warm, no journal", "numba cache=True warm", "import numba.cuda")
 COLD = ("kbuild cold", "numba jit")
-_ARG = {"kbuild warm": "kbuild", "kbuild cold": "kbuild", "numba cache=True warm": "numba cache",
+_ARG = {"kbuild warm": "kbuild", "kbuild warm, no journal": "kbuild", "kbuild cold": "kbuild", "numba cache=True warm": "numba cache",
         "numba jit": "numba jit", "import numba.cuda": "floor"}
 
 
@@ -169,7 +171,8 @@ def measure(n: int, repeats: int, fake: bool, cold: bool, profile: bool) -> dict
         for _ in range(repeats):
             loads.append(os.getloadavg()[0])
             for way in WARM:
-                rows.setdefault(way, []).append(run_once(root, way, mode, n, env))
+                way_env = dict(env, KBUILD_JOURNAL="0") if "no journal" in way else env
+                rows.setdefault(way, []).append(run_once(root, way, mode, n, way_env))
             if cold:
                 cold_env = dict(env, BENCH_STORE=str(root / "cold-store"))
                 rows.setdefault("kbuild cold", []).append(
@@ -187,7 +190,9 @@ def measure(n: int, repeats: int, fake: bool, cold: bool, profile: bool) -> dict
 def _profile(root: Path, mode: str, n: int, env: dict) -> str:
     """One warm kbuild process under cProfile: the functions with the most cumulative time."""
     out = root / "warm.prof"
-    run_once(root, "kbuild warm", mode, n, env, prefix=("-m", "cProfile", "-o", str(out)))
+    # Twice: under cProfile the program is another (`-m cProfile`), with a journal of its own.
+    for _ in range(2):
+        run_once(root, "kbuild warm", mode, n, env, prefix=("-m", "cProfile", "-o", str(out)))
     import io
     import pstats
 
