@@ -229,9 +229,10 @@ def options_digest(keyer, options: dict, where: str) -> str:
     """The digest of a function's decorator options, each as the Keyer keys it (`link`
     by its files' bytes); options of plain values are digested once per process."""
     items = sorted((k, v) for k, v in options.items() if k != "cache")
-    memo = None
-    if all(type(v) in _PLAIN and k not in ("link", "extensions") for k, v in items):
-        memo = tuple((k, type(v).__name__, v) for k, v in items)
+    memo = tuple(_plain(k, v) for k, v in items)
+    if None in memo:
+        memo = None
+    else:
         found = _OPTIONS.get(memo)
         if found is not None:
             return found
@@ -239,6 +240,22 @@ def options_digest(keyer, options: dict, where: str) -> str:
     if memo is not None:
         _OPTIONS[memo] = value
     return value
+
+
+def _plain(name: str, value):
+    """An option as a dictionary key telling apart every value of another type (`1` and
+    `True`), or None: an option read from files (`link`, `extensions`) unless empty, or
+    a value of another kind."""
+    if name in ("link", "extensions"):
+        return (name, type(value).__name__) if type(value) in (list, tuple) and not value \
+            else None
+    if type(value) in _PLAIN:
+        return (name, type(value).__name__, value)
+    if type(value) in (list, tuple, set, frozenset) and all(type(v) in _PLAIN for v in value):
+        inner = tuple((type(v).__name__, v) for v in value)
+        return (name, type(value).__name__,
+                frozenset(inner) if type(value) in (set, frozenset) else inner)
+    return None
 
 
 _CODES: dict = {}  # id(code) -> (code, digest): code objects never change
