@@ -13,7 +13,7 @@ time compile: for the kernel and every device function it reaches, the exact cod
 numba compiles (its marshalled bytes: bytecode, constants, names, line table, nested code),
 its decorator options, and every value it reads (globals, closure cells, defaults,
 builtins, attribute chains through modules), each turned into the very key leaf the Keyer
-makes of it (`Keyer._reference`: a number by value, an array by its bytes, a library
+makes of it (`Keyer.value_leaf`: a number by value, an array by its bytes, a library
 function by name, a project class by its module's bytes); device functions reached are
 followed by identity of code and digested the same way; then the argument types, the arch,
 the toolchain's versions and the codegen settings, as the key has them. Whatever the key
@@ -210,12 +210,11 @@ class LiveDigest:
 
         keyer, parts = self.keyer, []
         for kind, name, value in referenced_values(py_func, keyer.sources, self.objects):
-            if keyer._callee(value) is not None:
+            if keyer.is_callee(value):
                 parts += ["callee", kind.label(name), self.function(value)]
                 continue
-            _, node = keyer._reference(kind, name, value, where)
-            if keyer._contained_callees:
-                keyer._contained_callees = []
+            node = keyer.value_leaf(kind, name, value, where)
+            if node is None:
                 raise NotVouched("device functions held in a container")
             parts += ["value", node.label, node.digest]
         return parts
@@ -236,7 +235,7 @@ def options_digest(keyer, options: dict, where: str) -> str:
         found = _OPTIONS.get(memo)
         if found is not None:
             return found
-    value = digest_of(tuple(keyer._option(k, v, where).digest for k, v in items))
+    value = digest_of(tuple(keyer.option_leaf(k, v, where).digest for k, v in items))
     if memo is not None:
         _OPTIONS[memo] = value
     return value
