@@ -280,3 +280,30 @@ def test_the_work_of_a_journal_answered_start_is_bounded_per_kernel(tmp_path):
     assert large["digests"] - small["digests"] <= MAX_DIGESTS_PER_KERNEL * added, \
         (small, large)
     assert large["modules imported"] == small["modules imported"], (small, large)
+
+
+HELD_KERNELS = KERNELS + dedent("""\
+
+
+    HELD = (mathlib.twice,)
+
+
+    @cuda.jit
+    def through_tuple(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = HELD[0](x[i])
+    """)
+
+
+def test_what_the_journal_cannot_vouch_for_is_keyed_in_full(tmp_path):
+    """A device function held in a tuple (the Keyer keys it through the container) is not
+    vouched for: each start keys it in full; closures kept nowhere are answered."""
+    root = write_program(tmp_path / "prog", kernels=HELD_KERNELS)
+    store = tmp_path / "store"
+    which = ("through_tuple", "closures")
+    first = run(root, "kbuild", which, enable={"store": str(store)})
+    assert first["counts"] == {"built": 3, "served": 3}
+    second = run(root, "kbuild", which, enable={"store": str(store)})
+    assert second["served"] == first["served"] and second["nvvm"] == 0
+    assert second["journal"] == {"answered": 2, "missed": 0, "not vouched": 1}
