@@ -19,6 +19,11 @@ For a (kernel, argument types) on the current device, `Session.__call__`:
 5. loads the stored cubin as numba-cuda's own kernel object, bound to its key, and
    hands it to the dispatcher (`backend.dispatch`).
 
+Before step 2, the program journal (`journal`) may answer: when the live digest of what
+this compile's key rests on is one the journal holds from an earlier run, the key is the
+journal's, and steps 2-3 are its look-up (checked as step 3 checks it); anything else is
+keyed in full, and the journal keeps the new key at exit.
+
 Whatever it cannot do falls back to numba's own compile, with one warning naming the
 kernel and why: a kernel kbuild cannot key (a value it cannot hash by content), a store
 it cannot write, a compile kbuild's backend fails (numba then raises its own error).
