@@ -155,6 +155,8 @@ with fakedriver.installed(_cc, record=False) as fake, compiler.targeting(_cc):
     if session is not None:
         report["counts"] = dict(session.counts)
         report["served"] = [list(s) for s in session.served]
+        if session.journal is not None:
+            report["journal"] = dict(session.journal.counts)
     import app_kernels
     report["numba_cache_hits"] = sum(sum(v.stats.cache_hits.values())
                                      for v in vars(app_kernels).values()

@@ -159,6 +159,25 @@ class Keyer:
                                code.co_linetable), "bytecode with line numbers")
         return leaf(body, code_canonical(code, where), "bytecode")
 
+    # -- the leaves of a function's tree, one at a time (zeroconf's journal re-takes them) --
+
+    def is_callee(self, value) -> bool:
+        """Whether a value a function reads is keyed as a callee (by its own tree)."""
+        return self._callee(value) is not None
+
+    def value_leaf(self, kind: LabelKind, name: str, value, where: str) -> KeyNode | None:
+        """The node a value a function reads gets in its tree (KeyingError when it cannot
+        be keyed), or None when it holds callees (their trees are the function's too)."""
+        _, node = self._reference(kind, name, value, where)
+        if self._contained_callees:
+            self._contained_callees = []
+            return None
+        return node
+
+    def option_leaf(self, name: str, value, where: str) -> KeyNode:
+        """The node of one decorator option (`link` by its files' bytes)."""
+        return self._option(name, value, where)
+
     def _option(self, name, value, where) -> KeyNode:
         if name == "link":
             value = tuple(self._link_item(item, where) for item in (value or ()))

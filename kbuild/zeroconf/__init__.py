@@ -17,7 +17,8 @@ __all__ = ["ZeroConfigWarning", "current", "disable", "enable"]
 _current = {"session": None}
 
 
-def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, record=None):
+def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, record=None,
+           journal=None):
     """From now on every `@cuda.jit` kernel this process compiles (numba-cuda's, and
     numba-cuda-mlir's once the program imports it) comes from
     kbuild's store: keyed as `kbuild build` keys a declared target, looked up (and in the
@@ -29,14 +30,16 @@ def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, re
     device's always is); `remote`: a shared cache URL, or False for none (default:
     $KBUILD_REMOTE, else the project file's); `config`: the project file (default: the
     nearest, if any); `record`: a folder where the (kernel, signature) pairs launched are
-    written, for `kbuild run --record`. Returns the session; calling it again replaces it.
+    written, for `kbuild run --record`; `journal`: False to key every compile in full
+    (default: on unless $KBUILD_JOURNAL is 0; see `journal`). Returns the session; calling
+    it again replaces it.
     """
     from . import settings as _settings
     from .session import Session
 
     found = _settings.resolve(store=store, archs=archs, remote=remote, on_miss=on_miss,
                               record=record, config=config)
-    session = Session(found)
+    session = Session(found, journal=journal)
     from ..backend.compiler import simulating
 
     _current["session"] = session

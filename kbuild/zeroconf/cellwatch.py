@@ -23,6 +23,11 @@ _watched: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _registered: dict = {}
 
 
+def active() -> bool:
+    """Whether this process runs notebook cells (IPython's namespace is there)."""
+    return _notebook_namespace() is not None
+
+
 def follow(dispatcher, keyer) -> None:
     """Watch the notebook globals that the kernel of `dispatcher` and the device functions
     its key reached (`keyer.device_functions`) read; nothing outside IPython."""

@@ -19,6 +19,11 @@ For a (kernel, argument types) on the current device, `Session.__call__`:
 5. loads the stored cubin as numba-cuda's own kernel object, bound to its key, and
    hands it to the dispatcher (`backend.dispatch`).
 
+Before step 2, the program journal (`journal`) may answer: when the live digest of what
+this compile's key rests on is one the journal holds from an earlier run, the key is the
+journal's, and steps 2-3 are its look-up (checked as step 3 checks it); anything else is
+keyed in full, and the journal keeps the new key at exit.
+
 Whatever it cannot do falls back to numba's own compile, with one warning naming the
 kernel and why: a kernel kbuild cannot key (a value it cannot hash by content), a store
 it cannot write, a compile kbuild's backend fails (numba then raises its own error).
@@ -57,7 +62,7 @@ class _ProgramSources(ProjectSources):
 class Session:
     """The per-process state of zero-config caching (one per `enable()`)."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, journal: bool | None = None):
         from ..config import ProjectConfig
         from ..store.local import Store
 
@@ -84,8 +89,22 @@ class Session:
         self._arch: dict = {}
         self._verify = _verify_share()  # KBUILD_VERIFY: the share of served kernels checked
         self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
+        self.journal = self._journal(journal)
+        self._live = None  # (journal target id, live digest) of the compile being served
         for message in settings.warnings:
             self.warn(message)
+
+    def _journal(self, wanted):
+        """The program journal (`journal`), unless turned off; saved at exit."""
+        import atexit
+
+        from .journal import ProgramJournal, enabled_by_environment
+
+        if wanted is False or wanted is None and not enabled_by_environment():
+            return None
+        found = ProgramJournal(self.store, self.settings)
+        atexit.register(found.save)
+        return found
 
     def _remote(self, settings):
         from ..store.remote import open_remote, remote_settings
@@ -157,7 +176,11 @@ class Session:
 
         _check_source(request.py_func, request.options)
         device_arch = self._device_arch()
-        plan, targets = self._plan(request, name, text, self._compile_arch(request, device_arch))
+        arch = self._compile_arch(request, device_arch)
+        answered = self._journaled(request, name, text, arch, device_arch)
+        if answered is not None:
+            return answered
+        plan, targets = self._plan(request, name, text, arch)
         self._check_reused_callees(plan)
         target = targets[0]
         current = current_digests(plan)
@@ -180,7 +203,9 @@ class Session:
                 if manifest is None:
                     self.counts["fallback"] += 1
                     return None  # a fresh build fails: numba compiles it, and says why
-        kernel = self._load(manifest, served, request, device_arch, plan)
+        self._remember(served, name, text, plan)
+        kernel = self._load(manifest, served, request, device_arch,
+                            plan.kernels[served.name].backend, plan.keys[served].digest)
         cellwatch.follow(request.dispatcher, plan.keyer)  # a notebook's: see cellwatch
         return kernel
 
@@ -238,6 +263,71 @@ class Session:
                     f"device function {disp.py_func.__qualname__} changed since numba "
                     "compiled it in this process (a value it reads was set at run time); "
                     "numba reuses that code, so numba compiles this kernel")
+
+    # -- the program journal ----------------------------------------------------------
+
+    def _journaled(self, request, name: str, text: str, arch: str, device_arch: str):
+        """The kernel served under the key the journal holds for what this compile's key
+        rests on now (`journal.LiveDigest`), or None: keyed in full. `arch` is the one
+        compiled for (`_compile_arch`), `device_arch` the device's. Under KBUILD_VERIFY
+        every kernel is keyed in full, and so checked."""
+        from ..build import new_keyer
+        from ..discover import Target
+        from .journal import live_digest, target_id
+
+        self._live = None
+        # A notebook's kernels follow its cells (`cellwatch`), which the key tree tells.
+        if self.journal is None or request.launch_sensitive or self._verify \
+                or cellwatch.active():
+            return None
+        backend = _backend_of(request.dispatcher)
+        keyer = new_keyer(self.config, sources=self.sources)
+        live = live_digest(keyer, keyer.objects, request, text, arch, backend)
+        if live is None:
+            self.journal.counts["not vouched"] += 1
+            return None
+        tid = target_id(name, text, arch)
+        self._live = (tid, live)
+        key = self.journal.key_for(tid, live)
+        if key is None:
+            return None
+        target = Target(name, text, arch)
+        try:
+            manifest = self._journal_entry(key, target, request, backend, keyer)
+        except Exception:  # noqa: BLE001 - the full look-up meets it and says what it is
+            manifest = None
+        if manifest is None:
+            self.journal.counts["missed"] += 1
+            return None
+        self.counts["hits"] += 1
+        self.journal.counts["answered"] += 1
+        return self._load(manifest, target, request, device_arch, backend, key)
+
+    def _journal_entry(self, key: str, target, request, backend, keyer):
+        """`build.fresh_entry` for a key the journal gave: the entry verified, and the
+        observation set of what its compile read matched against this process now."""
+        from ..backend.observe import Current
+        from ..build.entries import expected, observed_record
+        from ..keying import observed as obs
+
+        bound = expected(target, request.dispatcher, backend)
+        manifest = self.store.lookup(key, bound)
+        record = manifest and observed_record(self.store, manifest)
+        if not record or record.static_key != key:
+            return None
+        found = obs.matching_set(record, Current(keyer.sources, self.config.root))
+        if found is None:
+            return None
+        return manifest if found is record.sets[0] else self.store.lookup(found.key, bound)
+
+    def _remember(self, served, name: str, text: str, plan) -> None:
+        """A compile keyed in full and served from its static key: the journal keeps its
+        key for the live digest taken before keying."""
+        live, self._live = self._live, None
+        if live is None or served.launch is not None or served.name != name \
+                or served.signature != text or served not in plan.keys:
+            return
+        self.journal.remember(live[0], live[1], plan.keys[served].digest)
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..build import Plan, new_keyer, target_key
@@ -412,7 +502,7 @@ class Session:
 
     # -- loading ----------------------------------------------------------------------
 
-    def _load(self, manifest, served, request, device_arch, plan):
+    def _load(self, manifest, served, request, device_arch, backend, key: str):
         from ..backend import debugpaths, dispatch
         from ..backend.launcher import serve_fast
         from ..backend.loader import rebuild_kernel
@@ -432,22 +522,21 @@ class Session:
         binary, located = debugpaths.located(stored, self.config.paths)
         if located:
             blob = f"{blob}@{located}"
-        launching = plan.kernels[served.name].backend.launcher()
+        launching = backend.launcher()
         if hasattr(launching, "cached_result"):  # numba-cuda-mlir: its dispatcher loads it
             kernel = launching.cached_result(request.dispatcher, request.argtypes, binary,
                                              manifest["entry"], bool(manifest.get("cooperative")))
-            return self._handed_over(kernel, served, plan)
+            return self._handed_over(kernel, served, key)
         kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
                                 arch_cc(device_arch), request.options, py_func=request.py_func)
         kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
         if served.launch is not None:
             dispatch.mark_sensitive(kernel)
-        return self._handed_over(kernel, served, plan)
+        return self._handed_over(kernel, served, key)
 
-    def _handed_over(self, kernel, served, plan):
+    def _handed_over(self, kernel, served, key: str):
         self.counts["served"] += 1
-        self.served.append((served.name, served.signature, served.arch,
-                            plan.keys[served].digest))
+        self.served.append((served.name, served.signature, served.arch, key))
         return kernel
 
     @staticmethod

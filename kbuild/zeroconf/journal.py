@@ -1,0 +1,289 @@
+"""The program journal: a warm zero-config start answered without keying.
+
+A program served by `enable()` launches the same kernels with the same types every run,
+and a warm store holds them all; keying each one from its sources (its key tree: bodies,
+callees, values, toolchain) is what a warm start spends its time on. The journal keeps,
+per program (its entry script or `-m` module, the interpreter, `sys.path` and the
+settings of `enable()`: `slot`), what the last runs keyed: for each (kernel, signature,
+arch) served from its static key, the key, and the *live digest* of everything that key
+rests on that a process can change without changing a file.
+
+The live digest (`LiveDigest`) is the cheap part of keying, taken again at every launch-
+time compile: for the kernel and every device function it reaches, the exact code object
+numba compiles (its marshalled bytes: bytecode, constants, names, line table, nested code),
+its decorator options, and every value it reads (globals, closure cells, defaults,
+builtins, attribute chains through modules), each turned into the very key leaf the Keyer
+makes of it (`Keyer.value_leaf`: a number by value, an array by its bytes, a library
+function by name, a project class by its module's bytes); device functions reached are
+followed by identity of code and digested the same way; then the argument types, the arch,
+the toolchain's versions and the codegen settings, as the key has them. Whatever the key
+could read besides is not a value a program holds: a kernel that reaches an `@overload`ed
+or plain jitable function, device functions in a container, recursion, or anything the
+Keyer cannot key is not vouched for (no live digest: the compile keys in full).
+
+So the journal never trusts a file's time stamp for a value: a global set at run time, an
+environment variable read at import, a closure's cell, a device function edited in
+another module, `specialize()`'s types: each changes the live digest, and the compile
+keys in full, as without the journal. When the live digest is one the journal holds, the
+key is the one it holds, and the entry is looked up and checked exactly as a full keying
+checks it (`build.fresh_entry`: the entry verified, the observation set of what its
+compile read matched against the files and globals now). What the journal saves is the
+key tree: reading sources' facts, fingerprinting bytecode, building and hashing nodes.
+
+The journal file is the store's journal format (`store.journal`: a verified header, an
+atomic write) in the store's journal folder, written at exit when a run keyed something
+in full; a damaged or foreign one is ignored (the run keys in full and writes a new one).
+`KBUILD_JOURNAL=0` (or `enable(journal=False)`) turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import sys
+
+from ..errors import KeyingError
+from ..keying.encode import digest, digest_of
+from ..keying.interfaces import Role
+
+VERSION = 1
+# Live digests kept per (kernel, signature, arch): a program run in a few states (an
+# environment variable set one way or another) finds each.
+STATES_PER_TARGET = 4
+MAX_TARGETS = 8192
+
+
+class NotVouched(Exception):
+    """The journal cannot say what this kernel's key rests on: it is keyed in full."""
+
+
+def program_identity(settings) -> dict:
+    """What names a program: its entry (script or `-m` module), the interpreter,
+    `sys.path` and the settings of `enable()` that change keys or where they live."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    entry = ["module", spec.name] if spec is not None and getattr(spec, "name", None) else \
+        ["script", os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""]
+    return {"version": VERSION, "entry": entry,
+            "python": [os.path.realpath(sys.executable), sys.version],
+            "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+            "cwd": os.getcwd(), "store": str(settings.store),
+            "roots": [str(r) for r in settings.roots], "archs": list(settings.archs or ()),
+            "on_miss": settings.on_miss, "config": str(settings.root / "kbuild.toml")}
+
+
+def slot(identity: dict) -> str:
+    return digest(json.dumps(["zeroconf journal", identity], sort_keys=True).encode())
+
+
+def enabled_by_environment() -> bool:
+    return os.environ.get("KBUILD_JOURNAL", "1").strip().lower() not in ("0", "false", "no",
+                                                                         "off")
+
+
+class ProgramJournal:
+    """One process's use of its program's journal in `store`."""
+
+    def __init__(self, store, settings):
+        self.store = store
+        self.slot = slot(program_identity(settings))
+        self.rows: dict | None = None  # tid -> {live digest: key}, as read
+        self.added: dict = {}  # tid -> {live digest: key} keyed in full by this process
+        # answered (served under the journal's key), missed (no key for this state, or its
+        # entry not fresh), not vouched (no live digest): for tests and reports
+        self.counts = {"answered": 0, "missed": 0, "not vouched": 0}
+
+    def key_for(self, tid: str, live: str) -> str | None:
+        """The key the journal holds for `tid` in the state `live`, or None."""
+        rows = self._rows()
+        found = self.added.get(tid, {}).get(live) or rows.get(tid, {}).get(live)
+        if found is None:
+            self.counts["missed"] += 1
+        return found
+
+    def remember(self, tid: str, live: str, key: str) -> None:
+        self.added.setdefault(tid, {})[live] = key
+
+    def _rows(self) -> dict:
+        if self.rows is None:
+            self.rows = self._read()
+        return self.rows
+
+    def _read(self) -> dict:
+        from ..store import journal
+
+        try:
+            found = journal.read(self.store.root, self.slot)
+        except (journal.JournalProblem, OSError):
+            return {}
+        body = found.body if found is not None else None
+        if not isinstance(body, dict) or body.get("zeroconf") != VERSION \
+                or not isinstance(body.get("rows"), dict):
+            return {}
+        return {tid: states for tid, states in body["rows"].items()
+                if isinstance(tid, str) and isinstance(states, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in states.items())}
+
+    def save(self) -> bool:
+        """Write what this process keyed in full into the journal (with what other runs
+        left there); False when there was nothing new or the store cannot be written."""
+        if not self.added:
+            return False
+        from ..store import journal
+
+        if not self.store.base.is_dir():
+            return False
+        rows = dict(self._read())
+        for tid, states in self.added.items():
+            merged = {k: v for k, v in rows.get(tid, {}).items() if k not in states}
+            merged.update(states)
+            rows.pop(tid, None)
+            rows[tid] = dict(list(merged.items())[-STATES_PER_TARGET:])
+        if len(rows) > MAX_TARGETS:
+            rows = dict(list(rows.items())[-MAX_TARGETS:])
+        try:
+            journal.write(self.store.root, self.slot, {"zeroconf": VERSION, "rows": rows})
+        except OSError:
+            return False  # a store that cannot be written is only slower next time
+        self.rows, self.added = rows, {}
+        return True
+
+
+def target_id(name: str, text: str, arch: str) -> str:
+    return f"{name}\n{text}\n{arch}"
+
+
+class LiveDigest:
+    """The live digest of one (kernel, types, arch): see the module's docstring. One per
+    launch-time compile (values are read as they are now)."""
+
+    def __init__(self, keyer, objects):
+        self.keyer, self.objects = keyer, objects
+        self._done: dict = {}  # id(dispatcher) -> (dispatcher, its digest) in this walk
+        self._stack: list = []
+
+    def of(self, dispatcher, argtypes, text: str, arch: str, backend) -> str:
+        """NotVouched (or KeyingError) when the journal cannot vouch for it."""
+        from ..keying.keyer import signature_node
+        from ..keying.values import canonical
+
+        fn = self.objects.function_of(dispatcher)
+        if fn is None or fn.role is not Role.KERNEL:
+            raise NotVouched("not a kernel")
+        signature = signature_node(argtypes, text, self.objects).digest
+        settings = digest_of(("toolchain", tuple((k, canonical(v)) for k, v in
+                                                 backend.toolchain().items()),
+                              tuple((k, canonical(v)) for k, v in
+                                    backend.codegen_config().items())))
+        return digest_of(("zeroconf live", VERSION, self.function(dispatcher), signature,
+                          arch, settings))
+
+    def function(self, obj) -> str:
+        """The digest of a kernel or device function as a compile now would read it."""
+        done = self._done.get(id(obj))
+        if done is not None and done[0] is obj:
+            return done[1]
+        fn = self.objects.function_of(obj)
+        if fn is None or fn.role is Role.FUNCTION:
+            raise NotVouched("it reaches a jitable or @overload'ed function")
+        if any(f is obj for f in self._stack):
+            raise NotVouched("recursion")
+        py_func = fn.py_func
+        where = f"{py_func.__module__}:{py_func.__qualname__}"
+        options = fn.options if fn.options is not None else dict(self.objects.options_of(obj))
+        self._stack.append(obj)
+        try:
+            parts = ["code", code_digest(py_func.__code__), "name", py_func.__module__,
+                     py_func.__qualname__, fn.role.value, "options",
+                     options_digest(self.keyer, options, where)]
+            parts += self._references(py_func, where)
+        finally:
+            self._stack.pop()
+        # Every part is a digest, a label or a dotted name: none holds a NUL.
+        found = digest("\0".join(parts).encode("utf-8", "surrogateescape"))
+        self._done[id(obj)] = (obj, found)
+        return found
+
+    def _references(self, py_func, where: str) -> list:
+        from ..keying.references import referenced_values
+
+        keyer, parts = self.keyer, []
+        for kind, name, value in referenced_values(py_func, keyer.sources, self.objects):
+            if keyer.is_callee(value):
+                parts += ["callee", kind.label(name), self.function(value)]
+                continue
+            node = keyer.value_leaf(kind, name, value, where)
+            if node is None:
+                raise NotVouched("device functions held in a container")
+            parts += ["value", node.label, node.digest]
+        return parts
+
+
+_PLAIN = (bool, int, float, str, type(None))
+_OPTIONS: dict = {}  # options of plain values (by type and value) -> their digest
+
+
+def options_digest(keyer, options: dict, where: str) -> str:
+    """The digest of a function's decorator options, each as the Keyer keys it (`link`
+    by its files' bytes); options of plain values are digested once per process."""
+    items = sorted((k, v) for k, v in options.items() if k != "cache")
+    memo = tuple(_plain(k, v) for k, v in items)
+    if None in memo:
+        memo = None
+    else:
+        found = _OPTIONS.get(memo)
+        if found is not None:
+            return found
+    value = digest_of(tuple(keyer.option_leaf(k, v, where).digest for k, v in items))
+    if memo is not None:
+        _OPTIONS[memo] = value
+    return value
+
+
+def _plain(name: str, value):
+    """An option as a dictionary key telling apart every value of another type (`1` and
+    `True`), or None: an option read from files (`link`, `extensions`) unless empty, or
+    a value of another kind."""
+    if name in ("link", "extensions"):
+        return (name, type(value).__name__) if type(value) in (list, tuple) and not value \
+            else None
+    if type(value) in _PLAIN:
+        return (name, type(value).__name__, value)
+    if type(value) in (list, tuple, set, frozenset) and all(type(v) in _PLAIN for v in value):
+        inner = tuple((type(v).__name__, v) for v in value)
+        return (name, type(value).__name__,
+                frozenset(inner) if type(value) in (set, frozenset) else inner)
+    return None
+
+
+_CODES: dict = {}  # id(code) -> (code, digest): code objects never change
+
+
+def code_digest(code) -> str:
+    """The digest of a code object's marshalled bytes: everything numba compiles from it."""
+    found = _CODES.get(id(code))
+    if found is not None and found[0] is code:
+        return found[1]
+    try:
+        value = digest(marshal.dumps(code))
+    except ValueError:  # a code object marshal cannot write
+        raise NotVouched("its code cannot be written down") from None
+    _CODES[id(code)] = (code, value)
+    return value
+
+
+def live_digest(keyer, objects, request, text: str, arch: str, backend) -> str | None:
+    """The live digest of a launch-time compile, or None when the journal cannot vouch
+    for what its key rests on."""
+    try:
+        return LiveDigest(keyer, objects).of(request.dispatcher, request.argtypes, text,
+                                             arch, backend)
+    except (NotVouched, KeyingError):
+        return None
+    except Exception:  # noqa: BLE001 - full keying meets it and says what it is
+        return None
+
+
+__all__ = ["NotVouched", "ProgramJournal", "code_digest", "enabled_by_environment",
+           "live_digest", "program_identity", "target_id"]
