@@ -32,7 +32,8 @@ own module, `sys.modules.get(f.__module__)`, which reaches nothing new). Then:
           launch, watch                              launchers, waiting for a save
           packaged                                   loading a bundle from an installed package
           project                                    Project.load(), the API
-          kbuild (its __init__), setuptools_hook     the package's face, the wheel hook
+          kbuild (its __init__), setuptools_hook     the package's face, the wheel hook,
+          testing                                    a fake device for users' tests
       cli, then __main__                             the command line
 
   so `store` never imports `backend` or `sources`, `execute` never imports `build`, and
@@ -75,7 +76,8 @@ LAYERS = (
                   {"execute"}, {"direct"}]),
     ("build", [{"build"}]),
     ("api", [{"launch", "watch"}, {"packaged"}, {"project"}, {"zeroconf"},
-             {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin"}]),
+             {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin",
+              "testing"}]),
     ("cli", [{"cli"}, {"__main__"}]),
 )
 
@@ -723,6 +725,8 @@ BACKEND_REACH = {
         "debug kernels launch through numba's own _Kernel, rebuilt from the store",
     ("kbuild.project", "kbuild.backend.debugpaths"):
         "placing a debug binary's source paths at load",
+    ("kbuild.testing", "kbuild.backend.fakedriver"):
+        "the fake device for users' tests is the fake driver's public face",
     ("kbuild.zeroconf", "kbuild.backend.dispatch"):
         "enable()/disable() install numba-cuda's dispatcher hook",
     ("kbuild.zeroconf", "kbuild.backend.mlir.dispatch"):
