@@ -830,6 +830,10 @@ def test_the_graph_holds_every_module_and_its_lazy_imports(graph):
     assert set(graph.files) == {_module_name(PACKAGE, p) for p in PACKAGE.rglob("*.py")}
     assert "kbuild.__main__" in graph.files and "kbuild" in graph.files
     assert any(a.lazy for a in graph.arrows), "imports inside functions were not read"
+    # the lazy package and the lazy command table import by name: their arrows show
+    arrows = {(a.source, a.target) for a in graph.arrows}
+    assert {("kbuild.build", f"kbuild.build.{m}") for m in ("compile", "planning", "run")} \
+        | {("kbuild.cli.commands", "kbuild.cli.project_cmds")} <= arrows
 
 
 def test_every_part_has_a_place_in_the_layers(graph):
