@@ -154,6 +154,6 @@ def module_sources(target_names):
 
 
 def _toolchain():
-    from .backend.toolchain import toolchain
+    from .backend.backends import DEFAULT, get
 
-    return json.loads(json.dumps(toolchain(), default=str))
+    return json.loads(json.dumps(get(DEFAULT).toolchain(), default=str))

@@ -335,14 +335,14 @@ def current_arch(declared_archs, device: int | None = None) -> str:
 
 
 def _simulating() -> bool:
-    from .backend.compiler import simulating
+    from .backend.backends import DEFAULT, get
 
-    return simulating()
+    return get(DEFAULT).simulating()
 
 
 def _driver_side():
     """backend/launcher.py (devices and their archs, whatever the backend), imported on
     first use (it imports cuda.core)."""
-    from .backend import launcher
+    from .backend.backends import DEFAULT, get
 
-    return launcher
+    return get(DEFAULT).launcher()

@@ -3,7 +3,12 @@
 The import graph of every module of `kbuild/` is read with `ast`: every `import` and
 `from ... import` statement, at the top of a module or inside a function (a lazy import is
 still an arrow), absolute or relative (`from . import x` names the module `x` when there is
-one), and `importlib.import_module("kbuild...")` with a constant name. Then:
+one), and every module named by a constant in an import call (`importlib.import_module`,
+`__import__`, under any name, relative to `__package__` too) or a `sys.modules` key. What
+no import statement shows is reported, each unless a short list below says why it must be:
+an import call on a computed name (`import_module("kbuild." + "cli")`, a package's
+`__getattr__` loading `f"{__name__}.{x}"`), and a read of `sys.modules` (but of an object's
+own module, `sys.modules.get(f.__module__)`, which reaches nothing new). Then:
 
 - no module imports itself back through others (no cycle between modules), and no part
   (a top-level module or subpackage: `store`, `backend`, `cli`, ...) does either, even
@@ -28,7 +33,8 @@ one), and `importlib.import_module("kbuild...")` with a constant name. Then:
           launch, watch                              launchers, waiting for a save
           packaged                                   loading a bundle from an installed package
           project                                    Project.load(), the API
-          kbuild (its __init__), setuptools_hook     the package's face, the wheel hook
+          kbuild (its __init__), setuptools_hook     the package's face, the wheel hook,
+          testing                                    a fake device for users' tests
       cli, then __main__                             the command line
 
   so `store` never imports `backend` or `sources`, `execute` never imports `build`, and
@@ -37,7 +43,13 @@ one), and `importlib.import_module("kbuild...")` with a constant name. Then:
   neither through a name imported from another part nor one that only another part defines;
 - numba's internals (its modules beyond the public type vocabulary, and private attributes
   of its objects) are used only behind `backend/`, the seam a second backend plugs into;
-  so is all of numba-cuda-mlir (`backend/mlir/`, that second backend).
+  so is all of numba-cuda-mlir (`backend/mlir/`, that second backend), llvmlite and
+  cuda-python. "Used" is any form: an import statement (at the top or inside a function),
+  an import call or `sys.modules` key naming it, an attribute chain (`numba.cuda.x`),
+  `getattr(numba, "cuda")`, or the module passed on as a value;
+- outside `backend/`, only the backend's interface (`backend`, `backend.base`,
+  `backend.backends`) is imported; every other arrow into `backend/` is listed in
+  BACKEND_REACH with why, and the list only shrinks (a stale entry fails a test).
 
 A new top-level module or subpackage must be placed in LAYERS before this test passes.
 """
@@ -65,7 +77,8 @@ LAYERS = (
                   {"execute"}, {"direct"}]),
     ("build", [{"build"}]),
     ("api", [{"launch", "watch"}, {"packaged"}, {"project"}, {"zeroconf"},
-             {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin"}]),
+             {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin",
+              "testing"}]),
     ("cli", [{"cli"}, {"__main__"}]),
 )
 
@@ -98,6 +111,21 @@ class Arrow:
         return f"{graph.relpath(self.source)}:{self.line} imports {self.target}{how}"
 
 
+@dataclass(frozen=True)
+class Use:
+    """Something in `module` at `line`, inside function `scope` ("" at module level), that an
+    import statement does not show: `what` is the source text or the name reached."""
+
+    module: str
+    line: int
+    scope: str
+    what: str
+
+    def where(self, graph: "Graph") -> str:
+        inside = f" (in {self.scope})" if self.scope else ""
+        return f"{graph.relpath(self.module)}:{self.line}{inside}"
+
+
 @dataclass
 class Graph:
     """Every module of a package (dotted names) and the imports between them."""
@@ -107,6 +135,9 @@ class Graph:
     files: dict = field(default_factory=dict)  # module -> path
     arrows: list = field(default_factory=list)
     bindings: dict = field(default_factory=dict)  # module -> {local name: (module, is_module)}
+    computed: list = field(default_factory=list)  # Use: import calls on a computed name
+    sys_modules: list = field(default_factory=list)  # Use: reads of sys.modules
+    compilers: list = field(default_factory=list)  # Use: numba (cuda, llvmlite...) reached
 
     def relpath(self, module: str) -> str:
         return str(self.files[module].relative_to(self.root.parent))
@@ -151,11 +182,13 @@ def _read_module(graph: Graph, module: str, path: Path) -> None:
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     bindings = graph.bindings.setdefault(module, {})
-    for node, lazy in _walk(tree):
+    reader = _Reader(graph, module, package, tree)
+    for node, lazy, scope in _walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] != graph.name:
                     bindings[(alias.asname or alias.name).split(".")[0]] = (alias.name, None)
+                    reader.outside_import(alias, node.lineno, scope)
                     continue
                 target = _owner(graph, alias.name)
                 graph.arrows.append(Arrow(module, target, node.lineno, lazy))
@@ -175,6 +208,7 @@ def _read_module(graph: Graph, module: str, path: Path) -> None:
             if source.split(".")[0] != graph.name:
                 for alias in node.names:
                     bindings[alias.asname or alias.name] = (f"{source}.{alias.name}", None)
+                    reader.outside_from(source, alias, node.lineno, scope)
                 continue
             for alias in node.names:
                 name = f"{source}.{alias.name}"
@@ -182,28 +216,188 @@ def _read_module(graph: Graph, module: str, path: Path) -> None:
                 target = name if is_module else _owner(graph, source)
                 graph.arrows.append(Arrow(module, target, node.lineno, lazy))
                 bindings[alias.asname or alias.name] = (target, is_module)
-        elif isinstance(node, ast.Call) and _is_import_module(node):
-            name = node.args[0].value
-            if name.split(".")[0] == graph.name:
-                graph.arrows.append(Arrow(module, _owner(graph, name), node.lineno, lazy))
+        elif isinstance(node, ast.Call) and reader.is_import_call(node):
+            reader.import_call(node, lazy, scope)
+        elif reader.is_sys_modules(node):
+            reader.sys_modules(node, lazy, scope)
+        elif isinstance(node, (ast.Attribute, ast.Name)):
+            reader.compiler_use(node, scope)
 
 
-def _is_import_module(node: ast.Call) -> bool:
-    func = node.func
-    named = (isinstance(func, ast.Attribute) and func.attr == "import_module") or \
-        (isinstance(func, ast.Name) and func.id in ("import_module", "__import__"))
-    return named and bool(node.args) and isinstance(node.args[0], ast.Constant) \
-        and isinstance(node.args[0].value, str)
+# The packages of the compilers and the CUDA driver: reached only behind backend/.
+COMPILERS = frozenset({"numba", "numba_cuda", "numba_cuda_mlir", "llvmlite", "cuda"})
+IMPORT_CALLS = frozenset({"import_module", "__import__"})
+
+
+class _Reader:
+    """What one module reaches without an import statement showing it: import calls
+    (`importlib.import_module`, `__import__`), reads of `sys.modules`, and the compilers'
+    modules and names (by an import of any form, an attribute chain, `getattr`)."""
+
+    def __init__(self, graph: Graph, module: str, package: str, tree: ast.AST):
+        self.graph, self.module, self.package = graph, module, package
+        self.parents = {id(child): node for node in ast.walk(tree)
+                        for child in ast.iter_child_nodes(node)}
+        self.sys_names, self.modules_names, self.import_names = set(), set(), set(IMPORT_CALLS)
+        self.compiler_names = {}  # local name -> the compiler's dotted name it is bound to
+        for node in ast.walk(tree):  # bindings first: a use may come before its import
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "sys":
+                        self.sys_names.add(alias.asname or "sys")
+                    elif alias.name.split(".")[0] in COMPILERS:
+                        local = alias.asname or alias.name.split(".")[0]
+                        self.compiler_names[local] = alias.name if alias.asname else local
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                for alias in node.names:
+                    local = alias.asname or alias.name
+                    if node.module == "sys" and alias.name == "modules":
+                        self.modules_names.add(local)
+                    elif node.module in ("importlib", "builtins") and alias.name in IMPORT_CALLS:
+                        self.import_names.add(local)
+                    elif node.module.split(".")[0] in COMPILERS:
+                        self.compiler_names[local] = f"{node.module}.{alias.name}"
+
+    def _use(self, line: int, scope: str, what: str) -> Use:
+        return Use(self.module, line, scope, what)
+
+    def _reached(self, name: str, line: int, lazy: bool, scope: str) -> None:
+        """A module named by a constant string: an arrow, or a compiler reached."""
+        root = name.split(".")[0]
+        if root == self.graph.name:
+            self.graph.arrows.append(Arrow(self.module, _owner(self.graph, name), line, lazy))
+        elif root in COMPILERS:
+            self.graph.compilers.append(self._use(line, scope, name))
+
+    # -- import statements of the compilers -----------------------------------------------
+
+    def outside_import(self, alias: ast.alias, line: int, scope: str) -> None:
+        # `import numba` (or `as nb`) only binds a name, whose every use is read below;
+        # `import numba.cuda` imports numba.cuda.
+        if alias.name.split(".")[0] in COMPILERS and "." in alias.name:
+            self.graph.compilers.append(self._use(line, scope, alias.name))
+
+    def outside_from(self, source: str, alias: ast.alias, line: int, scope: str) -> None:
+        if source.split(".")[0] in COMPILERS:
+            self.graph.compilers.append(self._use(line, scope, f"{source}.{alias.name}"))
+
+    # -- import calls ---------------------------------------------------------------------
+
+    def is_import_call(self, node: ast.Call) -> bool:
+        func = node.func
+        return (isinstance(func, ast.Attribute) and func.attr in IMPORT_CALLS) or \
+            (isinstance(func, ast.Name) and func.id in self.import_names)
+
+    def import_call(self, node: ast.Call, lazy: bool, scope: str) -> None:
+        name = _constant(node.args[0]) if node.args else None
+        if name is not None and name.startswith("."):  # import_module(".x", __package__)
+            package = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "package"), None)
+            name = self._relative(name, package)
+        if name is None:
+            self.graph.computed.append(self._use(node.lineno, scope, ast.unparse(node)))
+        else:
+            self._reached(name, node.lineno, lazy, scope)
+
+    def _relative(self, name: str, package) -> str | None:
+        """`.x` against `__package__` (or a package's `__name__`), else None (computed)."""
+        if not (isinstance(package, ast.Name) and (package.id == "__package__" or (
+                package.id == "__name__" and self.module == self.package))):
+            return None
+        dots = len(name) - len(name.lstrip("."))
+        base = self.package.split(".")
+        base = base[:len(base) - (dots - 1)]
+        rest = name.lstrip(".")
+        return ".".join(base + ([rest] if rest else []))
+
+    # -- sys.modules ----------------------------------------------------------------------
+
+    def is_sys_modules(self, node: ast.AST) -> bool:
+        """`sys.modules` (sys under any name), `modules` from `from sys import modules`,
+        `getattr(sys, "modules")`."""
+        if isinstance(node, ast.Attribute):
+            return node.attr == "modules" and isinstance(node.value, ast.Name) \
+                and node.value.id in self.sys_names
+        if isinstance(node, ast.Name):
+            return node.id in self.modules_names and isinstance(node.ctx, ast.Load)
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == "getattr" and len(node.args) >= 2 \
+            and isinstance(node.args[0], ast.Name) and node.args[0].id in self.sys_names \
+            and _constant(node.args[1]) == "modules"
+
+    def sys_modules(self, node: ast.AST, lazy: bool, scope: str) -> None:
+        """A read of sys.modules. `sys.modules[k]`, `sys.modules.get(k)`, `k in sys.modules`
+        with a constant k reach module k (an arrow); with `obj.__module__` the module of an
+        object already in hand (no arrow, not reported); anything else is reported."""
+        parent = self.parents.get(id(node))
+        expr, key = node, None
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            expr, key = parent, parent.slice
+        elif isinstance(parent, ast.Attribute) and parent.value is node:
+            call = self.parents.get(id(parent))
+            if isinstance(call, ast.Call) and call.func is parent and call.args:
+                expr, key = call, call.args[0]
+        elif isinstance(parent, ast.Compare) and node in parent.comparators \
+                and len(parent.comparators) == 1:
+            expr, key = parent, parent.left
+        if key is not None and _is_module_of(key):
+            return
+        if key is not None and _constant(key) is not None:
+            self._reached(_constant(key), node.lineno, lazy, scope)
+        self.graph.sys_modules.append(self._use(node.lineno, scope, ast.unparse(expr)))
+
+    # -- the compilers' names -------------------------------------------------------------
+
+    def compiler_use(self, node: ast.AST, scope: str) -> None:
+        """`numba.cuda.x` (an attribute chain on a name bound to a compiler's module),
+        `getattr(numba, "cuda")`, or such a name passed on as a value."""
+        parent = self.parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return  # the outermost attribute of the chain reads it
+        chain = []
+        base = node
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        if not (isinstance(base, ast.Name) and base.id in self.compiler_names):
+            return
+        if isinstance(base.ctx, ast.Store) and base is node:
+            return
+        dotted = ".".join([self.compiler_names[base.id], *reversed(chain)])
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) \
+                and parent.func.id in ("getattr", "hasattr") and parent.args \
+                and parent.args[0] is node:
+            attr = _constant(parent.args[1]) if len(parent.args) > 1 else None
+            dotted += f".{attr}" if attr else ".<computed>"
+        elif base is node:
+            dotted += " (as a value)"  # passed on: whoever gets it can reach anything
+        self.graph.compilers.append(self._use(node.lineno, scope, dotted))
+
+
+def _constant(node) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+        else None
+
+
+def _is_module_of(key: ast.AST) -> bool:
+    """`obj.__module__` or `getattr(obj, "__module__", ...)`: the module of an object."""
+    return (isinstance(key, ast.Attribute) and key.attr == "__module__") or (
+        isinstance(key, ast.Call) and isinstance(key.func, ast.Name)
+        and key.func.id == "getattr" and len(key.args) >= 2
+        and _constant(key.args[1]) == "__module__")
 
 
 def _walk(tree: ast.AST):
-    """Every node with whether it sits inside a function (or lambda)."""
-    todo = deque([(tree, False)])
+    """Every node with whether it sits inside a function (or lambda) and the qualified name
+    of the function or class it sits in ("" at module level)."""
+    todo = deque([(tree, False, "")])
     while todo:
-        node, lazy = todo.popleft()
-        yield node, lazy
+        node, lazy, scope = todo.popleft()
+        yield node, lazy, scope
         inside = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        todo.extend((child, inside) for child in ast.iter_child_nodes(node))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scope = f"{scope}.{node.name}" if scope else node.name
+        todo.extend((child, inside, scope) for child in ast.iter_child_nodes(node))
 
 
 # -- cycles ---------------------------------------------------------------------------------
@@ -452,6 +646,176 @@ def numba_private_reads(graph: Graph) -> list[str]:
     return found
 
 
+# -- what no import statement shows ---------------------------------------------------------
+#
+# An import call on a computed name, a read of sys.modules and a compiler reached through an
+# attribute chain are arrows the import statements do not show; each is reported unless it is
+# (a) an arrow after all: a constant name (`import_module("kbuild.store")`,
+# `sys.modules.get("kbuild.backend.mlir.dispatch")`) is read as an import, checked as one;
+# (b) the module of an object already in hand (`sys.modules.get(f.__module__)`); or
+# (c) listed below, with why it cannot be an import statement. Each list only shrinks: an
+# entry that no longer matches anything fails `test_the_allow_lists_have_no_stale_entries`.
+
+# (file, function) -> why its import call's name is computed.
+COMPUTED_IMPORTS = {
+    ("kbuild/discover.py", "_import"):
+        "the project's own module, named by a target in kbuild.toml",
+    ("kbuild/execute/distributed.py", "from_data"):
+        "a kbuild dataclass named in a dask worker's result (checked to be kbuild's)",
+    ("kbuild/backend/backends.py", "get"):
+        "a backend's module, named in KNOWN, loaded when a project or kernel asks for it",
+    ("kbuild/backend/compiler.py", "_flag_names"):
+        "numba's option classes, whose module moved between numba-cuda releases",
+    ("kbuild/backend/observe.py", "_hooks"):
+        "a front end's interpreter and base modules, under its own package (FrontEnd)",
+    ("kbuild/backend/observe.py", "_hooks.typing"):
+        "a front end's typing modules, under its own package (FrontEnd)",
+    ("kbuild/backend/observe.py", "_nvrtc_headers"):
+        "the front end's NVRTC module (FrontEnd.nvrtc)",
+    ("kbuild/backend/observe.py", "_module"):
+        "the module an observed global was found in, named in a stored observation",
+}
+
+# (file, function) -> why it reads sys.modules. backend/ reads numba's module table by
+# design (observe, registrations) and is not listed; its constant keys are still arrows.
+SYS_MODULES = {
+    ("kbuild/direct/inputs.py", "_input_files"):
+        "the journal records the source file of every module the run imported",
+    ("kbuild/direct/recorder.py", "Recorder.start"):
+        "a run can be journaled only if nothing of numba was imported before it started",
+    ("kbuild/discover.py", "forget_project_modules"):
+        "drops the project's modules so that the next discovery imports its edits",
+    ("kbuild/execute/distributed.py", "_forget_modules_under"):
+        "a dask worker drops the previous job's project modules",
+    ("kbuild/sources.py", "ProjectSources._in_roots"):
+        "whether an already imported module (by name, from a code object) is the project's",
+    ("kbuild/zeroconf/naming.py", "import_path"):
+        "the module of a kernel's Python function (`getattr(f, '__module__')` first)",
+    ("kbuild/zeroconf/__init__.py", "disable"):
+        "numba-cuda-mlir's hook is undone only if the program imported it; never imports it",
+    ("kbuild/zeroconf/afterimport.py", "after_import"):
+        "waits for a module to be imported, and must not import it",
+    ("kbuild/zeroconf/startup.py", "stand_down"):
+        "a session exists only if its module was imported; must not import it",
+}
+
+# The backend's interface: what the rest of kbuild may import of backend/ (base: what a
+# backend is; backends: which exist, `get(name)` one, its objects; the package itself).
+BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.backends"}
+
+# (importer, backend module) -> why it goes past the interface. The one-build-service
+# refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
+BACKEND_REACH = {
+    ("kbuild.build.compile", "kbuild.backend.dispatch"):
+        "launched_as/forget_compiled: a dispatcher's launch configuration (numba-cuda's)",
+    ("kbuild.build.compile", "kbuild.backend.observe"):
+        "the Observer a compile records into (observation is not on Backend yet)",
+    ("kbuild.build.compile", "kbuild.backend.lto"):
+        "relinking stored LTO objects without a compile (not on Backend yet)",
+    ("kbuild.build.entries", "kbuild.backend.observe"):
+        "`Current`: digests of what a stored entry observed, for its freshness",
+    ("kbuild.cli.entry", "kbuild.backend.toolchain"):
+        "`kbuild --version` prints every toolchain part's version (not on Backend)",
+    ("kbuild.cli.project_cmds", "kbuild.backend.cubin"):
+        "`kbuild show --resources`: registers and memory read from a cubin's ELF (no numba)",
+    ("kbuild.config", "kbuild.backend.toolchain"):
+        "the architectures NVRTC supports and its CUDA release, to check kbuild.toml's archs",
+    ("kbuild.discover", "kbuild.backend.libraries"):
+        "which modules are the toolchain's; numba-free, asked before numba is imported",
+    ("kbuild.launch", "kbuild.backend.loader"):
+        "debug kernels launch through numba's own _Kernel, rebuilt from the store",
+    ("kbuild.project", "kbuild.backend.debugpaths"):
+        "placing a debug binary's source paths at load",
+    ("kbuild.testing", "kbuild.backend.fakedriver"):
+        "the fake device for users' tests is the fake driver's public face",
+    ("kbuild.zeroconf", "kbuild.backend.dispatch"):
+        "enable()/disable() install numba-cuda's dispatcher hook",
+    ("kbuild.zeroconf", "kbuild.backend.mlir.dispatch"):
+        "enable()/disable() install numba-cuda-mlir's dispatcher hook",
+    ("kbuild.zeroconf.session", "kbuild.backend.dispatch"):
+        "the session serves numba's dispatcher (the zero-config builder; issue 33)",
+    ("kbuild.zeroconf.session", "kbuild.backend.lto"):
+        "the session relinks stored objects itself (the zero-config builder; issue 33)",
+    ("kbuild.zeroconf.session", "kbuild.backend.debugpaths"):
+        "the session places debug paths at load (the zero-config builder; issue 33)",
+    ("kbuild.zeroconf.session", "kbuild.backend.launcher"):
+        "the session's fast launch path (the zero-config builder; issue 33)",
+    ("kbuild.zeroconf.session", "kbuild.backend.loader"):
+        "the session rebuilds numba's _Kernel itself (the zero-config builder; issue 33)",
+}
+
+# The compilers' names that code outside backend/ may reach: numba's type objects (the
+# vocabulary of signatures and keys), by any import form or attribute chain.
+PUBLIC_NUMBA = {"numba.core.types", "numba.core.sigutils", "numba.from_dtype", "numba.typeof"}
+PUBLIC_NUMBA_MODULES = {"numba.core.types"}  # and every name inside these
+
+
+def _entry(graph: Graph, use: Use) -> tuple:
+    return graph.relpath(use.module), use.scope
+
+
+def computed_imports(graph: Graph, allowed=None) -> list[str]:
+    """Every import call whose module name is not a constant, unless `allowed` lists it."""
+    allowed = COMPUTED_IMPORTS if allowed is None else allowed
+    return [f"{use.where(graph)}: {use.what} imports a computed name; import it by name, "
+            f"or list it in COMPUTED_IMPORTS with why" for use in _sorted(graph.computed)
+            if _entry(graph, use) not in allowed]
+
+
+def sys_modules_reads(graph: Graph, allowed=None) -> list[str]:
+    """Every read of sys.modules outside backend/ (but of an object's own module), unless
+    `allowed` lists it."""
+    allowed = SYS_MODULES if allowed is None else allowed
+    return [f"{use.where(graph)}: {use.what} reads sys.modules; import the module, or list "
+            f"it in SYS_MODULES with why" for use in _sorted(graph.sys_modules)
+            if graph.part(use.module) != "backend" and _entry(graph, use) not in allowed]
+
+
+def _past_the_interface(graph: Graph):
+    for arrow in graph.arrows:
+        if graph.part(arrow.source) != "backend" and graph.part(arrow.target) == "backend" \
+                and arrow.target not in BACKEND_INTERFACE:
+            yield arrow
+
+
+def backend_reach(graph: Graph, allowed=None) -> list[str]:
+    """Every import from outside backend/ of a backend module that is not its interface,
+    unless `allowed` lists the (importer, module) pair."""
+    allowed = BACKEND_REACH if allowed is None else allowed
+    return [f"{arrow.where(graph)}: only {', '.join(sorted(BACKEND_INTERFACE))} may be "
+            f"imported outside backend/" for arrow in _past_the_interface(graph)
+            if (arrow.source, arrow.target) not in allowed]
+
+
+def _public_numba(name: str) -> bool:
+    return name in PUBLIC_NUMBA or any(name.startswith(f"{m}.") for m in PUBLIC_NUMBA_MODULES)
+
+
+def compilers_reached(graph: Graph) -> list[str]:
+    """Outside backend/: every compiler's module or name reached (an import of any form, an
+    import call or sys.modules key naming it, an attribute chain, getattr, the module passed
+    on as a value) that is not numba's public type vocabulary."""
+    return [f"{use.where(graph)} reaches {use.what}; move it behind backend/"
+            for use in _sorted(graph.compilers) if graph.part(use.module) != "backend"
+            and not _public_numba(use.what.removesuffix(" (as a value)"))]
+
+
+def stale_entries(graph: Graph, computed=None, sys_modules=None, reach=None) -> list[str]:
+    """Allow-list entries (default: this file's) that match nothing in the package."""
+    tables = {"COMPUTED_IMPORTS": (COMPUTED_IMPORTS if computed is None else computed,
+                                   {_entry(graph, u) for u in graph.computed}),
+              "SYS_MODULES": (SYS_MODULES if sys_modules is None else sys_modules,
+                              {_entry(graph, u) for u in graph.sys_modules}),
+              "BACKEND_REACH": (BACKEND_REACH if reach is None else reach,
+                                {(a.source, a.target) for a in _past_the_interface(graph)})}
+    return sorted(f"{name} {entry}" for name, (table, seen) in tables.items()
+                  for entry in table if entry not in seen)
+
+
+def _sorted(uses: list) -> list:
+    return sorted(set(uses), key=lambda u: (u.module, u.line, u.what))
+
+
 # -- the checks on kbuild -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -467,6 +831,10 @@ def test_the_graph_holds_every_module_and_its_lazy_imports(graph):
     assert set(graph.files) == {_module_name(PACKAGE, p) for p in PACKAGE.rglob("*.py")}
     assert "kbuild.__main__" in graph.files and "kbuild" in graph.files
     assert any(a.lazy for a in graph.arrows), "imports inside functions were not read"
+    # the lazy package and the lazy command table import by name: their arrows show
+    arrows = {(a.source, a.target) for a in graph.arrows}
+    assert {("kbuild.build", f"kbuild.build.{m}") for m in ("compile", "planning", "run")} \
+        | {("kbuild.cli.commands", "kbuild.cli.project_cmds")} <= arrows
 
 
 def test_every_part_has_a_place_in_the_layers(graph):
@@ -494,25 +862,35 @@ def test_no_module_uses_another_parts_private_attributes(graph):
     assert not found, _report("uses of another part's private attributes", found)
 
 
-def _numba_imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from numba.core import types` uses numba.core.types; `from numba import cuda`
-            # the package itself.
-            found.update(f"{node.module}.{a.name}" if node.module != "numba" else node.module
-                         for a in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-    return {m for m in found if m.split(".")[0] in ("numba", "cuda", "numba_cuda_mlir")}
+def test_numba_internals_stay_behind_the_backend(graph):
+    found = compilers_reached(graph)
+    assert not found, _report("compilers' names reached outside backend/", found)
 
 
-@pytest.mark.parametrize("path", [p for p in PACKAGE.rglob("*.py")
-                                  if "backend" not in p.relative_to(PACKAGE).parts[:-1]],
-                         ids=lambda p: str(p))
-def test_numba_internals_stay_behind_the_backend(path):
-    extra = _numba_imports(path) - PUBLIC_NUMBA
-    assert not extra, f"{path.relative_to(PACKAGE)} imports {sorted(extra)}; move it to backend/"
+def test_no_import_call_on_a_computed_name(graph):
+    found = computed_imports(graph)
+    assert not found, _report("import calls on computed names", found)
+
+
+def test_sys_modules_is_read_only_where_listed(graph):
+    found = sys_modules_reads(graph)
+    assert not found, _report("reads of sys.modules", found)
+
+
+def test_outside_the_backend_only_its_interface_is_imported(graph):
+    found = backend_reach(graph)
+    assert not found, _report("imports past the backend's interface", found)
+
+
+def test_the_allow_lists_have_no_stale_entries(graph):
+    stale = stale_entries(graph)
+    assert not stale, _report("allow-list entries that match nothing (delete them)", stale)
+
+
+def test_every_allow_list_entry_says_why():
+    for table in (COMPUTED_IMPORTS, SYS_MODULES, BACKEND_REACH):
+        assert all(isinstance(why, str) and len(why) > 20 for why in table.values()), table
+    assert all(m.split(".")[:2] == ["kbuild", "backend"] for m in BACKEND_INTERFACE)
 
 
 def test_numba_private_attributes_stay_behind_the_backend(graph):
@@ -631,6 +1009,164 @@ def test_a_cycle_added_to_kbuild_itself_fails_the_checks(tmp_path):
     assert [m for m in upward_arrows(after) if m not in upward_arrows(before)] == [
         f"{added}: keying (keying) may not import cli (cli tier 1)"]
     assert any(added in m for m in part_cycles(after))
+
+
+# -- the checker is not fooled: what no import statement shows --------------------------------
+
+def _small(tmp_path: Path, path: str, text: str) -> Graph:
+    """SMALL with backend's interface modules, and `text` added to the module at `path`."""
+    files = dict(SMALL)
+    files["kbuild/backend/base.py"] = "class Backend:\n    pass\n"
+    files["kbuild/backend/backends.py"] = "from .base import Backend\n"
+    files[path] = files.get(path, "") + text
+    return read_graph(_package(tmp_path, files) / "kbuild")
+
+
+@pytest.mark.parametrize("text", [
+    "import importlib\n\n\ndef f():\n    return importlib.import_module('kbuild.' + 'cli')\n",
+    "import importlib\n\nNAME = 'cli'\nM = importlib.import_module(f'kbuild.{NAME}')\n",
+    "def f(name):\n    return __import__(name)\n",
+    "from importlib import import_module as load\n\n\ndef f(name):\n    return load(name)\n",
+    "import importlib\n\n\ndef f():\n    return importlib.import_module('.cli', 'kbuild')\n",
+], ids=["concatenated", "f-string", "__import__", "renamed", "relative-to-a-name"])
+def test_an_import_call_on_a_computed_name_is_found(tmp_path, text):
+    graph = _small(tmp_path, "kbuild/keying/probe.py", text)
+    (found,) = computed_imports(graph, allowed={})
+    assert found.startswith("kbuild/keying/probe.py:") and "imports a computed name" in found
+    # listed with why, it passes; the list entry is the file and function
+    (use,) = graph.computed
+    assert computed_imports(graph, allowed={_entry(graph, use): "why"}) == []
+
+
+def test_a_lazy_package_that_imports_its_modules_through_importlib_is_found(tmp_path):
+    """What kbuild/build/__init__.py did: its arrows were invisible."""
+    text = ("import importlib\n\n\ndef __getattr__(name):\n"
+            "    return getattr(importlib.import_module(f'{__name__}.store'), name)\n")
+    graph = _small(tmp_path, "kbuild/keying/__init__.py", text)
+    assert computed_imports(graph, allowed={}) == [
+        "kbuild/keying/__init__.py:5 (in __getattr__): "
+        "importlib.import_module(f'{__name__}.store') imports a computed name; import it by "
+        "name, or list it in COMPUTED_IMPORTS with why"]
+
+
+@pytest.mark.parametrize("text", [
+    "import importlib\n\n\ndef f():\n    return importlib.import_module('kbuild.cli')\n",
+    "def f():\n    return __import__('kbuild.cli')\n",
+    "import importlib\n\n\ndef f():\n    return importlib.import_module('..cli', __package__)\n",
+    "import importlib\n\n\ndef f():\n"
+    "    return importlib.import_module('..cli', package=__package__)\n",
+    "import sys\n\n\ndef f():\n    return sys.modules['kbuild.cli']\n",
+    "import sys\n\n\ndef f():\n    return sys.modules.get('kbuild.cli')\n",
+], ids=["import_module", "__import__", "relative", "relative-package=", "sys.modules[]",
+        "sys.modules.get"])
+def test_a_constant_module_name_is_an_arrow_the_layers_check(tmp_path, text):
+    graph = _small(tmp_path, "kbuild/keying/probe.py", text)
+    assert computed_imports(graph, allowed={}) == []
+    (upward,) = upward_arrows(graph)
+    assert upward.startswith("kbuild/keying/probe.py:")
+    assert " imports kbuild.cli (inside a function): " in upward
+    assert upward.endswith("keying (keying) may not import cli (cli tier 1)")
+
+
+@pytest.mark.parametrize("text,read", [
+    ("import sys\n\n\ndef f(name):\n    return sys.modules[name]\n", "sys.modules[name]"),
+    ("import sys\n\n\ndef f(name):\n    return sys.modules.get(name)\n",
+     "sys.modules.get(name)"),
+    ("import sys as system\n\n\ndef f():\n    return list(system.modules)\n", "system.modules"),
+    ("from sys import modules\n\n\ndef f(name):\n    return modules.get(name)\n",
+     "modules.get(name)"),
+    ("import sys\n\n\ndef f(name):\n    return getattr(sys, 'modules')[name]\n",
+     "getattr(sys, 'modules')[name]"),
+    ("import sys\n\n\ndef f(name):\n    return name in sys.modules\n", "name in sys.modules"),
+    ("import sys\n\n\ndef f():\n    return sys.modules['kbuild.errors']\n",
+     "sys.modules['kbuild.errors']"),
+], ids=["subscript", "get", "renamed-sys", "from-sys", "getattr", "in", "constant"])
+def test_a_read_of_sys_modules_is_found(tmp_path, text, read):
+    graph = _small(tmp_path, "kbuild/keying/probe.py", text)
+    (found,) = sys_modules_reads(graph, allowed={})
+    assert found.startswith("kbuild/keying/probe.py:") and found.endswith(
+        f" (in f): {read} reads sys.modules; import the module, or list it in SYS_MODULES "
+        f"with why")
+    assert sys_modules_reads(graph, allowed={("kbuild/keying/probe.py", "f"): "why"}) == []
+
+
+def test_the_module_of_an_object_in_hand_is_not_a_read_of_sys_modules(tmp_path):
+    text = ("import sys\n\n\ndef f(func, cls):\n"
+            "    return sys.modules.get(func.__module__), sys.modules[cls.__module__], "
+            "sys.modules.get(getattr(func, '__module__', None))\n")
+    graph = _small(tmp_path, "kbuild/keying/probe.py", text)
+    assert graph.sys_modules == [] and sys_modules_reads(graph, allowed={}) == []
+
+
+@pytest.mark.parametrize("text,reached", [
+    ("import numba\n\n\ndef f():\n    return numba.cuda.compile_ptx\n",
+     "numba.cuda.compile_ptx"),
+    ("def f():\n    from numba import cuda\n", "numba.cuda"),
+    ("import numba.cuda.cudadrv.driver as drv\n", "numba.cuda.cudadrv.driver"),
+    ("import numba\n\n\ndef f():\n    return getattr(numba, 'cuda')\n", "numba.cuda"),
+    ("import numba\n\n\ndef f(g):\n    return g(numba)\n", "numba (as a value)"),
+    ("import importlib\n\n\ndef f():\n    return importlib.import_module('numba.cuda')\n",
+     "numba.cuda"),
+    ("import sys\n\n\ndef f():\n    return sys.modules['numba.cuda']\n", "numba.cuda"),
+    ("from numba.core import types\n\nT = types.misc\n", None),  # public: not reported
+    ("import llvmlite.binding\n", "llvmlite.binding"),
+    ("def f():\n    from cuda.core import launch\n", "cuda.core.launch"),
+    ("from numba_cuda_mlir import cuda\n", "numba_cuda_mlir.cuda"),
+], ids=["attribute-chain", "from-numba-import-cuda-lazily", "import-as", "getattr",
+        "as-a-value", "import_module", "sys.modules", "public-types", "llvmlite", "cuda.core",
+        "mlir"])
+def test_a_compiler_reached_outside_the_backend_is_found(tmp_path, text, reached):
+    graph = _small(tmp_path, "kbuild/keying/probe.py", text)
+    found = compilers_reached(graph)
+    if reached is None:
+        assert found == []
+        return
+    assert [f.partition(" reaches ")[2] for f in found] == [
+        f"{reached}; move it behind backend/"]
+    # the same text in backend/ is the backend's business
+    assert compilers_reached(_small(tmp_path / "b", "kbuild/backend/lto.py", text)) == []
+
+
+def test_numbas_type_vocabulary_may_be_used_outside_the_backend(tmp_path):
+    text = ("import numba\nfrom numba import from_dtype\nfrom numba.core import types as nbt\n"
+            "from numba.core.types import float32\n\n\ndef f(x):\n"
+            "    return numba.typeof(x), from_dtype(x), nbt.float64, nbt, float32\n")
+    assert compilers_reached(_small(tmp_path, "kbuild/keying/probe.py", text)) == []
+
+
+@pytest.mark.parametrize("text,ok", [
+    ("from .backend import lto\n", False),
+    ("def f():\n    from kbuild.backend.lto import link\n", False),
+    ("import importlib\n\n\ndef f():\n    return importlib.import_module('kbuild.backend.lto')\n",
+     False),
+    ("from .backend import backends\n", True),
+    ("from .backend.base import Backend\n", True),
+    ("import kbuild.backend\n", True),
+], ids=["from-package-import", "lazy", "import_module", "backends", "base", "package"])
+def test_only_the_backends_interface_is_imported_outside_it(tmp_path, text, ok):
+    graph = _small(tmp_path, "kbuild/cli.py", text)
+
+    def found(allowed):
+        return [f.split(": ")[1] for f in backend_reach(graph, allowed)
+                if f.startswith("kbuild/cli.py:")]
+
+    assert found({}) == ([] if ok else [
+        "only kbuild.backend, kbuild.backend.backends, kbuild.backend.base may be imported "
+        "outside backend/"])
+    assert found({("kbuild.cli", "kbuild.backend.lto"): "why"}) == []
+
+
+def test_an_allow_list_entry_that_matches_nothing_is_stale(tmp_path):
+    text = "import sys\n\n\ndef f(name):\n    return sys.modules[name], __import__(name)\n"
+    graph = _small(tmp_path, "kbuild/cli.py", text + "\nfrom .backend import lto\n")
+    listed = dict(computed={("kbuild/cli.py", "f"): "w"}, sys_modules={("kbuild/cli.py", "f"): "w"},
+                  reach={("kbuild.cli", "kbuild.backend.lto"): "w"})
+    assert stale_entries(graph, **listed) == []
+    listed = dict(computed={("kbuild/cli.py", "g"): "w"}, sys_modules={("kbuild/cli.py", "f"): "w"},
+                  reach={("kbuild.cli", "kbuild.backend.compiler"): "w"})
+    assert stale_entries(graph, **listed) == [
+        "BACKEND_REACH ('kbuild.cli', 'kbuild.backend.compiler')",
+        "COMPUTED_IMPORTS ('kbuild/cli.py', 'g')"]
 
 
 # -- the backend seam: keying names none of numba's object shapes --------------------------

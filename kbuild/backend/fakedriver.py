@@ -20,8 +20,9 @@ fakes that check what they are handed the way the real calls would, and record i
   strides counted in elements; a numba-cuda kernel never gets one.
 
 "Device" memory is host memory: a host array's copy to the device is the array
-itself, and its copy back is recorded. Used by tests/test_launch_driver.py and
-`benchmarks/launch.py --fake-driver`; never by kbuild itself.
+itself, and its copy back is recorded. Its public face is `kbuild.testing` (a
+fake device for users' tests); also used by kbuild's tests and `benchmarks/launch.py
+--fake-driver`; never by the product itself.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class FakeDriver:
     record: bool = True  # False (timing): a launch only packs as cuda.core would, and counts
     launched: int = 0
     first_launch_at: float | None = None  # time.perf_counter() of the first launch
+    # () -> a store to learn from when a kernel of unknown ABI is loaded (one compiled
+    # after the fake was installed), or None; see kbuild.testing
+    store_for_unseen: object = None
 
     def learn_store(self, store) -> None:
         """Read every stored PTX's entries: the ABI the fake launch checks against."""
@@ -133,6 +137,10 @@ class FakeDriver:
             with open(binary, "rb") as fh:
                 binary = fh.read()
         data = bytes(binary)
+        if entry not in self.abi and self.store_for_unseen is not None:
+            store = self.store_for_unseen()
+            if store is not None:
+                self.learn_store(store)
         if kind == "cubin":
             assert data[:4] == b"\x7fELF", "a cubin must be an ELF image"
             assert entry.encode() in data, f"the cubin has no symbol {entry}"
@@ -146,7 +154,9 @@ class FakeDriver:
             missing = ptx_unresolved(data)
             assert not missing, f"ptxas: unresolved extern function {sorted(missing)[0]}"
             target = re.search(r"\.target\s+(\w+)", text).group(1)
-        assert entry in self.abi or not self.record, f"no stored PTX declares .entry {entry}"
+        assert entry in self.abi or not self.record, (
+            f"no stored PTX declares .entry {entry} (kbuild.testing.fake_device: pass "
+            f"store=, the store that holds the kernel)")
         kernel = FakeKernel(entry, self.abi.get(entry), kind, target,
                             entry in self.cooperative_entries,
                             MLIR_ABI if entry in self.mlir_entries else NUMBA_ABI, data)

@@ -123,7 +123,7 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
     (a blob gone bad since the recipe was made, say). Objects byte-identical to an
     earlier link's take its output instead of linking (see `cutoff`)."""
     recipe = relink.recipe
-    from ..backend.compiler import Artifacts
+    from ..backend.base import Artifacts
     from ..backend.lto import link
 
     start = time.perf_counter()

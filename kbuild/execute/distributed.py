@@ -27,7 +27,6 @@ import threading
 import uuid
 from pathlib import Path
 
-from ..backend.toolchain import codegen_config, toolchain
 from ..errors import CompileError, ConfigError, KbuildError
 from ..keying.encode import digest, digest_of
 
@@ -266,7 +265,9 @@ def _fingerprint(backend_names=None) -> dict:
     toolchain, and that of every other backend the client loaded (`backend_names`: those)."""
     from ..backend.backends import DEFAULT, get, loaded
 
-    found = {"toolchain": toolchain(), "codegen": _plain(codegen_config())}
+    numba_cuda = get(DEFAULT)
+    found = {"toolchain": numba_cuda.toolchain(),
+             "codegen": _plain(numba_cuda.codegen_config())}
     others = loaded() if backend_names is None else [get(n) for n in backend_names]
     for backend in others:
         if backend.name != DEFAULT:

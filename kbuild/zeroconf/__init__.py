@@ -40,10 +40,10 @@ def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, re
     found = _settings.resolve(store=store, archs=archs, remote=remote, on_miss=on_miss,
                               record=record, config=config)
     session = Session(found, journal=journal)
-    from ..backend.compiler import simulating
+    from ..backend.backends import DEFAULT, get
 
     _current["session"] = session
-    if simulating():
+    if get(DEFAULT).simulating():
         _enable_simulated(session)
     else:
         from ..backend import dispatch

@@ -74,12 +74,12 @@ def importable_module(module_name: str) -> bool:
 
 def _is_kernel_of(obj, py_func) -> bool:
     """Whether `obj` is a dispatcher of `py_func` (numba-cuda's, or its simulator's)."""
-    from ..backend.objectmodel import NUMBA_CUDA
+    from ..backend.backends import DEFAULT, get
     from ..keying.interfaces import Role
 
     if obj is None:
         return False
-    found = NUMBA_CUDA.function_of(obj)
+    found = get(DEFAULT).objects.function_of(obj)
     return found is not None and found.role is not Role.FUNCTION and found.py_func is py_func
 
 

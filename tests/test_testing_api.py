@@ -1,0 +1,83 @@
+"""`kbuild.testing`: a user's own launch path, ABI-checked, with no GPU (public API only).
+
+A project's kernel is built with the real compiler into a store and launched through
+`Project.load()`; `testing.fake_device` stands in for the GPU, checks the parameters against
+the stored PTX's `.entry` and records the launch.
+"""
+
+import numpy as np
+import pytest
+
+KERNELS = """\
+from numba import cuda
+
+
+@cuda.jit("void(float32[::1], float32)")
+def scale(x, a):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] *= a
+"""
+
+TOML = """\
+[project]
+name = "fakedevice"
+paths = ["."]
+arch = ["sm_80"]
+
+[kernels."fakedevice_kernels:scale"]
+signatures = ["void(float32[::1], float32)"]
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fakedevice")
+    (root / "fakedevice_kernels.py").write_text(KERNELS)
+    (root / "kbuild.toml").write_text(TOML)
+    return root
+
+
+def test_a_launch_is_checked_against_the_kernels_abi_and_recorded(project):
+    from kbuild import Project, testing
+
+    proj = Project.load(project / "kbuild.toml", store=project / "store", on_miss="build")
+    host = np.arange(64, dtype=np.float32)
+    # The store is empty when the block starts: the first launch builds the kernel, and
+    # the fake device reads its ABI then.
+    with testing.fake_device("sm_80", store=project / "store") as device:
+        x = device.array(host)
+        proj.kernel("fakedevice_kernels:scale")[2, 32](x, 2.0)
+        proj.kernel("fakedevice_kernels:scale")[(1, 2), 64, 0, 128](x, np.float32(3))
+    first, second = device.launches
+    assert first.kind == "cubin" and first.entry == second.entry
+    assert "scale" in first.entry and device.loaded == [first.entry]
+    assert (first.grid, first.block, first.shared_memory) == ((2, 1, 1), (32, 1, 1), 0)
+    assert (second.grid, second.block, second.shared_memory) == ((1, 2, 1), (64, 1, 1), 128)
+    assert first.stream == 0 and not first.cooperative
+    # numba's ABI for a 1-d array (meminfo, parent, nitems, itemsize, data, shape, stride),
+    # then the float32: exactly the sizes the PTX `.entry` declares, or the launch fails
+    assert first.args[:7] == (0, 0, 64, 4, host.ctypes.data, 64, 4)
+    assert [float(getattr(v.args[7], "value", v.args[7])) for v in (first, second)] == [2, 3]
+
+
+def test_a_kernel_the_fake_device_knows_no_abi_of_is_refused(project):
+    from kbuild import Project, testing
+
+    proj = Project.load(project / "kbuild.toml", store=project / "store", on_miss="build")
+    with testing.fake_device("sm_80") as device, pytest.raises(AssertionError) as info:
+        x = device.array(np.ones(32, np.float32))
+        proj.kernel("fakedevice_kernels:scale")[1, 32](x, 1.0)
+    assert "no stored PTX declares .entry" in str(info.value)
+    assert "pass store=" in str(info.value)
+    assert device.launches == []
+
+
+def test_an_architecture_that_is_none_is_named():
+    from kbuild import testing
+    from kbuild.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info, testing.fake_device("ampere"):
+        pass
+    assert str(info.value) == ("fake_device: 'ampere' is not an architecture; name one as "
+                               "kbuild.toml does, e.g. 'sm_80'")
