@@ -674,6 +674,8 @@ COMPUTED_IMPORTS = {
         "the front end's NVRTC module (FrontEnd.nvrtc)",
     ("kbuild/backend/observe.py", "_module"):
         "the module an observed global was found in, named in a stored observation",
+    ("kbuild/store/remotes/plugin.py", "_import"):
+        "a remote backend the user names (`module:Class` in the remote URL or setting)",
 }
 
 # (file, function) -> why it reads sys.modules. backend/ reads numba's module table by
@@ -697,6 +699,14 @@ SYS_MODULES = {
         "waits for a module to be imported, and must not import it",
     ("kbuild/zeroconf/startup.py", "stand_down"):
         "a session exists only if its module was imported; must not import it",
+    ("kbuild/cells.py", "in_ipython"):
+        "whether the program runs under IPython; must not import it",
+    ("kbuild/zeroconf/cellwatch.py", "_notebook_namespace"):
+        "the running program's namespace (`__main__`), whose cells' globals are watched",
+    ("kbuild/zeroconf/cellwatch.py", "_listening"):
+        "IPython's shell, if the program runs under it; must not import it",
+    ("kbuild/zeroconf/journal.py", "program_identity"):
+        "the running program (`__main__`): its script or -m module names its journal",
 }
 
 # The backend's interface: what the rest of kbuild may import of backend/ (base: what a
@@ -742,6 +752,14 @@ BACKEND_REACH = {
         "the session's fast launch path (the zero-config builder; issue 33)",
     ("kbuild.zeroconf.session", "kbuild.backend.loader"):
         "the session rebuilds numba's _Kernel itself (the zero-config builder; issue 33)",
+    ("kbuild.zeroconf.session", "kbuild.backend.observe"):
+        "`Current`: the program journal matches an entry's observations (as build.entries)",
+    ("kbuild.build.cluster", "kbuild.backend.lto"):
+        "`Object`: a dask worker's separately compiled objects, checked before commit",
+    ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):
+        "a served kernel's and its device functions' Python functions, for their globals",
+    ("kbuild.zeroconf.cellwatch", "kbuild.backend.dispatch"):
+        "`forget_kernel`: a notebook kernel's code dropped when a cell rebinds its globals",
 }
 
 # The compilers' names that code outside backend/ may reach: numba's type objects (the

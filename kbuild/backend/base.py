@@ -121,6 +121,11 @@ class Backend(abc.ABC):
     def prepare(self) -> None:
         """Its one-time set-up of a process's first compile, done now."""
 
+    def forget_compiled(self, device_functions=()) -> None:
+        """Drop what this process compiled that a later compile would reuse: separately
+        compiled objects, and the code `device_functions` (dispatchers) hold. A compile
+        after it makes everything from source (`--verify`)."""
+
     def simulating(self) -> bool:
         return False
 

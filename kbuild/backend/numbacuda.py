@@ -87,6 +87,13 @@ class NumbaCuda(Backend):
 
         prepare()
 
+    def forget_compiled(self, device_functions=()) -> None:
+        from . import dispatch, lto
+
+        lto.forget(lto.made_keys())
+        for disp in device_functions:
+            dispatch.forget_compiled(disp)
+
     def simulating(self) -> bool:
         from .compiler import simulating
 

@@ -91,12 +91,10 @@ def check_served(the_plan: Plan, store: Store, rows: list, *, sample: Sample = S
 def _fresh_build(the_plan: Plan, target: Target, manifest: dict):
     """(Artifacts or exception, seconds): `target` compiled from its sources in this
     (worker) process, as its entry was built, reusing nothing."""
-    from ..backend import dispatch, lto
     from .compile import compile_target
 
-    lto.forget(list(lto.made_keys()))
-    for disp in the_plan.keyer.device_functions:
-        dispatch.forget_compiled(disp)
+    for backend in {b.name: b for b in (k.backend for k in the_plan.kernels.values())}.values():
+        backend.forget_compiled(the_plan.keyer.device_functions)
     the_plan.separate = manifest.get("link", {}).get("mode") != "whole"
     return compile_target(the_plan, target)
 

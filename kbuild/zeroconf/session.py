@@ -215,13 +215,11 @@ class Session:
         (the entry to load, its target), the fresh build's when the stored one differs,
         (None, None) when a fresh build fails. Checked before the launch, so a binary
         that differs is never launched."""
-        from ..backend import dispatch, lto
         from ..build import commit, compile_target
         from ..keying.encode import digest
 
-        lto.forget(lto.made_keys())
+        plan.kernels[served.name].backend.forget_compiled(plan.keyer.device_functions)
         for disp in plan.keyer.device_functions:
-            dispatch.forget_compiled(disp)
             self._compiled.pop(disp.py_func, None)
         plan.separate = manifest.get("link", {}).get("mode") != "whole"
         outcome, seconds = compile_target(plan, served)
