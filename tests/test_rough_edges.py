@@ -1,0 +1,57 @@
+"""Rough edges a new user hit (issue 32's bugs), each end to end through the CLI or the
+API a user calls: the message they read, the exit code, what the store holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli_newcomer import make_project
+
+KERNEL = '''from numba import cuda
+
+
+@cuda.jit
+def k(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] + 1
+'''
+
+
+def _toml(arch: str, extra: str = "") -> str:
+    return (f'[project]\nname = "edges"\narch = ["{arch}"]\n{extra}\n'
+            '[kernels."pkg.k:k"]\nsignatures = ["void(float32[::1])"]\n')
+
+
+def _ptx_targets(store: Path) -> set:
+    return {line.split()[1] for blob in (store / "v1" / "blobs").rglob("*") if blob.is_file()
+            for line in blob.read_bytes().decode("latin-1").splitlines()
+            if line.startswith(".target")}
+
+
+def test_arch_specific_target_is_cached(tmp_path, run_kbuild):
+    """`sm_90a` code is sm_90a PTX (NVVM, nvJitLink and ptxas all given the suffix), so
+    the store keeps it and the next build is a hit, not 'corrupt: its PTX targets sm_90'."""
+    root = make_project(tmp_path / "p", _toml("sm_90a"), {"k": KERNEL})
+    store = tmp_path / "store"
+    first = run_kbuild("build", "--json", cwd=root, store=store)
+    assert first.returncode == 0, first.stderr
+    second = run_kbuild("build", "--json", cwd=root, store=store)
+    assert second.returncode == 0, second.stderr
+    assert "corrupt" not in second.stderr
+    assert [r["status"] for r in second.json["targets"]] == ["cached"]
+    assert _ptx_targets(store) == {"sm_90a"}
+
+
+def test_plain_and_arch_specific_targets_share_a_store(tmp_path, run_kbuild):
+    """sm_90 first, then sm_90a: the second is its own build (no object or link of the
+    plain arch reused for it), and both are hits after."""
+    root = make_project(tmp_path / "p", _toml("sm_90"), {"k": KERNEL})
+    store = tmp_path / "store"
+    assert run_kbuild("build", cwd=root, store=store).returncode == 0
+    built = run_kbuild("build", "--json", "--arch", "sm_90a", cwd=root, store=store)
+    assert [r["status"] for r in built.json["targets"]] == ["built"], built.stderr
+    again = run_kbuild("build", "--json", "--arch", "sm_90,sm_90a", cwd=root, store=store)
+    assert [r["status"] for r in again.json["targets"]] == ["cached", "cached"], again.stderr
+    assert _ptx_targets(store) == {"sm_90", "sm_90a"}
