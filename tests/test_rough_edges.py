@@ -55,3 +55,20 @@ def test_plain_and_arch_specific_targets_share_a_store(tmp_path, run_kbuild):
     again = run_kbuild("build", "--json", "--arch", "sm_90,sm_90a", cwd=root, store=store)
     assert [r["status"] for r in again.json["targets"]] == ["cached", "cached"], again.stderr
     assert _ptx_targets(store) == {"sm_90", "sm_90a"}
+
+
+def test_installed_module_origin_ignores_a_parent_folder_on_sys_path(tmp_path, monkeypatch):
+    """A program run from the folder that holds its venv has that folder first on
+    sys.path; an installed package's files are still `kbdemo/__init__.py`, as bundled."""
+    from kbuild.installed import package_sources
+
+    site = tmp_path / "proj" / ".venv" / "lib" / "python3" / "site-packages"
+    (site / "kbdemo").mkdir(parents=True)
+    (site / "kbdemo" / "__init__.py").write_text("")
+    (site / "kbdemo" / "kernels.py").write_text("X = 1\n")
+    (site / "kbdemo" / "sub").mkdir()
+    (site / "kbdemo" / "sub" / "__init__.py").write_text("")
+    monkeypatch.setattr("sys.path", [str(tmp_path / "proj"), str(site)])
+    origins = package_sources(["kbdemo"]).origins
+    assert origins == {"kbdemo": "kbdemo/__init__.py", "kbdemo.kernels": "kernels.py",
+                       "kbdemo.sub": "sub/__init__.py"}
