@@ -72,3 +72,17 @@ def test_installed_module_origin_ignores_a_parent_folder_on_sys_path(tmp_path, m
     origins = package_sources(["kbdemo"]).origins
     assert origins == {"kbdemo": "kbdemo/__init__.py", "kbdemo.kernels": "kernels.py",
                        "kbdemo.sub": "sub/__init__.py"}
+
+
+def test_readme_builds_the_example_wheel_as_the_bundle_test_does(repo_root):
+    """kbuild is not on the package index: every `pip wheel` of a kbuild-hooked package
+    the README shows builds without isolation, as tests/test_bundle.py does."""
+    import re
+
+    readme = (repo_root / "README.md").read_text()
+    commands = re.findall(r"^python -m pip wheel .*$", readme, re.MULTILINE)
+    package = [c for c in commands if "examples/package" in c]
+    assert package, "the README shows no command that builds the example wheel"
+    assert all("--no-build-isolation" in c for c in package), package
+    bundle_test = (repo_root / "tests" / "test_bundle.py").read_text()
+    assert '"--no-build-isolation"' in bundle_test
