@@ -86,3 +86,71 @@ def test_readme_builds_the_example_wheel_as_the_bundle_test_does(repo_root):
     assert all("--no-build-isolation" in c for c in package), package
     bundle_test = (repo_root / "tests" / "test_bundle.py").read_text()
     assert '"--no-build-isolation"' in bundle_test
+
+
+ALIASED = '''import numba as nb
+import numba.cuda as nc
+from numba import cuda as cu
+from numba.cuda import jit as kjit
+
+launch = nb.cuda.jit
+
+
+@nb.cuda.jit("void(float32[::1])")
+def a(x):
+    x[0] = 1
+
+
+@nc.jit("void(float32[::1])")
+def b(x):
+    x[0] = 2
+
+
+@cu.jit("void(float32[::1])")
+def c(x):
+    x[0] = 3
+
+
+@kjit("void(float32[::1])")
+def d(x):
+    x[0] = 4
+
+
+@launch("void(float32[::1])")
+def e(x):
+    x[0] = 5
+
+
+@nb.cuda.jit(device=True)
+def helper(x):
+    return x
+
+
+@nb.njit
+def cpu(x):
+    return x
+'''
+
+
+def test_init_finds_kernels_through_any_import_alias(tmp_path, run_kbuild):
+    root = tmp_path / "p"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "k.py").write_text(ALIASED)
+    made = run_kbuild("init", "--json", cwd=root)
+    assert made.returncode == 0, made.stderr
+    assert made.json["kernels"] == [f"pkg.k:{n}" for n in "abcde"]
+    status = run_kbuild("status", "--json", cwd=root, store=tmp_path / "store")
+    assert status.returncode == 0, status.stderr
+
+
+def test_init_on_all_lazy_kernels_suggests_what_works(tmp_path, run_kbuild):
+    """With every kernel lazy the file declares no target: init's next step is to
+    declare (or record) their signatures, not a `kbuild status` that cannot run."""
+    root = make_project(tmp_path / "p", "", {"k": KERNEL})
+    (root / "kbuild.toml").unlink()
+    made = run_kbuild("init", cwd=root)
+    assert made.returncode == 0, made.stderr
+    assert "lazy: pkg.k:k" in made.stdout
+    next_line = made.stdout.strip().splitlines()[-1]
+    assert "kbuild status" not in next_line and "kbuild run --record" in next_line

@@ -259,7 +259,7 @@ def cmd_init(args) -> int:
              "are launched with)" if result["lazy"] else ""))
     for name in result["lazy"]:
         print(f"  lazy: {name}")
-    print("next: kbuild status, then kbuild build")
+    print(f"next: {result['next']}")
     return EXIT_OK
 
 
