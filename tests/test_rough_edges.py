@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from test_cli_newcomer import make_project
 
 KERNEL = '''from numba import cuda
@@ -154,3 +156,38 @@ def test_init_on_all_lazy_kernels_suggests_what_works(tmp_path, run_kbuild):
     assert "lazy: pkg.k:k" in made.stdout
     next_line = made.stdout.strip().splitlines()[-1]
     assert "kbuild status" not in next_line and "kbuild run --record" in next_line
+
+
+DEEP_ARRAY = '[project]\nname = "x"\narch = ' + "[" * 5000 + "]" * 5000 + "\n"
+DEEP_TABLE = '[project]\nname = "x"\nstore = ' + "{a = " * 3000 + "1" + "}" * 3000 + "\n"
+DEEP_PYPROJECT = ('[project]\nname = "x"\n[tool.kbuild.project]\narch = ["sm_80"]\n'
+                  '[tool.kbuild.kernels."pkg.k:k"]\nsignatures = ' + "[" * 5000 + "]" * 5000
+                  + "\n")
+
+
+@pytest.mark.parametrize("name,text", [("kbuild.toml", DEEP_ARRAY), ("kbuild.toml", DEEP_TABLE),
+                                       ("pyproject.toml", DEEP_PYPROJECT)],
+                         ids=["array", "inline-table", "pyproject"])
+def test_deeply_nested_project_file_is_a_config_error(tmp_path, run_kbuild, name, text):
+    """Every entry point names the file and says what is wrong: the CLI (exit 2),
+    `kbuild.enable()` and `pytest -p kbuild` (no RecursionError, no INTERNALERROR)."""
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / name).write_text(text)
+    (root / "test_a.py").write_text("def test_a():\n    pass\n")
+    for command in (["status"], ["build"], ["clean"], ["explain", "pkg.k:k"]):
+        result = run_kbuild(*command, cwd=root, store=tmp_path / "store")
+        assert result.returncode == 2, (command, result.stderr)
+        assert f"{root / name}: arrays or tables nested more than 64 deep" in result.stderr
+        assert "internal error" not in result.stderr
+    enabled = run_kbuild(cwd=root, launcher=("-c", "import kbuild; kbuild.enable()"))
+    assert enabled.returncode == 0 and "RecursionError" not in enabled.stderr
+    assert "nested more than 64 deep" in enabled.stderr
+    # pytest's own settings from pytest.ini: pytest cannot read such a pyproject.toml itself.
+    (root / "pytest.ini").write_text("[pytest]\n")
+    tested = run_kbuild(cwd=root, launcher=("-m", "pytest", "-p", "kbuild", "--kbuild", "-q",
+                                           "-c", "pytest.ini", "-p", "no:cacheprovider",
+                                           "test_a.py"))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "INTERNALERROR" not in tested.stdout + tested.stderr
+    assert "1 passed" in tested.stdout
