@@ -4,6 +4,7 @@ API a user calls: the message they read, the exit code, what the store holds."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,56 @@ def test_deeply_nested_project_file_is_a_config_error(tmp_path, run_kbuild, name
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "INTERNALERROR" not in tested.stdout + tested.stderr
     assert "1 passed" in tested.stdout
+
+
+# -- kbuild run --record into the user's file (tomledit) -------------------------------
+
+def _merge(path: Path, kernels: dict) -> dict:
+    from kbuild.zeroconf import tomledit
+
+    return tomledit.merge(path, kernels, name="p")
+
+
+def test_record_keeps_crlf_line_endings(tmp_path):
+    path = tmp_path / "kbuild.toml"
+    path.write_bytes(b'[project]\r\nname = "p"\r\n\r\n[kernels."m:a"]\r\n'
+                     b'signatures = ["void(int8)"]\r\n')
+    _merge(path, {"m:a": {"signatures": ["void(int16)"]}, "m:b": {"signatures": ["void(int8)"]}})
+    data = path.read_bytes()
+    assert data.count(b"\n") == data.count(b"\r\n") > 6
+    assert tomllib.loads(data.decode())["kernels"]["m:b"] == {"signatures": ["void(int8)"]}
+
+
+def test_record_a_kernel_named_outside_the_bmp(tmp_path):
+    """`𝒜` is a valid identifier; JSON-escaping it gives a surrogate pair TOML refuses."""
+    path = tmp_path / "kbuild.toml"
+    path.write_text('[project]\nname = "p"\n', encoding="utf-8")
+    _merge(path, {"m:\U0001d49c": {"signatures": ["void(int8)"]}})
+    text = path.read_text(encoding="utf-8")
+    assert tomllib.loads(text)["kernels"]["m:\U0001d49c"] == {"signatures": ["void(int8)"]}
+    assert '[kernels."m:\U0001d49c"]' in text
+
+
+def test_record_beside_a_multiline_string_and_into_inline_tables(tmp_path):
+    path = tmp_path / "kbuild.toml"
+    path.write_text('[project]\nname = "p"\n\n[kernels."m:a"]\nsignatures = ["void(int8)"]\n'
+                    'note = """a ] and\n[kernels."m:b"]\nin a string"""  # kept\n\n'
+                    '[kernels."m:c"]\nsignatures = ["void(int8)"]\n'
+                    'launch = [{grid = 1, block = 32}]\n')
+    _merge(path, {"m:a": {"signatures": ["void(int16)"]},
+                  "m:c": {"signatures": ["void(int8)"],
+                          "launch": [{"grid": [2, 1, 1], "block": [64, 1, 1], "shared": 0}]}})
+    text = path.read_text()
+    assert 'note = """a ] and\n[kernels."m:b"]\nin a string"""  # kept\n' in text
+    kernels = tomllib.loads(text)["kernels"]
+    assert kernels["m:a"]["signatures"] == ["void(int8)", "void(int16)"]
+    assert kernels["m:c"]["launch"] == [{"grid": 1, "block": 32}, {"grid": 2, "block": 64}]
+    inline = tmp_path / "inline" / "kbuild.toml"
+    inline.parent.mkdir()
+    inline.write_text('[project]\nname = "p"\n\n[kernels]\n"m:d" = {signatures = ["void(int8)"]}'
+                      '  # mine\n')
+    _merge(inline, {"m:d": {"signatures": ["void(int16)"]}, "m:e": {"signatures": ["void(int8)"]}})
+    text = inline.read_text()
+    assert "# mine" in text
+    assert tomllib.loads(text)["kernels"] == {"m:d": {"signatures": ["void(int8)", "void(int16)"]},
+                                              "m:e": {"signatures": ["void(int8)"]}}
