@@ -245,3 +245,55 @@ def test_record_beside_a_multiline_string_and_into_inline_tables(tmp_path):
     assert "# mine" in text
     assert tomllib.loads(text)["kernels"] == {"m:d": {"signatures": ["void(int8)", "void(int16)"]},
                                               "m:e": {"signatures": ["void(int8)"]}}
+
+
+# -- a store owned by another user ---------------------------------------------------------
+
+def test_store_owned_by_another_user_is_refused_unless_trusted(tmp_path, run_kbuild):
+    """As git's safe.directory: whoever owns the store could replace an entry and its
+    blobs together. The check is by owner (uid 65534 here), on reads as on writes."""
+    import os
+
+    root = make_project(tmp_path / "p", _toml("sm_80"), {"k": KERNEL})
+    store = tmp_path / "store"
+    assert run_kbuild("build", cwd=root, store=store).returncode == 0
+    for folder in (store, store / "v1"):
+        os.chown(folder, 65534, 65534)
+    for command in (["build"], ["status"], ["gc"]):
+        refused = run_kbuild(*command, cwd=root, store=store)
+        assert refused.returncode == 2, (command, refused.stdout, refused.stderr)
+        assert f"store {store} is not trusted: {store} is owned by another user (uid 65534)" \
+            in refused.stderr
+        assert f"KBUILD_TRUSTED_STORES={store}" in refused.stderr
+    trusted = run_kbuild("build", "--json", cwd=root, store=store,
+                         env={"KBUILD_TRUSTED_STORES": f"/elsewhere{os.pathsep}{store}"})
+    assert trusted.returncode == 0, trusted.stderr
+    assert [r["status"] for r in trusted.json["targets"]] == ["cached"]
+
+
+ZEROCONF_UNTRUSTED = """
+import sys
+import numpy as np
+import kbuild
+from kbuild.backend import compiler, fakedriver
+with fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0)):
+    session = kbuild.enable(store=sys.argv[1])
+    from pkg.k import k
+    k[1, 4](fakedriver.device_array(np.zeros(4, np.float32)))
+    print(dict(session.counts))
+"""
+
+
+def test_zero_config_does_not_use_an_untrusted_store(tmp_path, run_kbuild):
+    import os
+
+    root = make_project(tmp_path / "p", _toml("sm_80"), {"k": KERNEL})
+    (root / "kbuild.toml").unlink()
+    store = tmp_path / "store"
+    store.mkdir()
+    os.chown(store, 65534, 65534)
+    done = run_kbuild(store, cwd=root, launcher=("-c", ZEROCONF_UNTRUSTED))
+    assert done.returncode == 0, done.stderr
+    assert "{'fallback': 1}" in done.stdout
+    assert f"store {store} is not trusted" in done.stderr
+    assert not (store / "v1").exists()

@@ -34,6 +34,7 @@ from ..errors import StoreError
 from ..keying.encode import digest
 from . import tree
 from .locks import StoreLock
+from .trust import check_owner
 from .manifest import (HEX32, MANIFEST_SCHEMA, EntryProblem, artifact_problem, is_object,
                        is_output, is_target, load_json, parse_manifest)
 
@@ -121,6 +122,7 @@ class Store:
         self._cannot_write: str | None = None
         self._touched: set[str] = set()  # entries marked used by this process
         self._claimed = False  # the root was checked to be kbuild's to write
+        self._trusted = False  # the root was checked to be the user's (see `trust`)
 
     # -- set-up -------------------------------------------------------------
 
@@ -134,10 +136,19 @@ class Store:
                         "pass --store DIR or set KBUILD_STORE to a writable directory")
                 return
 
+    def trust(self) -> None:
+        """Fail unless the store's folders are the user's or root's, or the user trusts
+        them (`trust.check_owner`). Every read of an entry or a blob, and every write,
+        passes here first; once per store object that finds them so."""
+        if not self._trusted:
+            check_owner(self.root, LAYOUT)
+            self._trusted = self.root.exists()
+
     def claim(self) -> None:
         """Fail, creating nothing, unless the root is kbuild's to write: absent, empty, or
         marked as a store (see `store_root_problem`). Everything that creates or removes
         files in the store (a build, gc, clean, import, a remote's fill) passes here first."""
+        self.trust()
         if self._claimed or self.read_only:
             return
         problem = store_root_problem(self.root)
@@ -223,6 +234,7 @@ class Store:
             raise
 
     def _read_verified(self, name: str, size: int | None) -> bytes:
+        self.trust()
         if not isinstance(name, str) or not HEX32.match(name):
             raise CorruptBlob(str(name)[:40], "not a blob name", "32 hex digits")
         rel = f"{LAYOUT}/{blob_relpath(name)}"
@@ -404,6 +416,7 @@ class Store:
         `memo`, a dict the caller keeps between calls, spares reading again the files
         read before: by the file's identity, as blob facts are (a commit replaces the
         file, and a touch changes its time, so either is read again)."""
+        self.trust()
         for folder, _ in self._subdirs(f"{LAYOUT}/entries"):
             for name, info in tree.listing(self.root, f"{LAYOUT}/entries/{folder}"):
                 key = name[:-5]
@@ -467,6 +480,7 @@ class Store:
 
     def _read_entry(self, key: str):
         """(text, stat) of entry `key`'s file, or None (absent; damaged ones are removed)."""
+        self.trust()
         if not HEX32.match(key):
             return None
         try:
