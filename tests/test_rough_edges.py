@@ -297,3 +297,21 @@ def test_zero_config_does_not_use_an_untrusted_store(tmp_path, run_kbuild):
     assert "{'fallback': 1}" in done.stdout
     assert f"store {store} is not trusted" in done.stderr
     assert not (store / "v1").exists()
+
+
+def test_debug_paths_of_a_checkout_whose_path_is_not_utf8():
+    """The OS hands such a path over as surrogate escapes; the binary gets its bytes."""
+    import os
+
+    from kbuild.backend.debugpaths import path_map
+
+    root = os.fsdecode(b"/tmp/caf\xe9/proj")  # Latin-1, not UTF-8
+    paths = path_map([root])
+    written = paths.written(root + "/pkg/mod.py")
+    assert written.startswith("/kbuild-root-0/")
+    binary = b'.file 1 "' + written.encode() + b'"\n'
+    located = paths.located(binary)
+    assert len(located) == len(binary)
+    assert os.path.normpath(located[9:-2].decode("utf-8", "surrogateescape")) == \
+        root + "/pkg/mod.py"
+    assert b"/tmp/caf\xe9/proj" in located
