@@ -315,3 +315,19 @@ def test_debug_paths_of_a_checkout_whose_path_is_not_utf8():
     assert os.path.normpath(located[9:-2].decode("utf-8", "surrogateescape")) == \
         root + "/pkg/mod.py"
     assert b"/tmp/caf\xe9/proj" in located
+
+
+def test_kbuild_enable_problem_is_said_once(tmp_path, run_kbuild):
+    """site.py may read the venv's site-packages twice (lib64 -> lib), and so the
+    start-up hook's .pth line: its problem is still one line."""
+    from kbuild.zeroconf.startup import hook_installed
+
+    if not hook_installed():
+        pytest.skip("kbuild's start-up hook is not installed in this Python")
+    done = run_kbuild(cwd=tmp_path, launcher=("-c", "pass"), env={"KBUILD_ENABLE": "{bad"})
+    assert done.returncode == 0
+    assert done.stderr.count("KBUILD_ENABLE ignored") == 1, done.stderr
+    # And when the line runs again by hand, as a second folder's copy would run it.
+    again = run_kbuild(cwd=tmp_path, env={"KBUILD_ENABLE": "{bad"}, launcher=(
+        "-c", "import kbuild.zeroconf.startup as s; s.start(); s.start()"))
+    assert again.stderr.count("KBUILD_ENABLE ignored") == 1, again.stderr
