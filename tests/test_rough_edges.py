@@ -331,3 +331,78 @@ def test_kbuild_enable_problem_is_said_once(tmp_path, run_kbuild):
     again = run_kbuild(cwd=tmp_path, env={"KBUILD_ENABLE": "{bad"}, launcher=(
         "-c", "import kbuild.zeroconf.startup as s; s.start(); s.start()"))
     assert again.stderr.count("KBUILD_ENABLE ignored") == 1, again.stderr
+
+
+# -- small ones -----------------------------------------------------------------------------
+
+TWO_KERNELS_BROKEN = "from numba import cuda\n\n\n@cuda.jit\ndef k(x):\n    x[0] = 1 +\n\n\n" \
+    "@cuda.jit\ndef j(x):\n    x[0] = 1\n"
+TWO_TARGETS = ('[project]\nname = "e"\narch = ["sm_80"]\n\n[kernels."pkg.k:k"]\n'
+               'signatures = ["void(float32[::1])", "void(float64[::1])"]\n\n'
+               '[kernels."pkg.k:j"]\nsignatures = ["void(float32[::1])"]\n')
+
+
+@pytest.mark.parametrize("command", [["build"], ["watch", "--rounds", "1"]])
+def test_a_module_that_does_not_import_is_reported_once(tmp_path, run_kbuild, command):
+    root = make_project(tmp_path / "p", TWO_TARGETS, {"k": TWO_KERNELS_BROKEN})
+    done = run_kbuild(*command, cwd=root, store=tmp_path / "store")
+    assert done.stdout.count("SyntaxError") == 1, done.stdout
+    assert done.stdout.count("failed   pkg.k:") == 3
+    assert done.stdout.count("same error as pkg.k:k void(float32[::1]) sm_80") == 2
+
+
+def test_ctrl_c_ends_a_watch_without_an_error(tmp_path):
+    import signal
+    import subprocess
+
+    from support import kbuild_argv, kbuild_env
+
+    root = make_project(tmp_path / "p", TWO_TARGETS, {"k": TWO_KERNELS_BROKEN})
+    proc = subprocess.Popen(kbuild_argv("watch"), cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=kbuild_env(tmp_path / "home", store=tmp_path / "store"))
+    for line in proc.stdout:
+        if line.startswith("watching "):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "error" not in err and "kbuild watch: stopped" in out
+
+
+def test_gc_names_the_signature_and_arch_it_evicted(tmp_path, run_kbuild):
+    root = make_project(tmp_path / "p", TWO_TARGETS, {"k": KERNEL.replace("def k", "def j")
+                                                      + KERNEL.split("\n\n", 1)[1]})
+    store = tmp_path / "store"
+    assert run_kbuild("build", cwd=root, store=store).returncode == 0
+    (root / "kbuild.toml").write_text(TWO_TARGETS.split('\n\n[kernels."pkg.k:j"]')[0] + "\n")
+    done = run_kbuild("gc", "--max-size", "1", cwd=root, store=store)
+    assert done.returncode == 0, done.stderr
+    assert "  evicted pkg.k:j void(float32[::1]) sm_80" in done.stdout
+    as_json = run_kbuild("gc", "--json", cwd=root, store=store)
+    assert as_json.json["evicted_targets"] == []
+
+
+DTYPE_MODULE = '''import numpy as np
+from numba import cuda
+
+PARTICLE = np.dtype([("x", np.float32), ("v", np.float32)])
+
+
+def particles(n):
+    return np.zeros(n, PARTICLE)
+
+
+@cuda.jit
+def k(p):
+    p[0].x = 1
+'''
+
+
+def test_a_type_typo_suggests_the_modules_dtype_not_a_function(tmp_path, run_kbuild):
+    toml = ('[project]\nname = "e"\narch = ["sm_80"]\n\n[kernels."pkg.k:k"]\n'
+            'signatures = ["void(Particle[::1])"]\n')
+    root = make_project(tmp_path / "p", toml, {"k": DTYPE_MODULE})
+    done = run_kbuild("build", cwd=root, store=tmp_path / "store")
+    assert done.returncode == 1
+    assert "did you mean 'PARTICLE'?" in done.stdout + done.stderr, done.stdout

@@ -180,7 +180,7 @@ COMMANDS = (
                 Opt("--format", choices=("dot", "json", "png"), default="dot"),
                 Opt("-o", "--output", metavar="FILE", help="write here instead of stdout"))),
     Command("show", "project_cmds.cmd_show",
-            "a built target's PTX, SASS, or registers and memory per thread", (
+            "a built target's PTX, SASS, or registers and memory per thread and block", (
                 *ONE_TARGET,
                 Either(
                     Opt("--resources", action="store_const", dest="show", const="resources",

@@ -162,8 +162,9 @@ def cmd_watch(args) -> int:
             _wait_for_a_save(roots, extra)
             forget_project_modules()
     except KeyboardInterrupt:
-        error("interrupted")
-        return EXIT_INTERRUPTED
+        # Ctrl-C is how a watch is meant to end (the build in progress, if any, with it).
+        print("\nkbuild watch: stopped", flush=True)
+        return EXIT_OK
 
 
 def _wait_for_a_save(roots, extra) -> None:
@@ -508,9 +509,10 @@ def _print_shown(row, what: str, several: bool) -> None:
     label = f"{row['target']} {row['signature']} {row['arch']}"
     if what == "resources":
         r = row["resources"]
-        print(f"{label}: {r.get('registers', '?')} registers, {size(r.get('local_bytes', 0))} "
-              f"local, {size(r.get('shared_bytes', 0))} shared per "
-              f"{'thread' if not r.get('shared_bytes') else 'thread / block'}")
+        # Registers and local memory are each thread's; static shared memory the block's.
+        print(f"{label}: {r.get('registers', '?')} registers and "
+              f"{size(r.get('local_bytes', 0))} local per thread, "
+              f"{size(r.get('shared_bytes', 0))} shared per block")
         return
     if several:
         print(f"// kbuild: {label}")

@@ -135,6 +135,13 @@ class BuildReport:
         """The row's error; a compile error with the kernel's file:line first, and only
         once per kernel: its other rows name the row that showed it (-v: every time)."""
         if row.key is None:  # an import failure: already one line with its file:line
+            # One module's syntax error fails every target it declares: said once.
+            cause = row.error.partition(": ")[2] if row.error.startswith("target '") \
+                else row.error
+            seen = self.first_errors.setdefault(("import", cause),
+                                                f"{row.target} {row.signature} {row.arch}")
+            if seen != f"{row.target} {row.signature} {row.arch}" and not self.verbose:
+                return f"same error as {seen}"
             return row.error
         head = row.error.splitlines()[0]
         seen = self.first_errors.setdefault((row.target, head), f"{row.signature} {row.arch}")

@@ -58,14 +58,20 @@ def _over_limit(project, max_size, keep, result) -> dict:
             "pinned_bytes": pinned_bytes}
 
 
+_EVICTED_SHOWN = 20  # evicted targets a human reads; --json has every one
+
+
 def _print_gc(result: dict) -> None:
     print(f"evicted {result['evicted_entries']} entries, removed {result['removed_blobs']} "
           f"blobs, {result['removed_temp_files']} temp files and {result['removed_facts']} "
           f"facts files, freed "
           f"{size(result['freed_bytes'])}; the store now holds {result['blobs']} blobs "
           f"({size(result['bytes'])})")
-    for target in result["evicted"]:
-        print(f"  evicted {target}")
+    shown = result["evicted_targets"]
+    for row in shown[:_EVICTED_SHOWN]:
+        print(f"  evicted {row['target']} {row['signature']} {row['arch']}")
+    if len(shown) > _EVICTED_SHOWN:
+        print(f"  ... and {len(shown) - _EVICTED_SHOWN} more (--json lists them all)")
 
 
 def cmd_stats(args) -> int:

@@ -79,7 +79,9 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
             if is_object(manifest):
                 objects += 1
             else:
-                removed.append(manifest.get("target", key))
+                removed.append({"target": manifest.get("target", key), "key": key,
+                                "signature": manifest.get("signature"),
+                                "arch": manifest.get("arch")})
             for name in set(manifest["artifacts"].values()):
                 users[name].discard(key)
                 if not users[name] and name in sizes and store.remove_blob(name):
@@ -95,7 +97,8 @@ def _gc(store: Store, max_size: int | None, keep: set) -> dict:
     failed = failures.prune(store, FAILURE_MAX_AGE)
     _remove_old_index(store)
     blobs, size = store.size()
-    return {"evicted_entries": len(removed), "evicted": removed, "evicted_objects": objects,
+    return {"evicted_entries": len(removed), "evicted": [r["target"] for r in removed],
+            "evicted_targets": removed, "evicted_objects": objects,
             "removed_blobs": orphans, "freed_bytes": freed, "removed_temp_files": temp,
             "removed_facts": removed_facts, "removed_journals": removed_journals,
             "removed_failures": failed, "blobs": blobs, "bytes": size}
