@@ -271,7 +271,7 @@ def test_store_owned_by_another_user_is_refused_unless_trusted(tmp_path, run_kbu
     assert [r["status"] for r in trusted.json["targets"]] == ["cached"]
 
 
-ZEROCONF_UNTRUSTED = """
+ZEROCONF_LAUNCH = """
 import sys
 import numpy as np
 import kbuild
@@ -292,7 +292,7 @@ def test_zero_config_does_not_use_an_untrusted_store(tmp_path, run_kbuild):
     store = tmp_path / "store"
     store.mkdir()
     os.chown(store, 65534, 65534)
-    done = run_kbuild(store, cwd=root, launcher=("-c", ZEROCONF_UNTRUSTED))
+    done = run_kbuild(store, cwd=root, launcher=("-c", ZEROCONF_LAUNCH))
     assert done.returncode == 0, done.stderr
     assert "{'fallback': 1}" in done.stdout
     assert f"store {store} is not trusted" in done.stderr
@@ -406,3 +406,33 @@ def test_a_type_typo_suggests_the_modules_dtype_not_a_function(tmp_path, run_kbu
     done = run_kbuild("build", cwd=root, store=tmp_path / "store")
     assert done.returncode == 1
     assert "did you mean 'PARTICLE'?" in done.stdout + done.stderr, done.stdout
+
+
+# -- kbuild stats ----------------------------------------------------------------------------
+
+def test_stats_count_zero_config_processes_per_project_with_a_hit_rate(tmp_path, run_kbuild):
+    """Two zero-config processes (a compile, then a hit) and a build of another project
+    in the same store; then --zero."""
+    app = make_project(tmp_path / "app", _toml("sm_80"), {"k": KERNEL})
+    (app / "kbuild.toml").unlink()
+    lib = make_project(tmp_path / "lib", _toml("sm_80"), {"k": KERNEL.replace("+ 1", "+ 2")})
+    store = tmp_path / "store"
+    for expected in ("'built': 1", "'hits': 1"):
+        done = run_kbuild(store, cwd=app, launcher=("-c", ZEROCONF_LAUNCH))
+        assert done.returncode == 0 and expected in done.stdout, done.stdout + done.stderr
+    assert run_kbuild("build", cwd=lib, store=store).returncode == 0
+    stats = run_kbuild("stats", "--json", cwd=tmp_path, store=store).json
+    assert (stats["runs"], stats["zeroconf_runs"]) == (3, 2)
+    assert (stats["hits"], stats["misses"], stats["builds"]) == (1, 2, 2)
+    assert stats["hit_rate"] == round(1 / 3, 4)
+    assert stats["projects"]["app"] == {**stats["projects"]["app"], "runs": 2, "zeroconf_runs": 2,
+                                        "hits": 1, "misses": 1, "hit_rate": 0.5}
+    assert stats["projects"]["edges"]["builds"] == 1
+    human = run_kbuild("stats", cwd=tmp_path, store=store)
+    assert "hit rate     33.3% (1 hits, 2 misses: 2 built, 0 failed, 0 left to numba)" \
+        in human.stdout
+    assert "  app: 50.0% (1 hits, 1 misses) over 2 runs, 2 of them zero-config" in human.stdout
+    assert run_kbuild("stats", "--zero", cwd=tmp_path, store=store).returncode == 0
+    zeroed = run_kbuild("stats", "--json", cwd=tmp_path, store=store).json
+    assert (zeroed["runs"], zeroed["hits"], zeroed["hit_rate"]) == (0, 0, None)
+    assert zeroed["entries"] == 2  # the store's contents stay

@@ -148,7 +148,11 @@ COMMANDS = (
             "without one, only orphan blobs and stale temp files go)"),
         JSON)),
     Command("stats", "store_cmds.cmd_stats",
-            "entries, blobs, bytes, and hits/misses/builds of recent builds", (JSON,)),
+            "entries, blobs, bytes; hits, misses and hit rate of builds and zero-config "
+            "processes, store-wide and per project", (
+                JSON,
+                Opt("--zero", action="store_true",
+                    help="forget the counts so far (the store's contents stay)"))),
     Command("status", "project_cmds.cmd_status",
             "which targets are up-to-date, stale or missing, and why (no compile)", (
                 *TARGETS_AND_ARCH, JSON, FULL,

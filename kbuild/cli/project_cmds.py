@@ -71,7 +71,8 @@ def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
     for row in rows:
         done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
         report(done[-1], len(done), len(rows))
-    record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus})
+    record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus},
+                 project=config.name)
     if max_size is not None and not args.read_only:
         from ..store.maintenance import gc
 

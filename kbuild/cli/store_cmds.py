@@ -75,8 +75,15 @@ def _print_gc(result: dict) -> None:
 
 
 def cmd_stats(args) -> int:
-    from ..store.maintenance import stats
+    from ..store.maintenance import stats, zero_stats
 
+    if args.zero:
+        zeroed = zero_stats(store_only(args))
+        if args.json:
+            print_json({"store": str(args._store.root), "zeroed": zeroed})
+        else:
+            print(f"statistics of store {args._store.root} zeroed")
+        return EXIT_OK
     result = stats(store_only(args, read_only=True))
     if args.json:
         print_json(result)
@@ -90,14 +97,33 @@ def _print_stats(result: dict) -> None:
     print(f"entries      {result['entries']}")
     print(f"objects      {result['objects']}")
     print(f"blobs        {result['blobs']} ({size(result['bytes'])})")
-    print(f"last {result['recent_builds']} builds: {result['hits']} hits, "
-          f"{result['misses']} misses, {result['builds']} built, {result['failures']} failed")
+    print(f"runs         {_runs(result)}")
+    print(f"hit rate     {_hit_rate(result)}")
+    if result["projects"]:
+        print("per project")
+    for name, counts in result["projects"].items():
+        rate = "-" if counts["hit_rate"] is None else f"{100 * counts['hit_rate']:.1f}%"
+        print(f"  {name}: {rate} ({counts['hits']} hits, {counts['misses']} misses) over "
+              f"{counts['runs']} runs, {counts['zeroconf_runs']} of them zero-config")
     if result["remote_hits"] or result["remote_misses"] or result["remote_bytes_pushed"]:
         print(f"remote       {result['remote_hits']} hits, {result['remote_misses']} misses, "
               f"{size(result['remote_bytes_fetched'])} fetched, "
               f"{size(result['remote_bytes_pushed'])} pushed"
               + (f", {result['remote_rejected']} rejected" if result["remote_rejected"] else "")
               + (f", {result['remote_errors']} unreachable" if result["remote_errors"] else ""))
+
+
+def _runs(counts: dict) -> str:
+    zeroconf = counts["zeroconf_runs"]
+    return (f"{counts['runs'] - zeroconf} builds and {zeroconf} zero-config processes "
+            "since the last --zero")
+
+
+def _hit_rate(counts: dict) -> str:
+    """'87.5% (35 hits, 5 misses: 4 built, 1 failed, 0 left to numba)'."""
+    rate = "-" if counts["hit_rate"] is None else f"{100 * counts['hit_rate']:.1f}%"
+    return (f"{rate} ({counts['hits']} hits, {counts['misses']} misses: {counts['builds']} "
+            f"built, {counts['failures']} failed, {counts['fallbacks']} left to numba)")
 
 
 def cmd_cat(args) -> int:

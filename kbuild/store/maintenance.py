@@ -11,7 +11,6 @@ records a month old (see `failures`). Build outcomes are appended to
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -22,12 +21,16 @@ from ..model import RowStatus
 from . import facts, failures, journal, tree
 from .local import LAYOUT, Store, is_object, is_output
 from .manifest import EntryProblem, load_json
+from .statslog import ZEROCONF_SOURCE, record_build  # noqa: F401 - callers import it here
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,
           "g": 1e9, "gb": 1e9, "gib": 1024**3, "t": 1e12, "tb": 1e12, "tib": 1024**4}
 _STALE_TMP_SECONDS = 3600
-_RECENT_BUILDS = 100
+# Stats lines counted by `kbuild stats`: every line since the last `--zero`, up to this
+# many (the newest); one line is a build or a zero-config process (about 200 bytes).
+_RECENT_BUILDS = 100_000
+_FALLBACK = "fallback"  # a miss a zero-config process left to numba
 # A recorded compile failure older than this goes: its target compiles again once a month,
 # and records of keys nothing builds any more do not pile up.
 FAILURE_MAX_AGE = 30 * 24 * 3600
@@ -145,40 +148,45 @@ def _remove_old_index(store: Store) -> None:
         pass  # something unexpected inside it: left alone
 
 
-def record_build(store: Store, summary: dict) -> None:
-    """Append one build's counts to the store's stats log (a single small O_APPEND write)."""
-    if store.read_only:
-        return
-    if store.remote is not None:
-        summary = {**summary, **store.remote.take_counts()}  # remote_hits, remote_bytes_fetched...
-    line = json.dumps({"time": round(time.time(), 3), **summary}, sort_keys=True) + "\n"
-    try:
-        with tree.opened_dir(store.root, [LAYOUT]) as dirfd:
-            fd = os.open("stats.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                         | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dirfd)
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass  # statistics never fail a build
-
-
 def stats(store: Store) -> dict:
-    """Entries, blobs and bytes now, and hits/misses/builds over recent builds."""
+    """Entries, blobs and bytes now; hits, misses and the hit rate of the builds and
+    zero-config processes logged since the last `--zero`, store-wide and per project."""
     kinds = [is_object(m) for _, m in store.entries() if not is_output(m)]
     blobs, size = store.size()
     recent = _recent_builds(store)
-    totals = {k: sum(_count(b.get(k)) for b in recent)
-              for k in (RowStatus.CACHED, RowStatus.BUILT, RowStatus.FAILED) + _REMOTE_COUNTS}
+    projects = {}
+    for line in recent:
+        name = line.get("project") if isinstance(line.get("project"), str) else "(unnamed)"
+        projects.setdefault(name, []).append(line)
     return {"store": str(store.root), "entries": kinds.count(False), "objects": kinds.count(True),
-            "blobs": blobs, "bytes": size,
-            "recent_builds": len(recent), "hits": totals[RowStatus.CACHED],
-            "misses": totals[RowStatus.BUILT] + totals[RowStatus.FAILED],
-            "builds": totals[RowStatus.BUILT], "failures": totals[RowStatus.FAILED],
-            **{k: totals[k] for k in _REMOTE_COUNTS},
+            "blobs": blobs, "bytes": size, "recent_builds": len(recent),
+            **_totals(recent),
+            "projects": {name: _totals(lines) for name, lines in sorted(projects.items())},
             "last_build": recent[-1] if recent else None}
+
+
+def _totals(lines) -> dict:
+    """Hits, misses (built, failed, or left to numba by a zero-config process), the hit
+    rate (None before anything was asked) and the remote's counts, over stats `lines`."""
+    totals = {k: sum(_count(b.get(k)) for b in lines)
+              for k in (RowStatus.CACHED, RowStatus.BUILT, RowStatus.FAILED, _FALLBACK)
+              + _REMOTE_COUNTS}
+    hits = totals[RowStatus.CACHED]
+    misses = totals[RowStatus.BUILT] + totals[RowStatus.FAILED] + totals[_FALLBACK]
+    return {"runs": len(lines),
+            "zeroconf_runs": sum(line.get("source") == ZEROCONF_SOURCE for line in lines),
+            "hits": hits, "misses": misses,
+            "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
+            "builds": totals[RowStatus.BUILT], "failures": totals[RowStatus.FAILED],
+            "fallbacks": totals[_FALLBACK], **{k: totals[k] for k in _REMOTE_COUNTS}}
+
+
+def zero_stats(store: Store) -> bool:
+    """Forget the logged counts (`kbuild stats --zero`, ccache's `-z`); whether any were."""
+    if tree.lstat(store.root, f"{LAYOUT}/stats.jsonl") is None:
+        return False
+    store.claim()
+    return bool(store._remove(f"{LAYOUT}/stats.jsonl"))
 
 
 def _count(value) -> int:
@@ -190,6 +198,8 @@ def _recent_builds(store: Store) -> list[dict]:
     try:
         data, _ = tree.read_file(store.root, f"{LAYOUT}/stats.jsonl", 64 << 20)
     except OSError:
+        return []
+    if not data:
         return []
     out = []
     for line in data.decode("utf-8", "replace").splitlines()[-_RECENT_BUILDS:]:
