@@ -436,3 +436,64 @@ def test_stats_count_zero_config_processes_per_project_with_a_hit_rate(tmp_path,
     zeroed = run_kbuild("stats", "--json", cwd=tmp_path, store=store).json
     assert (zeroed["runs"], zeroed["hits"], zeroed["hit_rate"]) == (0, 0, None)
     assert zeroed["entries"] == 2  # the store's contents stay
+
+
+# -- the store's size cap, and gc / clean without a project -----------------------------------
+
+def test_the_default_size_cap_and_where_it_comes_from(tmp_path):
+    from kbuild.config import load_config
+    from kbuild.store.maintenance import DEFAULT_MAX_SIZE, max_size_setting
+
+    assert DEFAULT_MAX_SIZE == 5 * 10**9  # ccache's default
+    assert max_size_setting(env={}) == (DEFAULT_MAX_SIZE, "default")
+    assert max_size_setting(env={"KBUILD_MAX_SIZE": "2GiB"}) == (2 * 1024**3, "KBUILD_MAX_SIZE")
+    assert max_size_setting(env={"KBUILD_MAX_SIZE": "none"}) == (None, "KBUILD_MAX_SIZE")
+    root = make_project(tmp_path / "p", _toml("sm_80", '\n[store]\nmax_size = "1MB"'),
+                        {"k": KERNEL})
+    config = load_config(root / "kbuild.toml", check_toolchain=False)
+    assert max_size_setting(None, config, env={}) == (10**6, f"{config.path}: [store] max_size")
+    assert max_size_setting(None, config, env={"KBUILD_MAX_SIZE": "3MB"})[0] == 3 * 10**6
+    assert max_size_setting("4MB", config, env={"KBUILD_MAX_SIZE": "3MB"}) == \
+        (4 * 10**6, "--max-size")
+
+
+def test_a_build_over_the_cap_evicts_and_a_no_op_build_does_not_measure(tmp_path, run_kbuild):
+    from support import counting, counts
+
+    root = make_project(tmp_path / "p", TWO_TARGETS, {"k": KERNEL + KERNEL.split("\n\n", 1)[1]
+                                                      .replace("def k", "def j")})
+    store = tmp_path / "store"
+    assert run_kbuild("build", cwd=root, store=store).returncode == 0
+    assert len(list((store / "v1" / "entries").rglob("*.json"))) >= 3
+    (root / "kbuild.toml").write_text(_toml("sm_90"))  # the sm_80 entries are not current
+    built = run_kbuild("build", cwd=root, store=store, env={"KBUILD_MAX_SIZE": "1"})
+    assert built.returncode == 0, built.stderr
+    kept = {json.loads(p.read_text()).get("arch")
+            for p in (store / "v1" / "entries").rglob("*.json")}
+    assert kept == {"sm_90"}, kept  # evicted down to what the current target needs
+    count = tmp_path / "count"
+    spec = counting(count, "kbuild.store.local:Store.size")
+    for full in ([], ["--full"]):
+        noop = run_kbuild("build", *full, cwd=root, store=store, launcher=spec["launcher"],
+                          env={**spec["env"], "KBUILD_MAX_SIZE": "1"})
+        assert noop.returncode == 0 and "0 built" in noop.stdout, noop.stdout + noop.stderr
+    assert counts(count) == {}  # nothing added: the store is not even measured
+
+
+def test_gc_and_clean_all_without_a_project_file(tmp_path, run_kbuild):
+    root = make_project(tmp_path / "p", TWO_TARGETS, {"k": KERNEL + KERNEL.split("\n\n", 1)[1]
+                                                      .replace("def k", "def j")})
+    store = tmp_path / "store"
+    assert run_kbuild("build", cwd=root, store=store).returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    gc = run_kbuild("gc", "--json", cwd=elsewhere, store=store, env={"KBUILD_MAX_SIZE": "1"})
+    assert gc.returncode == 0, gc.stderr
+    assert gc.json["evicted_entries"] == 3 and gc.json["bytes"] == 0
+    assert run_kbuild("build", cwd=root, store=store).returncode == 0
+    clean = run_kbuild("clean", "--all", "--json", cwd=elsewhere, store=store)
+    assert clean.returncode == 0, clean.stderr
+    assert clean.json["entries"] == 3 and not list((store / "v1" / "entries").rglob("*.json"))
+    by_flag = run_kbuild("gc", "--store", store, cwd=elsewhere)
+    assert by_flag.returncode == 0 and "the store now holds 0 blobs" in by_flag.stdout
+    assert run_kbuild("clean", cwd=elsewhere, store=store).returncode == 2  # a project's own

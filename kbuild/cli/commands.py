@@ -116,8 +116,9 @@ COMMANDS = (
             help="compile each kernel with its device functions as one program "
                  "(default: device functions as separate objects, linked with LTO)"),
         Opt("--max-size", metavar="SIZE",
-            help="after building, evict least-recently-used entries down to SIZE "
-                 "(default: [store] max_size)"),
+            help="after a build that added to the store, evict least-recently-used "
+                 "entries down to SIZE ('none': no limit; default: $KBUILD_MAX_SIZE, "
+                 "else [store] max_size, else 5GB)"),
         *REMOTE,
         Opt("--executor", metavar="local|dask://HOST:PORT", default=None,
             help="where to compile: local processes (default) or a Dask cluster"),
@@ -144,8 +145,9 @@ COMMANDS = (
                 JSON),
             store_options=False),
     Command("gc", "store_cmds.cmd_gc", "evict least-recently-used entries and orphan blobs", (
-        Opt("--max-size", metavar="SIZE", help="e.g. 500MB (default: [store] max_size; "
-            "without one, only orphan blobs and stale temp files go)"),
+        Opt("--max-size", metavar="SIZE", help="e.g. 500MB, or 'none' (default: "
+            "$KBUILD_MAX_SIZE, else [store] max_size, else 5GB); without a kbuild.toml, "
+            "the store of --store, $KBUILD_STORE or ~/.cache/kbuild"),
         JSON)),
     Command("stats", "store_cmds.cmd_stats",
             "entries, blobs, bytes; hits, misses and hit rate of builds and zero-config "

@@ -16,12 +16,17 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
 def cmd_gc(args) -> int:
     from ..project import open_project
     from ..store.maintenance import gc
+    from .common import project_or_store
 
-    project = remember(args, open_project(args.config, args.store))
-    max_size = max_size_of(args, project.config)
-    keep = _current_keys(project)
-    result = gc(project.store, max_size, keep)
-    result.update(_over_limit(project, max_size, keep, result))
+    project, store = project_or_store(args, open_project, needs_project=False)
+    max_size = max_size_of(args, project.config if project else None)
+    keep = _current_keys(project) if project else []
+    result = gc(store, max_size, keep)
+    if project:
+        result.update(_over_limit(project, max_size, keep, result))
+    else:
+        result.update(over_limit=max_size is not None and result["bytes"] > max_size,
+                      pinned_entries=0, pinned_bytes=0)
     if args.json:
         result["warnings"] = warnings(args)
         print_json(result)

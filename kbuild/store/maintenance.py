@@ -11,6 +11,7 @@ records a month old (see `failures`). Build outcomes are appended to
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -39,14 +40,68 @@ _REMOTE_COUNTS = ("remote_hits", "remote_misses", "remote_rejected", "remote_err
                   "remote_bytes_fetched", "remote_bytes_pushed")
 
 
-def parse_size(text, where: str = "--max-size") -> int:
-    """'500MB', '2GiB', '1e6'-free plain integers -> bytes."""
+# The store's size cap when none is set: ccache's default (sccache's is 10 GB). A
+# kernel's entry (PTX, cubin, record) is tens of KB, so 5 GB holds about 100,000 targets,
+# and it fits a CI cache (GitHub's is 10 GB a repository) beside other caches.
+DEFAULT_MAX_SIZE = 5 * 10**9
+MAX_SIZE_ENV = "KBUILD_MAX_SIZE"
+_NO_LIMIT = ("none", "unlimited")
+
+
+def parse_size(text, where: str = "--max-size") -> int | float:
+    """'500MB', '2GiB', '1e6'-free plain integers -> bytes; 'none' -> infinity (no cap)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
+    if str(text).strip().lower() in _NO_LIMIT:
+        return math.inf
     match = _SIZE.match(str(text))
     if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"{where}: cannot read size {text!r}; write it like '500MB' or '2GiB'")
+        raise ConfigError(f"{where}: cannot read size {text!r}; write it like '500MB' or '2GiB' "
+                      "(or 'none' for no limit)")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def max_size_setting(given=None, config=None, env=None) -> tuple:
+    """(the store's size cap in bytes, None for no limit; where it was set): --max-size
+    (`given`), else $KBUILD_MAX_SIZE, else the project's `[store] max_size`, else
+    `DEFAULT_MAX_SIZE`."""
+    env = os.environ if env is None else env
+    if given:
+        found, origin = parse_size(given), "--max-size"
+    elif env.get(MAX_SIZE_ENV):
+        found, origin = parse_size(env[MAX_SIZE_ENV], MAX_SIZE_ENV), MAX_SIZE_ENV
+    elif getattr(config, "max_size", None) is not None:
+        found, origin = config.max_size, f"{config.path}: [store] max_size"
+    else:
+        found, origin = DEFAULT_MAX_SIZE, "default"
+    return (None if found == math.inf else int(found)), origin
+
+
+def evict_after_build(store: Store, max_size: int | None, keep, added: bool) -> dict | None:
+    """The automatic LRU eviction after a build: gc down to `max_size` when the build
+    added to the store and the store is now over it (one walk over the blobs' sizes);
+    what gc did, or None when it was not needed."""
+    if max_size is None or not added or store.read_only or store.size()[1] <= max_size:
+        return None
+    return gc(store, max_size, keep)
+
+
+def clean_store(store: Store) -> dict:
+    """`kbuild clean --all` without a project: every entry, the blobs, failure records and
+    direct-mode journals of the store."""
+    with store.exclusive("clean"):
+        removed = objects = 0
+        for key, manifest in list(store.entries()):
+            store.remove_entry(key)
+            if is_object(manifest):
+                objects += 1
+            elif not is_output(manifest):
+                removed += 1
+        blobs, freed = store.remove_orphan_blobs()
+        failed = failures.remove_records(store, None)
+        journal.prune(store.root, -1.0)  # what they name is gone: every project keys in full
+    return {"entries": removed, "objects": objects, "blobs": blobs, "bytes": freed,
+            "failures": failed}
 
 
 def gc(store: Store, max_size: int | None, keep=()) -> dict:
