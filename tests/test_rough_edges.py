@@ -497,3 +497,35 @@ def test_gc_and_clean_all_without_a_project_file(tmp_path, run_kbuild):
     by_flag = run_kbuild("gc", "--store", store, cwd=elsewhere)
     assert by_flag.returncode == 0 and "the store now holds 0 blobs" in by_flag.stdout
     assert run_kbuild("clean", cwd=elsewhere, store=store).returncode == 2  # a project's own
+
+
+# -- kbuild config ---------------------------------------------------------------------------
+
+def test_config_prints_every_setting_with_its_origin(tmp_path, run_kbuild):
+    root = make_project(tmp_path / "p", _toml("sm_90", 'store = "st"\n[store]\nmax_size = "1GB"'
+                                              '\nremote_timeout = 2'), {"k": KERNEL})
+    toml = root / "kbuild.toml"
+    found = run_kbuild("config", "--json", cwd=root,
+                       env={"KBUILD_REMOTE": "redis://cache:6379", "KBUILD_SIGNING_KEY": "s3cret"})
+    assert found.returncode == 0, found.stderr
+    settings = {r["name"]: (r["value"], r["origin"]) for r in found.json["settings"]}
+    assert settings["project_file"] == (str(toml), "found here or above")
+    assert settings["store"] == (str(root / "st"), f"{toml}: [project] store")
+    assert settings["max_size"] == (10**9, f"{toml}: [store] max_size")
+    assert settings["arch"] == (["sm_90"], f"{toml}: [project] arch")
+    assert settings["direct"] == (True, "default")
+    assert settings["remote"] == ("redis://cache:6379", "KBUILD_REMOTE")
+    assert settings["remote_timeout"] == (2.0, f"{toml}: [store] remote_timeout")
+    assert settings["signing_key"] == ("set", "KBUILD_SIGNING_KEY")
+    assert "s3cret" not in found.stdout
+    overridden = run_kbuild("--store", tmp_path / "other", "config", cwd=root,
+                            env={"KBUILD_MAX_SIZE": "none"})
+    lines = {line.split()[0]: line for line in overridden.stdout.splitlines()}
+    assert lines["store"].endswith("(--store)") and str(tmp_path / "other") in lines["store"]
+    assert lines["max_size"].split("=")[1].split()[0] == "(none)"
+    assert lines["max_size"].endswith("(KBUILD_MAX_SIZE)")
+    bare = run_kbuild("config", "--json", cwd=tmp_path, store=tmp_path / "s")
+    settings = {r["name"]: (r["value"], r["origin"]) for r in bare.json["settings"]}
+    assert settings["project_file"] == (None, "default")
+    assert settings["store"] == (str(tmp_path / "s"), "KBUILD_STORE")
+    assert settings["max_size"] == (5 * 10**9, "default")

@@ -149,6 +149,9 @@ COMMANDS = (
             "$KBUILD_MAX_SIZE, else [store] max_size, else 5GB); without a kbuild.toml, "
             "the store of --store, $KBUILD_STORE or ~/.cache/kbuild"),
         JSON)),
+    Command("config", "config_cmd.cmd_config",
+            "every effective setting and where it came from (command line, environment, "
+            "kbuild.toml, default)", (JSON,)),
     Command("stats", "store_cmds.cmd_stats",
             "entries, blobs, bytes; hits, misses and hit rate of builds and zero-config "
             "processes, store-wide and per project", (
