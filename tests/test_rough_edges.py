@@ -529,3 +529,51 @@ def test_config_prints_every_setting_with_its_origin(tmp_path, run_kbuild):
     assert settings["project_file"] == (None, "default")
     assert settings["store"] == (str(tmp_path / "s"), "KBUILD_STORE")
     assert settings["max_size"] == (5 * 10**9, "default")
+
+
+# -- progress on a pipe ------------------------------------------------------------------------
+
+def test_progress_lines_come_every_interval_and_from_the_heartbeat():
+    """A driven clock: a line when `interval` has passed since the last one, whether a
+    target started, finished, or only the heartbeat looked."""
+    from types import SimpleNamespace
+
+    from kbuild.cli.report import ProgressLines
+
+    now, said = [0.0], []
+    lines = ProgressLines(40, interval=5, clock=lambda: now[0], write=said.append)
+    target = SimpleNamespace(name="m:k", signature="void()", arch="sm_80")
+    row = SimpleNamespace(target="m:k", signature="void()", arch="sm_80", status="built")
+    lines.started(target)
+    now[0] = 3.0
+    lines(row, 1, 40)
+    assert said == []  # a build shorter than the interval prints nothing
+    now[0] = 5.5
+    lines.started(target)
+    now[0] = 9.0
+    lines.beat()
+    now[0] = 10.5
+    lines.beat()  # a long compile: the heartbeat says so
+    now[0] = 12.0
+    lines(row, 2, 40)
+    assert said == ["kbuild: 1/40 done, 1 compiling (1 built)"] * 2
+    lines.stop()
+    now[0] = 100.0
+    lines.beat()
+    assert len(said) == 2
+
+
+def test_a_piped_build_prints_progress_on_stderr_and_json_stays_whole(tmp_path, run_kbuild):
+    root = make_project(tmp_path / "p", TWO_TARGETS, {"k": KERNEL + KERNEL.split("\n\n", 1)[1]
+                                                      .replace("def k", "def j")})
+    done = run_kbuild("build", "--json", cwd=root, store=tmp_path / "store",
+                      env={"KBUILD_PROGRESS_INTERVAL": "0"})
+    assert done.returncode == 0 and done.json["summary"]["built"] == 3
+    progress = [line for line in done.stderr.splitlines() if line.startswith("kbuild: ")]
+    done_counts = [int(line.split()[1].split("/")[0]) for line in progress]
+    assert {1, 2, 3} <= set(done_counts), progress  # a line as each target finished
+    assert done_counts == sorted(done_counts)
+    assert progress[-1] == "kbuild: 3/3 done, 0 compiling (3 built)"
+    quiet = run_kbuild("build", "-q", cwd=root, store=tmp_path / "store",
+                       env={"KBUILD_PROGRESS_INTERVAL": "0"})
+    assert "done," not in quiet.stderr
