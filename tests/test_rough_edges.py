@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import blob_bytes
 from test_cli_newcomer import make_project
 
 KERNEL = '''from numba import cuda
@@ -29,7 +30,7 @@ def _toml(arch: str, extra: str = "") -> str:
 
 def _ptx_targets(store: Path) -> set:
     return {line.split()[1] for blob in (store / "v1" / "blobs").rglob("*") if blob.is_file()
-            for line in blob.read_bytes().decode("latin-1").splitlines()
+            for line in blob_bytes(blob).decode("latin-1").splitlines()
             if line.startswith(".target")}
 
 
