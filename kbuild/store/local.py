@@ -262,13 +262,15 @@ class Store:
         try:
             data = blobformat.decode(stored, cap)
         except blobformat.UnknownFormat as exc:
+            if len(stored) <= cap and digest(stored) == name:
+                return stored  # plain bytes that happen to begin with the envelope's magic
             raise CorruptBlob(name, "of an unknown format", str(exc)) from None
         except blobformat.Malformed:
             data = None
         if data is not None and digest(data) == name:
             return data
         if blobformat.is_packed(stored) and len(stored) <= cap and digest(stored) == name:
-            return stored  # plain bytes that happen to begin with the envelope's magic
+            return stored  # as above
         self._remove(rel)
         raise CorruptBlob(name, "corrupt", "its bytes do not match its hash")
 
