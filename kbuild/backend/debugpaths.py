@@ -26,8 +26,9 @@ SLOT = 512  # bytes every placeholder (and every folder written over it) takes
 
 
 def _padded(folder: str) -> str | None:
-    """`folder` padded with `/.` to exactly SLOT bytes (as the file system spells it) (a trailing `/` first when the
-    parity needs it: `/a//./.` is `/a`), or None when it does not fit."""
+    """`folder` padded with `/.` to exactly SLOT bytes, as the file system spells it (a
+    trailing `/` first when the parity needs it: `/a//./.` is `/a`), or None when it
+    does not fit."""
     folder = folder.rstrip("/") or "/"
     room = SLOT - len(os.fsencode(folder))
     if room < 0:
