@@ -111,9 +111,48 @@ def _has_tool_kbuild(path: Path) -> bool:
     if not path.is_file():
         return False
     try:
-        return "kbuild" in tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
+        text = path.read_text(encoding="utf-8")
+        return "kbuild" in parse_toml(text, path).get("tool", {})
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
         return False  # not ours to judge: a broken pyproject without kbuild in it
+    except ConfigError:
+        # Too deeply nested to tell: if it may be ours, it is found, and reading it says
+        # what is wrong with it (rather than "no project file").
+        return "kbuild" in text
+
+
+# How deeply arrays and tables may nest in a project file. kbuild's own settings nest 4
+# deep at most; tomllib parses nesting by recursion, so a file nested thousands deep
+# would otherwise end every command, `kbuild.enable()` and `pytest -p kbuild` in a
+# RecursionError.
+MAX_TOML_DEPTH = 64
+
+
+def parse_toml(text: str, path: Path) -> dict:
+    """`text` (the file `path`) as TOML; ConfigError naming the file when it nests deeper
+    than `MAX_TOML_DEPTH`. A TOMLDecodeError is the caller's to report."""
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        data = None
+    if data is None or _depth(data) > MAX_TOML_DEPTH:
+        raise ConfigError(f"{path}: arrays or tables nested more than {MAX_TOML_DEPTH} deep; "
+                          "kbuild does not read a file nested that deeply: flatten them")
+    return data
+
+
+def _depth(value) -> int:
+    """How deeply lists and tables nest in `value`, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_TOML_DEPTH:
+            return depth
+        deepest = max(deepest, depth)
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, (dict, list)))
+    return deepest
 
 
 _MAX_LOCATED_LINES = 4000  # past this, report tomllib's own position (locating is quadratic)
@@ -134,7 +173,7 @@ def _toml_error(path: Path, exc: Exception) -> str:
         try:
             tomllib.loads("".join(lines[:n]))
             start = n
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             pass
     noticed = str(exc)
     message = noticed.split(" (at ", 1)[0]
@@ -154,7 +193,7 @@ def load_config(path: Path | str | None = None, *, kernels: bool = True,
     """
     path = Path(path).resolve() if path else find_config()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = parse_toml(path.read_text(encoding="utf-8"), path)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist; pass the path of a "
                           "kbuild.toml, or run `kbuild init` to write one") from None

@@ -65,7 +65,7 @@ def _visit(name: str, locations, found: Sources) -> bool:
         return True
     origin = Path(spec.origin)
     found.digests[name] = digest(origin.read_bytes())
-    found.origins[name] = _relative(origin, locations if locations is not None else sys.path)
+    found.origins[name] = _relative(origin, name)
     return True
 
 
@@ -138,15 +138,13 @@ def _candidates(locations) -> list:
     return sorted(names)
 
 
-def _relative(origin: Path, locations) -> str:
-    """`origin` relative to the search location it lies in (posix), else its name."""
-    for location in locations:
-        try:
-            return origin.relative_to(Path(location).resolve()).as_posix()
-        except (ValueError, OSError, TypeError):
-            pass
-        try:
-            return origin.relative_to(Path(location)).as_posix()
-        except (ValueError, TypeError):
-            pass
+def _relative(origin: Path, name: str) -> str:
+    """`origin` relative to the folder the import system found module `name` in (posix):
+    `kernels.py`, `kernels/__init__.py`, `kbdemo/__init__.py`. It is read off the name,
+    never measured from a `sys.path` entry that merely contains the file: a program run
+    from the folder that holds its venv has that folder first on sys.path, and every
+    installed module would seem to lie at `.venv/lib/.../site-packages/kbdemo/...`."""
+    last = name.rpartition(".")[2]
+    if origin.name.startswith("__init__.") and origin.parent.name == last:
+        return f"{last}/{origin.name}"
     return origin.name

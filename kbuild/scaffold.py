@@ -229,15 +229,60 @@ def _module_name(root: Path, path: Path) -> str | None:
     return ".".join(parts)
 
 
+# What a kernel decorator is, whatever a module calls it.
+_JIT_TARGETS = ("numba.cuda.jit", f"{_MLIR_PACKAGE}.cuda.jit")
+
+
 def _jit_names(tree) -> set[str]:
-    """How this module spells numba-cuda's jit: `cuda.jit`, `numba.cuda.jit`, or an
-    imported `jit` (`from numba.cuda import jit`); numba-cuda-mlir's likewise."""
-    names = {"cuda.jit", "numba.cuda.jit", f"{_MLIR_PACKAGE}.cuda.jit"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module in ("numba.cuda",
-                                                                f"{_MLIR_PACKAGE}.cuda"):
-            names.update(a.asname or a.name for a in node.names if a.name == "jit")
+    """Every dotted spelling this module has for numba-cuda's (or numba-cuda-mlir's) jit:
+    `cuda.jit`, `numba.cuda.jit`, and whatever its imports and module-level assignments
+    bind to it or to a module above it (`import numba as nb` gives `nb.cuda.jit`;
+    `from numba import cuda as cu`, `cu.jit`; `from numba.cuda import jit as kjit`, `kjit`;
+    `jit = nb.cuda.jit`, `jit`)."""
+    aliases = {"cuda": "numba.cuda"}  # the usual spelling, even when imported conditionally
+    aliases.update(_bindings(tree))
+    for _ in range(len(aliases)):  # an alias of an alias: follow each chain to its end
+        resolved = {name: _resolve(target, aliases, name) for name, target in aliases.items()}
+        if resolved == aliases:
+            break
+        aliases = resolved
+    names = set(_JIT_TARGETS)
+    for name, target in aliases.items():
+        for jit in _JIT_TARGETS:
+            if jit == target or jit.startswith(target + "."):
+                names.add(name + jit[len(target):])
     return names
+
+
+def _bindings(tree) -> dict:
+    """Local name -> the dotted name it is bound to, from imports and from module-level
+    `name = dotted.name` assignments."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:  # `import numba.cuda` binds `numba`
+                    top = alias.name.partition(".")[0]
+                    bound.setdefault(top, top)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and _dotted(node.value):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound[target.id] = _dotted(node.value)
+    return bound
+
+
+def _resolve(dotted: str, aliases: dict, own: str) -> str:
+    """`dotted` with its first part replaced by what that name is bound to."""
+    head, dot, rest = dotted.partition(".")
+    if head == own and not dot or head not in aliases or aliases[head] == head:
+        return dotted
+    return aliases[head] + dot + rest
 
 
 def _kernel_signatures(decorator, jit_names) -> tuple[str, ...] | None:
@@ -310,4 +355,14 @@ def write_config(root: Path, folders, archs, force: bool = False) -> dict:
     path.write_text(render(root.name, archs, kernels), encoding="utf-8")
     eager = [k for k in kernels if k.signatures]
     return {"file": str(path), "kernels": [k.name for k in eager],
-            "lazy": [k.name for k in kernels if not k.signatures]}
+            "lazy": [k.name for k in kernels if not k.signatures], "next": _next_step(eager)}
+
+
+def _next_step(eager) -> str:
+    """What to run after init: with every kernel lazy the file declares no target yet,
+    so `kbuild status` has nothing to read; the signatures come first."""
+    if eager:
+        return "kbuild status, then kbuild build"
+    return ("declare the lazy kernels' signatures in kbuild.toml (uncomment their tables), "
+            "or record them from a run: kbuild run --record -- python -m pytest; "
+            "then kbuild build")

@@ -203,6 +203,13 @@ def blob_files(root: Path) -> dict:
     return {p.name: p for p in (root / "v1" / "blobs").glob("??/??/*") if p.is_file()}
 
 
+def blob_bytes(path: Path) -> bytes:
+    """A local store's blob file's own bytes (unpacked: see kbuild/store/blobformat.py)."""
+    from kbuild.store import blobformat
+
+    return blobformat.decode(Path(path).read_bytes(), 1 << 30)
+
+
 def entry_files(root: Path, kind: str = "target") -> dict:
     """key -> path for every target entry file in a store (kind="object": the
     separately compiled objects' entries instead; "output": the early-cutoff records;

@@ -19,7 +19,7 @@ import xxhash
 
 import kbuild
 
-from conftest import blob_files, entry_files, store_files
+from conftest import blob_bytes, blob_files, entry_files, store_files
 from support import kbuild_env
 
 ARCHS = ("sm_80", "sm_90")
@@ -114,7 +114,7 @@ def test_ptx_targets_the_rows_arch_and_has_an_entry(built, run_kbuild):
 def test_cubin_is_elf_holding_the_entry_symbol(built, run_kbuild):
     blobs = blob_files(built.store)
     for row in built.rows:
-        cubin = blobs[row["artifacts"]["cubin"]].read_bytes()
+        cubin = blob_bytes(blobs[row["artifacts"]["cubin"]])
         assert cubin.startswith(b"\x7fELF"), row
         entry = built.manifest(row)["entry"]
         assert entry.startswith("_Z") and entry.encode() in cubin, row
@@ -122,7 +122,7 @@ def test_cubin_is_elf_holding_the_entry_symbol(built, run_kbuild):
     row = built.rows[0]
     result = run_kbuild("cat", row["artifacts"]["cubin"], cwd=built.project, store=built.store)
     assert result.returncode == 0
-    assert result.stdout_bytes == blobs[row["artifacts"]["cubin"]].read_bytes()
+    assert result.stdout_bytes == blob_bytes(blobs[row["artifacts"]["cubin"]])
 
 
 def test_manifests_match_their_rows_and_mark_only_the_grid_sync_kernel_cooperative(built):
@@ -147,7 +147,7 @@ def test_blob_files_are_named_by_the_xxh3_128_of_their_bytes(built):
                 for kind in ("target", "object") for p in entry_files(built.store, kind=kind).values()}
     assert objects and set(blobs) == referenced | objects | observed
     for name, path in blobs.items():
-        assert xxhash.xxh3_128_hexdigest(path.read_bytes()) == name
+        assert xxhash.xxh3_128_hexdigest(blob_bytes(path)) == name
         assert path.parent.name == name[2:4] and path.parent.parent.name == name[:2]
     assert (built.store / "CACHEDIR.TAG").read_bytes().startswith(
         b"Signature: 8a477f597d28d172789f06886806bc55")
@@ -183,7 +183,7 @@ def test_arch_override_builds_an_arch_the_file_does_not_declare(built, store_cop
     (row,) = result.json["targets"]
     assert (row["target"], row["arch"], row["status"]) == (SAXPY, "sm_86", "built")
     assert set(entry_files(store_copy)) - entries_before == {row["key"]}
-    ptx = blob_files(store_copy)[row["artifacts"]["ptx"]].read_text()
+    ptx = blob_bytes(blob_files(store_copy)[row["artifacts"]["ptx"]]).decode()
     assert re.findall(r"^\.target\s+(\w+)", ptx, re.M) == ["sm_86"]
 
 

@@ -25,8 +25,8 @@ import pytest
 
 from kbuild.keying.encode import digest
 
-from conftest import (BuiltExamples, blob_files, built_examples, copy_examples, entry_files,
-                      store_files)
+from conftest import (BuiltExamples, blob_bytes, blob_files, built_examples, copy_examples,
+                      entry_files, store_files)
 from support import NVVM_COMPILE, counting, counts, kbuild_argv, kbuild_env
 
 ARCH = "sm_90"
@@ -69,7 +69,7 @@ def warning_lines(result) -> list[str]:
 
 def assert_blobs_verify(store: Path) -> None:
     for name, path in blob_files(store).items():
-        assert digest(path.read_bytes()) == name, f"blob {path} does not match its name"
+        assert digest(blob_bytes(path)) == name, f"blob {path} does not match its name"
 
 
 def edit_saxpy(project: Path) -> None:
@@ -278,7 +278,7 @@ def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
         manifest = json.loads(path.read_text())
         assert manifest["key"] == key
         for name in manifest["artifacts"].values():
-            assert digest(blob_files(store)[name].read_bytes()) == name
+            assert digest(blob_bytes(blob_files(store)[name])) == name
     assert_blobs_verify(store)
 
     result = build(project, store)
@@ -289,7 +289,7 @@ def test_a_build_killed_mid_way_leaves_a_store_the_next_build_completes(
     assert [r["key"] for r in result.json["targets"]] == built.keys
     for row in result.json["targets"]:
         for name in row["artifacts"].values():
-            assert digest(blob_files(store)[name].read_bytes()) == name
+            assert digest(blob_bytes(blob_files(store)[name])) == name
     status = run_kbuild("status", "--json", "--arch", ARCH, cwd=project, store=store)
     assert status.json["summary"] == {"up-to-date": len(built.keys), "stale": 0, "missing": 0,
                                       "failed": 0, "unkeyable": 0}

@@ -686,7 +686,7 @@ def test_show_prints_resources_ptx_and_sass(tmp_path, store, run_kbuild):
     assert 0 < row["resources"]["registers"] <= 255 and row["resources"]["local_bytes"] == 0
     human = run_kbuild("show", "k", cwd=project, store=store)
     assert human.stdout.startswith("pkg.mod:k void(float32[::1]) sm_80: ")
-    assert " registers, 0 B local, 0 B shared per thread" in human.stdout
+    assert " registers and 0 B local per thread, 0 B shared per block" in human.stdout
     ptx = run_kbuild("show", "k", "--ptx", cwd=project, store=store)
     assert ".entry " in ptx.stdout and ".target sm_80" in ptx.stdout
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import blob_bytes
 from editmatrix_support import build
 from support import run
 
@@ -126,7 +127,7 @@ def _loaded(project: Path, store: Path) -> dict:
 
 
 def _blobs(store: Path) -> list:
-    return [p.read_bytes() for p in (store / "v1" / "blobs").rglob("*") if p.is_file()]
+    return [blob_bytes(p) for p in (store / "v1" / "blobs").rglob("*") if p.is_file()]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import blob_bytes
 from editmatrix_support import (
     build, copy_project, keys_of, make_baseline, manifest, replace, run_kbuild, status_keys,
 )
@@ -164,7 +165,7 @@ DET_TARGETS = ["k3", "k5", "k_int", "k_plain", "k_flags", "k_sync"]
 
 def _blobs(store: Path) -> dict:
     """Every blob of a store (PTX, cubins, objects' LTO-IR, observation records) by name."""
-    return {p.name: p.read_bytes() for p in (store / "v1" / "blobs").rglob("*") if p.is_file()}
+    return {p.name: blob_bytes(p) for p in (store / "v1" / "blobs").rglob("*") if p.is_file()}
 
 
 def test_one_key_gives_one_set_of_bytes_whatever_the_order_workers_and_seed(tmp_path):

@@ -14,7 +14,7 @@ from kbuild.build.cluster import run_job
 from kbuild.execute.distributed import from_data, project_bundle, to_data
 from kbuild.keying.encode import digest
 
-from conftest import blob_files, copy_examples, entry_files
+from conftest import blob_bytes, blob_files, copy_examples, entry_files
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"
@@ -61,7 +61,7 @@ def test_a_dask_cluster_builds_the_examples_with_the_keys_and_artifacts_of_a_loc
     for row, mine in zip(rows, local):
         assert row["artifacts"] == mine["artifacts"], row["target"]
     for name, path in blob_files(tmp_path / "store").items():
-        assert digest(path.read_bytes()) == name
+        assert digest(blob_bytes(path)) == name
     # Results land in the remote too.
     objects = entry_files(tmp_path / "store", kind="object")
     assert objects  # the workers' separately compiled objects came back and were committed

@@ -24,6 +24,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from conftest import blob_bytes
 from fake_redis import NIL, FakeRedis, Honest, endless, trickle
 from store_support import make_cubin, make_ptx
 
@@ -166,8 +167,8 @@ def test_an_archive_entry_with_a_non_ascii_signature_is_refused_in_one_line(
                         f"{row['key']}.json").read_text())
     with tarfile.open(path, "w") as tar:
         for name in sorted(set(entry["artifacts"].values())):
-            _add(tar, f"v1/blobs/{name}", (seed / "v1" / "blobs" / name[:2] / name[2:4] /
-                                           name).read_bytes())
+            _add(tar, f"v1/blobs/{name}", blob_bytes(seed / "v1" / "blobs" / name[:2] /
+                                                     name[2:4] / name))
         _add(tar, f"v1/entries/{row['key']}.json",
              json.dumps(dict(entry, hmac="é" * 64)).encode())
     result = run_kbuild("import", path, cwd=project, store=tmp_path / "store",

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import blob_bytes
 from mlir_support import MLIR, UNSUPPORTED, needs_mlir, port_sources
 from support import REPO_ROOT
 
@@ -525,7 +526,7 @@ def test_its_own_cache_serves_the_stale_kernel_after_the_callee_is_edited_kbuild
         assert result.returncode == 0, result.stderr
         row = result.json["targets"][0]
         blob = tmp_path / "store" / "v1" / "blobs"
-        ptx = next(blob.glob(f"??/??/{row['artifacts']['ptx']}")).read_text()
+        ptx = blob_bytes(next(blob.glob(f"??/??/{row['artifacts']['ptx']}"))).decode()
         return row["status"], re.findall(r"0f[0-9A-F]{8}", ptx)
 
     one, two = "0f3F800000", "0f40000000"  # 1.0 and 2.0
@@ -575,7 +576,8 @@ def test_a_device_function_it_does_not_inline_has_the_same_bytes_in_every_proces
         assert result.returncode == 0, result.stderr
         built.append(result.json["targets"][0]["artifacts"])
     assert built[0] == built[1]
-    ptx = next((tmp_path / "store1" / "v1" / "blobs").glob(f"??/??/{built[0]['ptx']}")).read_text()
+    ptx = blob_bytes(next((tmp_path / "store1" / "v1" / "blobs").glob(
+        f"??/??/{built[0]['ptx']}"))).decode()
     assert re.search(r"\.func .*_Z8helper_1f\(", ptx)
 
 

@@ -24,7 +24,7 @@ from kbuild.keying.encode import digest
 from kbuild.store.remote import DEFAULT_TIMEOUT, RemoteSettings, open_remote, remote_settings
 from kbuild.store.local import Store, is_output
 
-from conftest import blob_files, copy_examples, entry_files
+from conftest import blob_bytes, blob_files, copy_examples, entry_files
 from support import counting, counts, kbuild_argv, kbuild_env, run
 
 # What a kbuild process asks a Redis remote (counted in test_a_hung_redis...).
@@ -171,7 +171,7 @@ def _objects(store: Path) -> dict:
 
 def assert_blobs_verify(store: Path) -> None:
     for name, path in blob_files(store).items():
-        assert digest(path.read_bytes()) == name, f"blob {path} does not match its name"
+        assert digest(blob_bytes(path)) == name, f"blob {path} does not match its name"
 
 
 # -- two machines, one Redis ----------------------------------------------------------------------
@@ -489,7 +489,8 @@ def test_project_load_fills_an_empty_store_from_the_remote(machine_a, redis_serv
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"local": True, "remote": result["remote"], "compiles": 0}
     saxpy = machine_a.row(SAXPY)
-    assert result["remote"] == blob_files(machine_a.store)[saxpy["artifacts"]["cubin"]].stat().st_size
+    cubin = blob_files(machine_a.store)[saxpy["artifacts"]["cubin"]]
+    assert result["remote"] == len(blob_bytes(cubin))  # its own bytes, unpacked
     assert saxpy["key"] in entry_files(store_b)  # verified and kept locally
 
 

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import blob_files, entry_files
+from conftest import blob_bytes, blob_files, entry_files
 from support import NVVM_COMPILE, counting, counts
 
 HELPERS = '''
@@ -248,8 +248,8 @@ def test_linked_kernels_have_no_more_instructions_than_whole_program_ones(
     linked = 0
     for a, w in zip(apart.json["targets"], whole.json["targets"]):
         assert (a["target"], a["signature"]) == (w["target"], w["signature"])
-        count_a = _instructions(blobs_a[a["artifacts"]["ptx"]].read_text())
-        count_w = _instructions(blobs_w[w["artifacts"]["ptx"]].read_text())
+        count_a = _instructions(blob_bytes(blobs_a[a["artifacts"]["ptx"]]).decode())
+        count_w = _instructions(blob_bytes(blobs_w[w["artifacts"]["ptx"]]).decode())
         assert count_a <= count_w, textwrap.shorten(f"{a['target']} {a['signature']}", 80)
         linked += a["link"] == "lto"
     assert linked >= len(apart.json["targets"]) - 2  # only the grid-sync kernel is whole
@@ -497,9 +497,9 @@ def test_numba_cuda_features_link_from_objects_or_say_why_not(tmp_path, run_kbui
             assert a["link"] == "lto", (name, a["note"])
         else:
             assert a["link"] == "whole" and reason in a["note"], (name, a["note"])
-        ptx_a = blobs_a[a["artifacts"]["ptx"]].read_text()
+        ptx_a = blob_bytes(blobs_a[a["artifacts"]["ptx"]]).decode()
         count_a, count_w = _instructions(ptx_a), _instructions(
-            blobs_w[w["artifacts"]["ptx"]].read_text())
+            blob_bytes(blobs_w[w["artifacts"]["ptx"]]).decode())
         assert count_a <= count_w, (name, count_a, count_w)
         if name == "k_launch_bounds":  # the kernel object's metadata survives the link
             assert ".maxntid 128" in ptx_a

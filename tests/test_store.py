@@ -11,6 +11,7 @@ import xxhash
 from store_support import make_cubin, make_ptx
 
 from kbuild.errors import StoreError
+from kbuild.store import blobformat
 from kbuild.store.local import MANIFEST_SCHEMA, CorruptBlob, Store
 
 PTX = make_ptx("sm_80", "k")
@@ -47,7 +48,7 @@ def test_blob_round_trip_is_named_by_content_and_deduplicated(store):
     assert name == xxhash.xxh3_128_hexdigest(PTX)
     path = store.blob_path(name)
     assert path == store.root / "v1" / "blobs" / name[:2] / name[2:4] / name
-    assert path.read_bytes() == PTX
+    assert path.read_bytes() == blobformat.encode(PTX)  # compressed, named by its bytes
     assert store.read_blob(name) == PTX
     before = path.stat()
 
@@ -57,7 +58,7 @@ def test_blob_round_trip_is_named_by_content_and_deduplicated(store):
     other = store.put_blob(CUBIN)
     assert other != name
     assert sorted(store.blob_names()) == sorted([name, other])
-    assert store.size() == (2, len(PTX) + len(CUBIN))
+    assert store.size() == (2, len(blobformat.encode(PTX)) + len(blobformat.encode(CUBIN)))
     assert list((store.base / "tmp").iterdir()) == []  # no temp files left behind
 
 
@@ -348,3 +349,49 @@ def test_a_layout_folder_replaced_by_a_link_is_made_again_not_followed(store, tm
     assert tmp.is_dir() and not tmp.is_symlink()
     assert [p.name for p in outside.iterdir()] == ["keep"]
     assert any("not a plain directory" in w for w in fresh.warnings)
+
+
+# -- the blob format (store/blobformat.py) ------------------------------------------------------
+
+def test_plain_blobs_of_an_older_store_still_read(store):
+    """A blob written before compression (its bytes as they are) reads and verifies."""
+    manifest = commit_entry(store)
+    path = store.blob_path(manifest["artifacts"]["ptx"])
+    path.write_bytes(PTX)  # as an older kbuild wrote it
+    fresh = reopen(store)
+    assert fresh.lookup(KEY) is not None and fresh.read_blob(manifest["artifacts"]["ptx"]) == PTX
+    assert fresh.warnings == []
+
+
+def test_a_blob_that_begins_with_the_envelopes_magic_still_reads(store):
+    noise = b"".join(xxhash.xxh3_128_digest(bytes([i])) for i in range(256))
+    data = blobformat.MAGIC + noise  # does not compress: kept as it is
+    name = store.put_blob(data)
+    assert store.blob_path(name).read_bytes() == data
+    assert reopen(store).read_blob(name) == data
+
+
+def test_an_unknown_blob_format_is_a_miss_with_a_warning_never_a_crash(store):
+    manifest = commit_entry(store)
+    path = store.blob_path(manifest["artifacts"]["cubin"])
+    newer = bytearray(path.read_bytes())
+    assert blobformat.is_packed(newer)
+    newer[4] = blobformat.FORMAT + 1  # a newer kbuild's envelope
+    path.write_bytes(bytes(newer))
+    fresh = reopen(store)
+    assert fresh.lookup(KEY) is None
+    assert any("of an unknown format" in w and "format 2" in w for w in fresh.warnings)
+    assert path.read_bytes() == bytes(newer)  # left for the kbuild that wrote it
+    commit_entry(fresh)  # a rebuild writes it again in this kbuild's format
+    assert reopen(store).lookup(KEY) is not None
+
+
+def test_an_envelope_that_unpacks_past_its_recorded_size_is_refused(store):
+    manifest = commit_entry(store)
+    name = manifest["artifacts"]["ptx"]
+    bomb = blobformat.encode(PTX * 10_000)
+    assert len(bomb) < len(PTX) * 100  # small on disk, 10,000 times its size unpacked
+    store.blob_path(name).write_bytes(bomb)
+    fresh = reopen(store)
+    assert fresh.lookup(KEY) is None  # read no further than the recorded size
+    assert not store.blob_path(name).exists()

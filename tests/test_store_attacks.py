@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BuiltExamples, blob_files, built_examples, copy_examples, entry_files
+from conftest import (BuiltExamples, blob_bytes, blob_files, built_examples, copy_examples,
+                      entry_files)
 from store_support import make_cubin, make_ptx
 from support import kbuild_argv, kbuild_env
 from support import run as run_process
@@ -143,8 +144,8 @@ def test_an_entry_not_bound_to_its_target_is_rebuilt_never_served(built, clone, 
 
 def test_the_binary_readers_agree_with_what_numba_built(built):
     for row in built.rows:
-        ptx = (blob_files(built.store)[row["artifacts"]["ptx"]]).read_bytes()
-        cubin = (blob_files(built.store)[row["artifacts"]["cubin"]]).read_bytes()
+        ptx = blob_bytes(blob_files(built.store)[row["artifacts"]["ptx"]])
+        cubin = blob_bytes(blob_files(built.store)[row["artifacts"]["cubin"]])
         entry = json.loads(entry_files(built.store)[row["key"]].read_text())["entry"]
         assert ptx_facts(ptx).arch == ARCH and entry in ptx_facts(ptx).kernels
         assert cubin_facts(cubin).arch == ARCH and entry in cubin_facts(cubin).kernels

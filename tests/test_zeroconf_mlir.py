@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import blob_bytes
 from mlir_support import needs_mlir
 from support import run
 
@@ -107,7 +108,7 @@ def test_a_lazy_kernel_is_built_once_then_served_from_the_store(program, tmp_pat
     assert row["key"] == key
     aot = (tmp_path / "aot" / "v1" / "blobs")
     cubin = next(p for p in aot.rglob(row["artifacts"]["cubin"]))
-    assert cubin.read_bytes().hex() == first["cubin"]
+    assert blob_bytes(cubin).hex() == first["cubin"]
 
 
 @needs_mlir

@@ -96,9 +96,9 @@ def test_merge_keeps_the_file_and_fills_init_placeholders(tmp_path):
     text = path.read_text()
     assert result["added"] == [["m:lazy", "void(float32[::1])"], ["m:multi", "void(int64[:, ::1])"],
                                ["m:one", "void(int16)"]]
-    assert 'signatures = ["void(int8)", "void(int16)"]  # first\n' \
-           "launch = [{grid = 2, block = 64}]\narch" in text
-    assert '    "void(int32[:, ::1])",  # a ] in a comment\n    "void(int64[:, ::1])",\n]' in text
+    assert 'signatures = ["void(int8)", "void(int16)"]  # first\narch = ["sm_90"]\n' \
+           "launch = [{grid = 2, block = 64}]\n" in text
+    assert '    "void(int32[:, ::1])",  # a ] in a comment\n    "void(int64[:, ::1])"\n]' in text
     assert "a lazy kernel" not in text and '# [kernels."m:lazy"]' not in text
     data = tomllib.loads(text)
     assert data["project"] == {"name": "p"}
@@ -129,9 +129,9 @@ def test_merge_refuses_to_break_a_file(tmp_path):
     from kbuild.zeroconf import tomledit
 
     path = tmp_path / "kbuild.toml"
-    path.write_text('[kernels]\n"m:k" = {signatures = ["void(int8)"]}\n')
+    path.write_text('[kernels]\n"m:k" = {signatures = "void(int8)"}\n')
     before = path.read_text()
-    with pytest.raises(ConfigError, match="kernel 'm:k' is declared in a form kbuild cannot edit"):
+    with pytest.raises(ConfigError, match="kernel 'm:k' has a 'signatures' that is not an array"):
         tomledit.merge(path, {"m:k": {"signatures": ["void(int16)"]}}, name="p")
     assert path.read_text() == before
 

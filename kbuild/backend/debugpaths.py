@@ -26,10 +26,11 @@ SLOT = 512  # bytes every placeholder (and every folder written over it) takes
 
 
 def _padded(folder: str) -> str | None:
-    """`folder` padded with `/.` to exactly SLOT bytes (a trailing `/` first when the
-    parity needs it: `/a//./.` is `/a`), or None when it does not fit."""
+    """`folder` padded with `/.` to exactly SLOT bytes, as the file system spells it (a
+    trailing `/` first when the parity needs it: `/a//./.` is `/a`), or None when it
+    does not fit."""
     folder = folder.rstrip("/") or "/"
-    room = SLOT - len(folder.encode())
+    room = SLOT - len(os.fsencode(folder))
     if room < 0:
         return None
     lead = "/" if room % 2 else ""
@@ -61,7 +62,9 @@ class PathMap:
         for folder, placeholder in self.pairs:
             here = _padded(folder)
             if here is not None:
-                binary = binary.replace(placeholder.encode(), here.encode())
+                # The file system's bytes: a checkout's path need not be valid UTF-8 (it
+                # comes back from the OS as surrogate escapes, which .encode() refuses).
+                binary = binary.replace(os.fsencode(placeholder), os.fsencode(here))
         return binary
 
 

@@ -176,7 +176,7 @@ def _ltoir(module, root: str, nvvm_options: dict, cc) -> bytes:
     finally:
         for fn, linkage in saved:
             fn.linkage = linkage
-    options = dict(nvvm_options, arch=nvrtc.get_arch_option(*cc[:2]))
+    options = dict(nvvm_options, arch=nvrtc.get_arch_option(*arch_cc(cc)))
     options["gen-lto"] = None
     return bytes(nvvm.compile_ir([text], **options))
 
@@ -192,6 +192,14 @@ class Linked:
     keys: tuple = ()
 
 
+def arch_cc(cc) -> tuple:
+    """`cc` as (major, minor), or (major, minor, 'a') for an arch-specific target: NVVM,
+    nvJitLink and ptxas must all be given the suffix, or `sm_90a` code comes out as `sm_90`
+    PTX (which the store rightly refuses as another arch's) and loses its sm_90a features."""
+    cc = tuple(cc)
+    return cc[:3] if len(cc) > 2 and cc[2] else cc[:2]
+
+
 def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "",
          flags=()) -> Linked:
     """PTX and cubin of LTO-IR objects, linked with link-time optimisation for `cc`.
@@ -202,7 +210,7 @@ def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "",
     stored output must define; `flags` the kernel's float semantics (`link_flags`)."""
     from ..keying.cutoff import link_options, step_options
 
-    cc2 = tuple(cc[:2])
+    cc2 = arch_cc(cc)
     flags = tuple(flags)
     options = step_options(cc2, max_registers)
     if outputs is None:
@@ -224,7 +232,8 @@ def link_ptx(ltoirs, cc, flags=()) -> bytes:
     `LinkerOptions` spells them `-ftz=true`, which the NVVM inside nvJitLink refuses."""
     from cuda.bindings import nvjitlink
 
-    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-lto", "-ptx", *flags]
+    arch = "sm_" + "".join(str(part) for part in arch_cc(cc))
+    options = [f"-arch={arch}", "-lto", "-ptx", *flags]
     handle = nvjitlink.create(len(options), options)
     try:
         for i, data in enumerate(ltoirs):
@@ -252,7 +261,7 @@ def ptx_to_cubin(ptx: bytes, cc, max_registers=None) -> bytes:
     """PTX to cubin exactly as numba links a whole-program kernel's PTX."""
     from numba.cuda.cudadrv.driver import _Linker
 
-    linker = _Linker(max_registers=max_registers, cc=tuple(cc[:2]))
+    linker = _Linker(max_registers=max_registers, cc=arch_cc(cc))
     linker.add_ptx(ptx)
     cubin = linker.complete()
     return bytes(getattr(cubin, "code", cubin))

@@ -51,6 +51,8 @@ def _submodule(name: str):
         from . import row as module
     elif name == "run":
         from . import run as module
+    elif name == "verify":
+        from . import verify as module
     else:
         raise AssertionError(f"kbuild.build: _WHERE names {name!r}; import it in _submodule")
     return module

@@ -114,7 +114,8 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
                 error="not built: an earlier target failed (use -k to keep going)")
             _progress(progress, rows[target], len(rows), the_plan.total)
     ordered = [rows[t] for t in [*the_plan.targets, *the_plan.failed]]
-    record_build(store, {s.value: sum(r.status == s for r in ordered) for s in RowStatus})
+    record_build(store, {s.value: sum(r.status == s for r in ordered) for s in RowStatus},
+                 project=the_plan.config.name)
     return ordered
 
 

@@ -116,8 +116,9 @@ COMMANDS = (
             help="compile each kernel with its device functions as one program "
                  "(default: device functions as separate objects, linked with LTO)"),
         Opt("--max-size", metavar="SIZE",
-            help="after building, evict least-recently-used entries down to SIZE "
-                 "(default: [store] max_size)"),
+            help="after a build that added to the store, evict least-recently-used "
+                 "entries down to SIZE ('none': no limit; default: $KBUILD_MAX_SIZE, "
+                 "else [store] max_size, else 5GB)"),
         *REMOTE,
         Opt("--executor", metavar="local|dask://HOST:PORT", default=None,
             help="where to compile: local processes (default) or a Dask cluster"),
@@ -157,11 +158,19 @@ COMMANDS = (
                 JSON),
             store_options=False),
     Command("gc", "store_cmds.cmd_gc", "evict least-recently-used entries and orphan blobs", (
-        Opt("--max-size", metavar="SIZE", help="e.g. 500MB (default: [store] max_size; "
-            "without one, only orphan blobs and stale temp files go)"),
+        Opt("--max-size", metavar="SIZE", help="e.g. 500MB, or 'none' (default: "
+            "$KBUILD_MAX_SIZE, else [store] max_size, else 5GB); without a kbuild.toml, "
+            "the store of --store, $KBUILD_STORE or ~/.cache/kbuild"),
         JSON)),
+    Command("config", "config_cmd.cmd_config",
+            "every effective setting and where it came from (command line, environment, "
+            "kbuild.toml, default)", (JSON,)),
     Command("stats", "store_cmds.cmd_stats",
-            "entries, blobs, bytes, and hits/misses/builds of recent builds", (JSON,)),
+            "entries, blobs, bytes; hits, misses and hit rate of builds and zero-config "
+            "processes, store-wide and per project", (
+                JSON,
+                Opt("--zero", action="store_true",
+                    help="forget the counts so far (the store's contents stay)"))),
     Command("status", "project_cmds.cmd_status",
             "which targets are up-to-date, stale or missing, and why (no compile)", (
                 *TARGETS_AND_ARCH, JSON, FULL,
@@ -201,7 +210,7 @@ COMMANDS = (
                 Opt("--format", choices=("dot", "json", "png"), default="dot"),
                 Opt("-o", "--output", metavar="FILE", help="write here instead of stdout"))),
     Command("show", "project_cmds.cmd_show",
-            "a built target's PTX, SASS, or registers and memory per thread", (
+            "a built target's PTX, SASS, or registers and memory per thread and block", (
                 *ONE_TARGET,
                 Either(
                     Opt("--resources", action="store_const", dest="show", const="resources",

@@ -74,6 +74,24 @@ def store_only(args, read_only: bool = False):
     return args._store
 
 
+def project_or_store(args, open_project, needs_project: bool = True):
+    """(project, its store) for gc and clean; (None, the store) when no project file is
+    found and none is named, and the command can do without one (`gc`, `clean --all` on
+    the store of --store, $KBUILD_STORE or the per-user cache: a zero-config user's)."""
+    from ..config import find_config
+    from ..errors import ConfigError
+
+    if args.config or needs_project:
+        project = remember(args, open_project(args.config, args.store))
+        return project, project.store
+    try:
+        find_config()
+    except ConfigError:
+        return None, store_only(args)
+    project = remember(args, open_project(args.config, args.store))
+    return project, project.store
+
+
 def planned(args, read_only: bool = True):
     """(project, plan of the command's targets and --arch) for commands that key targets."""
     from ..build import parse_archs
@@ -84,9 +102,8 @@ def planned(args, read_only: bool = True):
 
 
 def max_size_of(args, config):
-    """--max-size, else the project's [store] max_size (None: no limit); build and gc."""
-    from ..store.maintenance import parse_size
+    """The store's size cap for build and gc (None: no limit): --max-size, else
+    $KBUILD_MAX_SIZE, else the project's [store] max_size, else the default (5 GB)."""
+    from ..store.maintenance import max_size_setting
 
-    if getattr(args, "max_size", None):
-        return parse_size(args.max_size)
-    return config.max_size
+    return max_size_setting(getattr(args, "max_size", None), config)[0]

@@ -74,12 +74,9 @@ def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
     for row in rows:
         done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
         report(done[-1], len(done), len(rows))
-    record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus})
-    if max_size is not None and not args.read_only:
-        from ..store.maintenance import gc
-
-        gc(store, max_size, keep=[r.key for r in rows])
-    return report.finish(done, time.perf_counter() - start)
+    record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus},
+                 project=config.name)
+    return report.finish(done, time.perf_counter() - start)  # nothing added: no eviction
 
 
 class _Selection:
@@ -118,8 +115,7 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
     except KeyboardInterrupt:
         # Finished rows are committed; what was compiling is dropped, its locks released.
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
-    if max_size is not None and not args.read_only:
-        _evict(project.store, max_size, the_plan)
+    _evict(project.store, max_size, the_plan, rows)
     _journal_build(direct, project, the_plan, rows)
     report.mode = direct.describe()
     return report.finish(rows, time.perf_counter() - start)
@@ -189,11 +185,13 @@ def _journal_build(direct, project, the_plan, rows) -> None:
     direct.journal_build(done)
 
 
-def _evict(store, max_size: int, the_plan) -> None:
-    """`build --max-size`: gc down to `max_size`, keeping what was just built."""
-    from ..store.maintenance import gc
+def _evict(store, max_size, the_plan, rows) -> None:
+    """After a build that added to the store: gc down to the size cap when over it,
+    keeping the current targets (`maintenance.evict_after_build`)."""
+    from ..store.maintenance import evict_after_build
 
-    gc(store, max_size, keep=[the_plan.keys[t].digest for t in the_plan.targets])
+    evict_after_build(store, max_size, [the_plan.keys[t].digest for t in the_plan.targets],
+                      added=any(r.status == RowStatus.BUILT for r in rows))
 
 
 def _settings(args, jobs: int) -> dict:
@@ -221,8 +219,9 @@ def cmd_watch(args) -> int:
             _wait_for_a_save(roots, extra)
             forget_project_modules()
     except KeyboardInterrupt:
-        error("interrupted")
-        return EXIT_INTERRUPTED
+        # Ctrl-C is how a watch is meant to end (the build in progress, if any, with it).
+        print("\nkbuild watch: stopped", flush=True)
+        return EXIT_OK
 
 
 def _wait_for_a_save(roots, extra) -> None:
@@ -318,7 +317,7 @@ def cmd_init(args) -> int:
              "are launched with)" if result["lazy"] else ""))
     for name in result["lazy"]:
         print(f"  lazy: {name}")
-    print("next: kbuild status, then kbuild build")
+    print(f"next: {result['next']}")
     return EXIT_OK
 
 
@@ -431,23 +430,25 @@ def _same_text(change) -> str:
 
 def cmd_clean(args) -> int:
     from ..project import open_project
+    from ..store.maintenance import clean_store
+    from .common import project_or_store
 
-    project = remember(args, open_project(args.config, args.store))
-    project.store.claim()  # a folder that is not kbuild's is refused, not cleaned
-    if not project.store.exists():
+    project, store = project_or_store(args, open_project, needs_project=not args.all)
+    store.claim()  # a folder that is not kbuild's is refused, not cleaned
+    if not store.exists():
         if not args.json:
-            print(f"nothing to clean: store {project.store.root} does not exist yet")
+            print(f"nothing to clean: store {store.root} does not exist yet")
             return EXIT_OK
         result = dict.fromkeys(("entries", "objects", "blobs", "bytes", "failures"), 0)
     else:
-        result = project.clean(everything=args.all)
+        result = project.clean(everything=args.all) if project else clean_store(store)
     if args.json:
         print_json(result)
     else:
         n = result.get("failures", 0)
         records = f", {n} failure record{'s' if n != 1 else ''}" if n else ""
         print(f"removed {result['entries']} entries and {result['blobs']} blobs "
-              f"({size(result['bytes'])}){records} from {project.store.root}")
+              f"({size(result['bytes'])}){records} from {store.root}")
     return EXIT_OK
 
 
@@ -567,9 +568,10 @@ def _print_shown(row, what: str, several: bool) -> None:
     label = f"{row['target']} {row['signature']} {row['arch']}"
     if what == "resources":
         r = row["resources"]
-        print(f"{label}: {r.get('registers', '?')} registers, {size(r.get('local_bytes', 0))} "
-              f"local, {size(r.get('shared_bytes', 0))} shared per "
-              f"{'thread' if not r.get('shared_bytes') else 'thread / block'}")
+        # Registers and local memory are each thread's; static shared memory the block's.
+        print(f"{label}: {r.get('registers', '?')} registers and "
+              f"{size(r.get('local_bytes', 0))} local per thread, "
+              f"{size(r.get('shared_bytes', 0))} shared per block")
         return
     if several:
         print(f"// kbuild: {label}")

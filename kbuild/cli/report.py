@@ -37,6 +37,10 @@ class BuildReport:
         self.colour = terminal and colour_wanted()
         self.bar = ProgressBar(the_plan.total) if not args.json and not args.quiet and \
             sys.stderr.isatty() else None
+        # A pipe or a CI log gets a line every few seconds instead (stderr: --json's
+        # stdout stays one object), so a long build is never silent.
+        self.lines = ProgressLines(the_plan.total) if not args.quiet and \
+            not sys.stderr.isatty() else None
         self.first_errors: dict = {}  # (kernel, error head) -> label of the row that showed it
         order = [*the_plan.targets, *the_plan.failed]
         self.order = {(t.name, t.signature, t.arch): i for i, t in enumerate(order)}
@@ -50,16 +54,22 @@ class BuildReport:
             self._print_row(row)
         if self.bar:
             self.bar(row, done, total)
+        if self.lines:
+            self.lines(row, done, total)
 
     def started(self, target) -> None:
         """The build began compiling (or linking) `target`: the bar names what is in flight."""
         if self.bar:
             self.bar.started(target)
+        if self.lines:
+            self.lines.started(target)
 
     def finish(self, rows, seconds: float, interrupted: bool = False) -> int:
         """Print what is left to print and the summary; the build's exit code."""
         if self.bar:
             self.bar.clear()
+        if self.lines:
+            self.lines.stop()
         rows = sorted(rows, key=self._position)
         summary = {s.value: sum(r.status == s for r in rows) for s in RowStatus}
         summary["seconds"] = round(seconds, 3)
@@ -143,6 +153,13 @@ class BuildReport:
         """The row's error; a compile error with the kernel's file:line first, and only
         once per kernel: its other rows name the row that showed it (-v: every time)."""
         if row.key is None:  # an import failure: already one line with its file:line
+            # One module's syntax error fails every target it declares: said once.
+            cause = row.error.partition(": ")[2] if row.error.startswith("target '") \
+                else row.error
+            seen = self.first_errors.setdefault(("import", cause),
+                                                f"{row.target} {row.signature} {row.arch}")
+            if seen != f"{row.target} {row.signature} {row.arch}" and not self.verbose:
+                return f"same error as {seen}"
             return row.error
         head = row.error.splitlines()[0]
         seen = self.first_errors.setdefault((row.target, head), f"{row.signature} {row.arch}")
@@ -209,6 +226,82 @@ class ProgressBar:
     def clear(self):
         sys.stderr.write("\r" + " " * self.width + "\r")
         sys.stderr.flush()
+
+
+class ProgressLines:
+    """Progress for a pipe or a CI log, where a self-rewriting bar cannot be drawn and a
+    silent job may be killed: on stderr, `kbuild: 12/40 done, 3 compiling (9 built, 3
+    cached)` at most once every `interval` seconds as targets start and finish, and from
+    a heartbeat thread while nothing finishes. A build shorter than `interval` prints none.
+
+    `interval` defaults to $KBUILD_PROGRESS_INTERVAL, else 5 s; 0 prints a line on every
+    start and finish and needs no heartbeat. `clock` and `write` are the time source and
+    the output (tests drive both: they count lines, never seconds)."""
+
+    def __init__(self, total: int, interval: float | None = None, clock=None, write=None):
+        import threading
+        import time
+
+        self.total, self.done, self.counts = total, 0, {}
+        self.running: dict = {}
+        self.interval = _progress_interval() if interval is None else interval
+        self.clock = clock or time.monotonic
+        self.write = write or _to_stderr
+        self.last = self.clock()  # the build's start: the first line comes `interval` later
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = None
+        if self.interval > 0 and write is None:
+            self.thread = threading.Thread(target=self._beat, daemon=True,
+                                           name="kbuild-progress")
+            self.thread.start()
+
+    def __call__(self, row, done, total):
+        with self.lock:
+            self.done, self.total = done, total
+            self.running.pop((row.target, row.signature, row.arch), None)
+            self.counts[str(row.status)] = self.counts.get(str(row.status), 0) + 1
+            self._maybe_say()
+
+    def started(self, target) -> None:
+        with self.lock:
+            self.running[(target.name, target.signature, target.arch)] = True
+            self._maybe_say()
+
+    def beat(self) -> None:
+        """What the heartbeat does each `interval`: a line when one is due."""
+        with self.lock:
+            self._maybe_say()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def line(self) -> str:
+        parts = ", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
+        return (f"kbuild: {self.done}/{self.total} done, {len(self.running)} compiling"
+                + (f" ({parts})" if parts else ""))
+
+    def _maybe_say(self) -> None:
+        now = self.clock()
+        if not self.stopped.is_set() and now - self.last >= self.interval:
+            self.last = now
+            self.write(self.line())
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.beat()
+
+
+def _progress_interval() -> float:
+    try:
+        return max(0.0, float(os.environ.get("KBUILD_PROGRESS_INTERVAL", "") or 5.0))
+    except ValueError:
+        return 5.0
+
+
+def _to_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 _FILE_LINE = re.compile(r'File "(?P<file>[^"]+\.py)", line (?P<line>\d+)'

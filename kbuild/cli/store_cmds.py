@@ -16,12 +16,17 @@ ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
 def cmd_gc(args) -> int:
     from ..project import open_project
     from ..store.maintenance import gc
+    from .common import project_or_store
 
-    project = remember(args, open_project(args.config, args.store))
-    max_size = max_size_of(args, project.config)
-    keep = _current_keys(project)
-    result = gc(project.store, max_size, keep)
-    result.update(_over_limit(project, max_size, keep, result))
+    project, store = project_or_store(args, open_project, needs_project=False)
+    max_size = max_size_of(args, project.config if project else None)
+    keep = _current_keys(project) if project else []
+    result = gc(store, max_size, keep)
+    if project:
+        result.update(_over_limit(project, max_size, keep, result))
+    else:
+        result.update(over_limit=max_size is not None and result["bytes"] > max_size,
+                      pinned_entries=0, pinned_bytes=0)
     if args.json:
         result["warnings"] = warnings(args)
         print_json(result)
@@ -58,19 +63,32 @@ def _over_limit(project, max_size, keep, result) -> dict:
             "pinned_bytes": pinned_bytes}
 
 
+_EVICTED_SHOWN = 20  # evicted targets a human reads; --json has every one
+
+
 def _print_gc(result: dict) -> None:
     print(f"evicted {result['evicted_entries']} entries, removed {result['removed_blobs']} "
           f"blobs, {result['removed_temp_files']} temp files and {result['removed_facts']} "
           f"facts files, freed "
           f"{size(result['freed_bytes'])}; the store now holds {result['blobs']} blobs "
           f"({size(result['bytes'])})")
-    for target in result["evicted"]:
-        print(f"  evicted {target}")
+    shown = result["evicted_targets"]
+    for row in shown[:_EVICTED_SHOWN]:
+        print(f"  evicted {row['target']} {row['signature']} {row['arch']}")
+    if len(shown) > _EVICTED_SHOWN:
+        print(f"  ... and {len(shown) - _EVICTED_SHOWN} more (--json lists them all)")
 
 
 def cmd_stats(args) -> int:
-    from ..store.maintenance import stats
+    from ..store.maintenance import stats, zero_stats
 
+    if args.zero:
+        zeroed = zero_stats(store_only(args))
+        if args.json:
+            print_json({"store": str(args._store.root), "zeroed": zeroed})
+        else:
+            print(f"statistics of store {args._store.root} zeroed")
+        return EXIT_OK
     result = stats(store_only(args, read_only=True))
     if args.json:
         print_json(result)
@@ -84,14 +102,33 @@ def _print_stats(result: dict) -> None:
     print(f"entries      {result['entries']}")
     print(f"objects      {result['objects']}")
     print(f"blobs        {result['blobs']} ({size(result['bytes'])})")
-    print(f"last {result['recent_builds']} builds: {result['hits']} hits, "
-          f"{result['misses']} misses, {result['builds']} built, {result['failures']} failed")
+    print(f"runs         {_runs(result)}")
+    print(f"hit rate     {_hit_rate(result)}")
+    if result["projects"]:
+        print("per project")
+    for name, counts in result["projects"].items():
+        rate = "-" if counts["hit_rate"] is None else f"{100 * counts['hit_rate']:.1f}%"
+        print(f"  {name}: {rate} ({counts['hits']} hits, {counts['misses']} misses) over "
+              f"{counts['runs']} runs, {counts['zeroconf_runs']} of them zero-config")
     if result["remote_hits"] or result["remote_misses"] or result["remote_bytes_pushed"]:
         print(f"remote       {result['remote_hits']} hits, {result['remote_misses']} misses, "
               f"{size(result['remote_bytes_fetched'])} fetched, "
               f"{size(result['remote_bytes_pushed'])} pushed"
               + (f", {result['remote_rejected']} rejected" if result["remote_rejected"] else "")
               + (f", {result['remote_errors']} unreachable" if result["remote_errors"] else ""))
+
+
+def _runs(counts: dict) -> str:
+    zeroconf = counts["zeroconf_runs"]
+    return (f"{counts['runs'] - zeroconf} builds and {zeroconf} zero-config processes "
+            "since the last --zero")
+
+
+def _hit_rate(counts: dict) -> str:
+    """'87.5% (35 hits, 5 misses: 4 built, 1 failed, 0 left to numba)'."""
+    rate = "-" if counts["hit_rate"] is None else f"{100 * counts['hit_rate']:.1f}%"
+    return (f"{rate} ({counts['hits']} hits, {counts['misses']} misses: {counts['builds']} "
+            f"built, {counts['failures']} failed, {counts['fallbacks']} left to numba)")
 
 
 def cmd_cat(args) -> int:

@@ -382,7 +382,7 @@ class _StoreCheck:
                                             if "/entries/" in f"/{rel}" else 1 << 30)
             except OSError:
                 return f"{what} cannot be read"
-            if digest(data) != record[5]:
+            if digest(_own_bytes(rel, data)) != record[5]:
                 return f"{what} changed"
             self.refreshed[rel] = tree.identity(info) + [record[5]]
         if rel.startswith(f"{LAYOUT}/entries/") and not self.store.read_only \
@@ -430,6 +430,19 @@ def _what(rel: str) -> str:
 def _tid(target: Target) -> str:
     """A target's name in the journal (its launch configuration too, when it has one)."""
     return _ident(target.name, target.signature, target.arch, launch_json(target.launch))
+
+
+def _own_bytes(rel: str, data: bytes) -> bytes:
+    """A store file's bytes as its digest names them: a blob's unpacked (it is named by
+    its uncompressed bytes, see store/blobformat.py), anything else as it is."""
+    from ..store import blobformat
+
+    if f"{LAYOUT}/blobs/" not in rel:
+        return data
+    try:
+        return blobformat.decode(data, 1 << 30)
+    except ValueError:
+        return data  # not a blob this kbuild can unpack: its digest will not match
 
 
 def _ident(name, signature, arch, launch) -> str:

@@ -32,8 +32,9 @@ from pathlib import Path
 from ..artifacts import RECORD_KIND, BinaryError, artifact_facts
 from ..errors import StoreError
 from ..keying.encode import digest
-from . import tree
+from . import blobformat, tree
 from .locks import StoreLock
+from .trust import check_owner
 from .manifest import (HEX32, MANIFEST_SCHEMA, EntryProblem, artifact_problem, is_object,
                        is_output, is_target, load_json, parse_manifest)
 
@@ -69,6 +70,9 @@ class CorruptBlob(Exception):
 
     def named_by_entry(self) -> str:
         """How an entry naming this blob is described: 'names corrupt blob X (...)'."""
+        if self.state.startswith("of "):  # "of an unknown format"
+            return f"names blob {self.name}, {self.state}" + \
+                (f" ({self.detail})" if self.detail else "")
         return f"names {self.state} blob {self.name}" + (f" ({self.detail})" if self.detail else "")
 
 
@@ -121,6 +125,8 @@ class Store:
         self._cannot_write: str | None = None
         self._touched: set[str] = set()  # entries marked used by this process
         self._claimed = False  # the root was checked to be kbuild's to write
+        self._trusted = False  # the root was checked to be the user's (see `trust`)
+        self._lengths: dict[str, int] = {}  # blob -> its uncompressed length, as written
 
     # -- set-up -------------------------------------------------------------
 
@@ -134,10 +140,19 @@ class Store:
                         "pass --store DIR or set KBUILD_STORE to a writable directory")
                 return
 
+    def trust(self) -> None:
+        """Fail unless the store's folders are the user's or root's, or the user trusts
+        them (`trust.check_owner`). Every read of an entry or a blob, and every write,
+        passes here first; once per store object that finds them so."""
+        if not self._trusted:
+            check_owner(self.root, LAYOUT)
+            self._trusted = self.root.exists()
+
     def claim(self) -> None:
         """Fail, creating nothing, unless the root is kbuild's to write: absent, empty, or
         marked as a store (see `store_root_problem`). Everything that creates or removes
         files in the store (a build, gc, clean, import, a remote's fill) passes here first."""
+        self.trust()
         if self._claimed or self.read_only:
             return
         problem = store_root_problem(self.root)
@@ -203,7 +218,8 @@ class Store:
         name = digest(data)
         # A damaged copy under the right name is replaced, not trusted by its name.
         if not self._holds(name, len(data)):
-            self._write(f"{LAYOUT}/{blob_relpath(name)}", data)
+            self._write(f"{LAYOUT}/{blob_relpath(name)}", blobformat.encode(data))
+        self._lengths[name] = len(data)
         if self.ledger is not None:
             self.ledger.blob(name, tree.lstat(self.root, f"{LAYOUT}/{blob_relpath(name)}"))
         return name
@@ -223,22 +239,40 @@ class Store:
             raise
 
     def _read_verified(self, name: str, size: int | None) -> bytes:
+        self.trust()
         if not isinstance(name, str) or not HEX32.match(name):
             raise CorruptBlob(str(name)[:40], "not a blob name", "32 hex digits")
         rel = f"{LAYOUT}/{blob_relpath(name)}"
+        cap = MAX_BLOB if size is None else size
         try:
-            data, info = tree.read_file(self.root, rel, MAX_BLOB if size is None else size)
+            # An envelope is never longer than the bytes it holds (see blobformat.encode).
+            stored, info = tree.read_file(self.root, rel, cap + blobformat.HEADER_SIZE)
         except (FileNotFoundError, NotADirectoryError):
             raise CorruptBlob(name, "missing") from None
         except OSError as exc:
             self._remove(rel)
             raise CorruptBlob(name, "unreadable", str(exc.strerror or exc)) from None
-        if digest(data) != name:
-            self._remove(rel)
-            raise CorruptBlob(name, "corrupt", "its bytes do not match its hash")
+        data = self._unpacked(name, rel, stored, cap)
         if self.ledger is not None:
             self.ledger.blob(name, info)
         return data
+
+    def _unpacked(self, name: str, rel: str, stored: bytes, cap: int) -> bytes:
+        """A blob file's bytes (unpacked, see `blobformat`), verified against `name`."""
+        try:
+            data = blobformat.decode(stored, cap)
+        except blobformat.UnknownFormat as exc:
+            if len(stored) <= cap and digest(stored) == name:
+                return stored  # plain bytes that happen to begin with the envelope's magic
+            raise CorruptBlob(name, "of an unknown format", str(exc)) from None
+        except blobformat.Malformed:
+            data = None
+        if data is not None and digest(data) == name:
+            return data
+        if blobformat.is_packed(stored) and len(stored) <= cap and digest(stored) == name:
+            return stored  # as above
+        self._remove(rel)
+        raise CorruptBlob(name, "corrupt", "its bytes do not match its hash")
 
     def blob_names(self):
         """Every well-named regular blob file, found without following a link."""
@@ -273,10 +307,11 @@ class Store:
     def _holds(self, name: str, size: int) -> bool:
         """Whether the blob file exists, is regular and matches its name."""
         try:
-            data, _ = tree.read_file(self.root, f"{LAYOUT}/{blob_relpath(name)}", size)
-        except OSError:
+            stored, _ = tree.read_file(self.root, f"{LAYOUT}/{blob_relpath(name)}",
+                                       size + blobformat.HEADER_SIZE)
+            return digest(blobformat.decode(stored, size)) == name or digest(stored) == name
+        except (OSError, ValueError):
             return False
-        return digest(data) == name
 
     # -- entries ------------------------------------------------------------
 
@@ -384,7 +419,9 @@ class Store:
                 if HEX32.match(name) else None
             if not _regular(info):
                 raise StoreError(f"internal error: committing {key} before blob {name}")
-            sizes[kind] = info.st_size
+            # The blob's own length, not its file's: what a read (here or from a remote,
+            # which holds it unpacked) may return.
+            sizes[kind] = self._blob_length(name, info)
         manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key, sizes=sizes)
         text = json.dumps(manifest, sort_keys=True, indent=1)
         self._write(f"{LAYOUT}/{entry_relpath(key)}", text.encode())
@@ -395,6 +432,17 @@ class Store:
         if push and self.remote is not None:
             self.remote.push(self, key, text)
 
+    def _blob_length(self, name: str, info) -> int:
+        """The uncompressed length of blob `name` (whose file's stat is `info`)."""
+        if name in self._lengths:
+            return self._lengths[name]
+        try:
+            head, _ = tree.read_file(self.root, f"{LAYOUT}/{blob_relpath(name)}", info.st_size)
+        except OSError:
+            return info.st_size
+        found = blobformat.length(head[:blobformat.HEADER_SIZE])
+        return info.st_size if found is None else found
+
     def remove_entry(self, key: str) -> None:
         self._remove(f"{LAYOUT}/{entry_relpath(key)}")
 
@@ -404,6 +452,7 @@ class Store:
         `memo`, a dict the caller keeps between calls, spares reading again the files
         read before: by the file's identity, as blob facts are (a commit replaces the
         file, and a touch changes its time, so either is read again)."""
+        self.trust()
         for folder, _ in self._subdirs(f"{LAYOUT}/entries"):
             for name, info in tree.listing(self.root, f"{LAYOUT}/entries/{folder}"):
                 key = name[:-5]
@@ -467,6 +516,7 @@ class Store:
 
     def _read_entry(self, key: str):
         """(text, stat) of entry `key`'s file, or None (absent; damaged ones are removed)."""
+        self.trust()
         if not HEX32.match(key):
             return None
         try:

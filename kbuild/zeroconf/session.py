@@ -93,6 +93,27 @@ class Session:
         self._live = None  # (journal target id, live digest) of the compile being served
         for message in settings.warnings:
             self.warn(message)
+        import atexit
+
+        atexit.register(self.log_counts)
+
+    def log_counts(self) -> None:
+        """Add what this process asked of the store to its stats log (`kbuild stats`), once,
+        at exit: one small append, nothing on the way to a launch."""
+        from ..store.statslog import ZEROCONF_SOURCE, record_build
+
+        counts = {"cached": self.counts["hits"], "built": self.counts["built"],
+                  "fallback": self.counts["fallback"]}
+        if not any(counts.values()) or self.__dict__.get("_logged"):
+            return
+        self._logged = True
+        try:
+            if self.store.exists():
+                self.store.trust()
+                record_build(self.store, counts, project=self.settings.name,
+                             source=ZEROCONF_SOURCE)
+        except Exception:  # noqa: BLE001 - statistics never fail the program at its exit
+            pass
 
     def _journal(self, wanted):
         """The program journal (`journal`), unless turned off; saved at exit."""

@@ -19,11 +19,18 @@ PTH = "kbuild-enable.pth"
 # kbuild is enabled when the program imports either compiler.
 _WATCHED = ("numba.cuda", "numba_cuda_mlir")
 _waiting: list = []  # the enabling function while it waits for an import
+# Whether start() ran in this process. site.py can read one site-packages folder twice
+# (a venv's `lib64` is a link to `lib`, and both are on its list of folders), and with it
+# the .pth line: a second start() would say each problem twice.
+_started: list = []
 
 
 def start() -> None:
     """Called by the .pth line when KBUILD_ENABLE is set: enable kbuild once numba.cuda
-    or numba_cuda_mlir is imported (now, if one already is)."""
+    or numba_cuda_mlir is imported (now, if one already is). Once per process."""
+    if _started:
+        return
+    _started.append(True)
     try:
         from .settings import from_environment
 

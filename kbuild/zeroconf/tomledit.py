@@ -1,12 +1,15 @@
-"""Recorded kernels written into a project file, editing its text rather than rewriting it.
+"""Recorded kernels written into a project file, editing it rather than rewriting it.
 
-A kbuild.toml is the user's: its comments, order and spelling stay. New kernels become new
-`[kernels."module:attr"]` tables at the end (in name order); a declared kernel's new
-signatures are appended to its `signatures` array (new launch configurations to its
-`launch` array, or a new `launch` line); a commented-out placeholder `kbuild init` left for
-a lazy kernel is replaced by the real table. Nothing else changes. The result is read back
-(tomllib) and must declare everything recorded, else nothing is written. In a
-pyproject.toml the tables are `[tool.kbuild.kernels."..."]`.
+A kbuild.toml is the user's: its comments, order, spelling and line endings stay. The
+edit goes through tomlkit, a TOML parser that keeps all of them (every string, table and
+array form TOML has: triple-quoted strings, inline tables, non-ASCII names, CRLF files). New
+kernels become new `[kernels."module:attr"]` tables at the end (in name order); a declared
+kernel's new signatures are appended to its `signatures` array (new launch
+configurations to its `launch` array, or a new `launch` key); a commented-out placeholder
+`kbuild init` left for a lazy kernel is replaced by the real table. Nothing else changes.
+The result is read back (tomllib, as every command reads it) and must declare
+everything recorded, else nothing is written. In a pyproject.toml the tables are
+`[tool.kbuild.kernels."..."]`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ import re
 import tomllib
 from pathlib import Path
 
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import InlineTable
+
+from ..config import parse_toml
 from ..errors import ConfigError
 
 HEADER = "# Written by `kbuild run --record`: the kernels and signatures a run launched.\n"
@@ -26,41 +34,90 @@ def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=("sm_80",
     into the project file `path` (created when missing). Returns what was added:
     {"file", "created", "added": [[kernel, signature], ...], "launches": [[kernel, launch]]}."""
     created = not path.exists()
-    text = _new_file(name, paths, archs) if created else path.read_text(encoding="utf-8")
+    # Bytes, not text mode: universal newlines would turn a CRLF file into an LF one.
+    text = _new_file(name, paths, archs) if created else \
+        path.read_bytes().decode("utf-8", "surrogateescape")
     prefix = "tool.kbuild." if path.name == "pyproject.toml" else ""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML, nothing recorded into it: {exc}") from None
-    declared = _kernels_table(data, prefix)
+    newline = "\r\n" if "\r\n" in text else "\n"
+    doc = _parse(path, text)
+    undeclared = [k for k in sorted(kernels) if k not in (_kernels_table(doc, prefix) or {})]
+    if any(_header(prefix, k, commented=True).search(text) for k in undeclared):
+        for kernel in undeclared:
+            text = _drop_placeholder(text, prefix, kernel)
+        doc = _parse(path, text)
+    declared = _kernels_table(doc, prefix)
     added, launches, new_tables = [], [], []
     for kernel in sorted(kernels):
         want = kernels[kernel]
         signatures = sorted(set(want["signatures"]))
         wanted_launch = [_launch_value(x) for x in want.get("launch") or ()]
-        have = declared.get(kernel)
+        have = declared.get(kernel) if declared is not None else None
         if have is None:
-            new_tables.append(_table(prefix, kernel, signatures, wanted_launch))
-            text = _drop_placeholder(text, prefix, kernel)
+            new_tables.append((kernel, signatures, wanted_launch))
             added += [[kernel, s] for s in signatures]
             launches += [[kernel, x] for x in wanted_launch]
             continue
         if not isinstance(have, dict):
             raise ConfigError(f"{path}: kernel '{kernel}' is not a table; add "
                               f"{', '.join(signatures)} to it by hand")
-        new = [s for s in signatures if s not in have.get("signatures", [])]
-        known = [_launch_value(x) for x in have.get("launch", []) if isinstance(x, dict)]
-        new_launch = [x for x in wanted_launch if x not in known]
-        if new or new_launch:
-            text = _extend_table(path, text, prefix, kernel, new, new_launch)
+        new, new_launch = _extend(path, kernel, have, signatures, wanted_launch)
         added += [[kernel, s] for s in new]
         launches += [[kernel, x] for x in new_launch]
-    if new_tables:
-        text = text.rstrip("\n") + "\n\n" + "\n\n".join(new_tables) + "\n"
+    text = _with_new_tables(doc, declared, prefix, new_tables)
+    text = re.sub(r"(?<!\r)\n", newline, text) if newline == "\r\n" else text
     _check(path, text, prefix, kernels)
     if added or launches or created:
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
     return {"file": str(path), "created": created, "added": added, "launches": launches}
+
+
+def _parse(path: Path, text: str):
+    try:
+        parse_toml(text, path)  # tomllib's verdict (and the nesting bound) first
+        return tomlkit.parse(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML, nothing recorded into it: {exc}") from None
+    except (TOMLKitError, ValueError) as exc:
+        raise ConfigError(f"{path}: kbuild cannot edit this file ({exc}); add the recorded "
+                          "signatures by hand") from None
+
+
+def _extend(path, kernel: str, have, signatures, wanted_launch):
+    """Append what is new to a declared kernel's table (a `[kernels."..."]` table or an
+    inline one); returns (new signatures, new launches)."""
+    declared = have.get("signatures", [])
+    new = [s for s in signatures if s not in declared]
+    known = [_launch_value(x) for x in have.get("launch", []) if isinstance(x, dict)]
+    new_launch = [x for x in wanted_launch if x not in known]
+    for key, items in (("signatures", new), ("launch", [_launch_item(x) for x in new_launch])):
+        if not items:
+            continue
+        if key not in have:
+            have[key] = tomlkit.array()
+        if not isinstance(have[key], list):
+            raise ConfigError(f"{path}: kernel '{kernel}' has a '{key}' that is not an array; "
+                              "add the recorded ones to it by hand")
+        have[key].extend(items)
+    return new, new_launch
+
+
+def _with_new_tables(doc, declared, prefix: str, new_tables) -> str:
+    """The document's text with a table per new kernel: appended as text at the end (a
+    `[kernels."..."]` table), or into an inline `kernels = {...}` table where the file
+    declares them so."""
+    if declared is not None and isinstance(declared, InlineTable):
+        for kernel, signatures, launch in new_tables:
+            table = tomlkit.inline_table()
+            table["signatures"] = signatures
+            if launch:
+                table["launch"] = [_launch_item(x) for x in launch]
+            declared[kernel] = table
+        new_tables = []
+    text = tomlkit.dumps(doc)
+    if new_tables:
+        text = text.rstrip("\r\n") + "\n\n" + "\n\n".join(
+            _table(prefix, *table) for table in new_tables) + "\n"
+    return text
 
 
 def _new_file(name: str, paths, archs) -> str:
@@ -69,15 +126,18 @@ def _new_file(name: str, paths, archs) -> str:
             f"arch = [{', '.join(_q(a) for a in archs)}]\n")
 
 
-def _kernels_table(data: dict, prefix: str) -> dict:
+def _kernels_table(data, prefix: str):
+    """The kernels table under `prefix` ({} when not a table), or None when absent."""
     for part in prefix.split(".")[:-1]:
         data = data.get(part, {}) if isinstance(data, dict) else {}
-    found = data.get("kernels", {}) if isinstance(data, dict) else {}
-    return found if isinstance(found, dict) else {}
+    found = data.get("kernels") if isinstance(data, dict) else None
+    return None if found is None else found if isinstance(found, dict) else {}
 
 
 def _q(text: str) -> str:
-    return json.dumps(text)
+    """A TOML basic string. Not ASCII-escaped: JSON would write a character outside the
+    BMP as a surrogate pair, which TOML refuses (`\\ud83d` is no Unicode scalar value)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _launch_value(item: dict) -> dict:
@@ -87,6 +147,11 @@ def _launch_value(item: dict) -> dict:
         return value + [1] * (3 - len(value))
     return {"grid": dims(item["grid"]), "block": dims(item["block"]),
             "shared": int(item.get("shared", 0))}
+
+
+def _launch_item(item: dict):
+    """A launch as the inline table `_launch_text` spells (tomlkit keeps its spelling)."""
+    return tomlkit.parse("launch = " + _launch_text(item))["launch"]
 
 
 def _launch_text(item: dict) -> str:
@@ -110,7 +175,7 @@ def _header(prefix: str, kernel: str, commented: bool = False) -> re.Pattern:
     quoted = "(?:" + re.escape(_q(kernel)) + "|" + re.escape(f"'{kernel}'") + ")"
     lead = r"[ \t]*#[ \t]*" if commented else r"[ \t]*"
     return re.compile(rf"^{lead}\[[ \t]*{re.escape(prefix)}kernels[ \t]*\.[ \t]*{quoted}"
-                      rf"[ \t]*\][ \t]*(?:#.*)?$", re.M)
+                      rf"[ \t]*\][ \t]*(?:#[^\r\n]*)?\r?$", re.M)
 
 
 def _drop_placeholder(text: str, prefix: str, kernel: str) -> str:
@@ -123,138 +188,15 @@ def _drop_placeholder(text: str, prefix: str, kernel: str) -> str:
     before = text.rfind("\n", 0, max(start - 1, 0)) + 1
     if start > 0 and "a lazy kernel" in text[before:start]:
         start = before
-    following = re.compile(r"\n[ \t]*#[ \t]*signatures[ \t]*=.*").match(text, end)
+    following = re.compile(r"\r?\n[ \t]*#[ \t]*signatures[ \t]*=[^\r\n]*").match(text, end)
     if following:
         end = following.end()
-    return text[:start] + text[end:].lstrip("\n")
-
-
-def _extend_table(path, text: str, prefix: str, kernel: str, signatures, launch) -> str:
-    match = _header(prefix, kernel).search(text)
-    if match is None:
-        raise ConfigError(f"{path}: kernel '{kernel}' is declared in a form kbuild cannot "
-                          f"edit; add {', '.join(signatures) or 'its launch'} to it by hand")
-    body_end = _table_end(text, match.end())
-    if signatures:
-        text = _append_to_array(path, text, match.end(), body_end, "signatures",
-                                [_q(s) for s in signatures])
-        body_end = _table_end(text, match.end())
-    if launch:
-        items = [_launch_text(x) for x in launch]
-        if _key_line(text, match.end(), body_end, "launch") is None:
-            # A new line after the signatures array (or at the table's end).
-            sig = _key_line(text, match.end(), body_end, "signatures")
-            at = text.find("\n", _closing_bracket(text, sig.end() - 1)) + 1 if sig else 0
-            if at <= 0:
-                at = body_end
-            head = text[:at] if text[:at].endswith("\n") or not at else text[:at] + "\n"
-            text = head + "launch = [" + ", ".join(items) + "]\n" + text[at:]
-        else:
-            text = _append_to_array(path, text, match.end(), body_end, "launch", items)
-    return text
-
-
-def _table_end(text: str, start: int) -> int:
-    """Where the table whose header ends at `start` ends: the next header line, or EOF."""
-    found = re.compile(r"^[ \t]*\[", re.M).search(text, start)
-    while found is not None and _inside_array(text, start, found.start()):
-        found = re.compile(r"^[ \t]*\[", re.M).search(text, found.end())
-    return found.start() if found else len(text)
-
-
-def _inside_array(text: str, start: int, position: int) -> bool:
-    """Whether `position` lies inside an array opened after `start` (a `[` line within a
-    multi-line array is not a header)."""
-    depth, i = 0, start
-    while i < position:
-        i, char = _next_char(text, i)
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-    return depth > 0
-
-
-def _key_line(text: str, start: int, end: int, key: str):
-    return re.compile(rf"^[ \t]*{re.escape(key)}[ \t]*=[ \t]*\[", re.M).search(text, start, end)
-
-
-def _append_to_array(path, text: str, start: int, end: int, key: str, items) -> str:
-    found = _key_line(text, start, end, key)
-    if found is None:
-        raise ConfigError(f"{path}: a kernel table has no '{key} = [' line kbuild can extend; "
-                          f"add {', '.join(items)} by hand")
-    close = _closing_bracket(text, found.end() - 1)
-    inner = text[found.end():close]
-    if "\n" not in inner:  # one line: ["a", "b"]
-        body = inner.rstrip().rstrip(",").rstrip()
-        joined = (body + ", " if body.strip() else "") + ", ".join(items)
-        return text[:found.end()] + joined + text[close:]
-    line_start = text.rfind("\n", 0, close) + 1
-    last_item = inner.rstrip().rsplit("\n", 1)[-1]
-    indent = re.match(r"[ \t]*", last_item).group(0) or "    "
-    value_end, last = _last_value(text, found.end(), close)
-    if last not in (",", "["):  # the last item has no comma after it (a comment may follow)
-        text = text[:value_end] + "," + text[value_end:]
-        line_start += 1
-    added = "".join(f"{indent}{item},\n" for item in items)
-    return text[:line_start] + added + text[line_start:]
-
-
-def _last_value(text: str, start: int, end: int):
-    """(where the last item before `end` ends, the last structural character: ',' when it
-    is followed by a comma, '[' when the array is empty)."""
-    i, value_end, last = start, start, "["
-    while i < end:
-        j, char = _next_char(text, i)
-        if char == "" and text[i] in "\"'":
-            value_end, last = j, "value"
-        elif char == ",":
-            last = ","
-        elif char and not char.isspace():
-            value_end, last = j, "value"
-        i = j
-    return value_end, last
-
-
-def _closing_bracket(text: str, open_at: int) -> int:
-    depth, i = 0, open_at
-    while i < len(text):
-        i, char = _next_char(text, i)
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-            if depth == 0:
-                return i - 1
-    raise ValueError("unclosed array")
-
-
-def _next_char(text: str, i: int):
-    """(index after the next structural character, it) from `i`: strings and comments are
-    skipped whole (their brackets are not structure), other characters returned as is."""
-    char = text[i]
-    if char == "#":
-        newline = text.find("\n", i)
-        return (len(text) if newline < 0 else newline), ""
-    if char in "\"'":
-        triple = text.startswith(char * 3, i)
-        quote = char * 3 if triple else char
-        j = i + len(quote)
-        while j < len(text):
-            if char == '"' and text[j] == "\\":
-                j += 2
-                continue
-            if text.startswith(quote, j):
-                return j + len(quote), ""
-            j += 1
-        return len(text), ""
-    return i + 1, char
+    return text[:start] + text[end:].lstrip("\r\n")
 
 
 def _check(path: Path, text: str, prefix: str, kernels: dict) -> None:
     try:
-        found = _kernels_table(tomllib.loads(text), prefix)
+        found = _kernels_table(parse_toml(text, path), prefix) or {}
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: recording into it would break it ({exc}); nothing was "
                           "written") from None
