@@ -283,7 +283,7 @@ class Keyer:
         if not path:
             cannot_key(where, f"class {cls.__qualname__} (no source file)")
         value = ("project-class", cls.__module__, cls.__qualname__,
-                 self._sources.file_digest(path))
+                 self._sources.file_digest(path)) + made_at_import(cls)
         return leaf(label, value, f"class {cls.__qualname__} (module {cls.__module__} source)")
 
     def _declared_function(self, label, declared) -> KeyNode:
@@ -297,6 +297,25 @@ class Keyer:
     def _is_project_object(self, value) -> bool:
         module = getattr(value, "__module__", None)
         return isinstance(module, str) and self._sources.is_project_module(module)
+
+
+def made_at_import(cls) -> tuple:
+    """What numba sees of a class that its module's source does not say: a namedtuple's
+    fields and their order (`namedtuple("P", other.FIELDS)`, or fields from the
+    environment) and its defaults, for it and each namedtuple class it derives from."""
+    out = []
+    for klass in getattr(cls, "__mro__", ()):
+        fields = klass.__dict__.get("_fields")
+        if issubclass(klass, tuple) and isinstance(fields, tuple):
+            defaults = klass.__dict__.get("_field_defaults", {})
+            try:
+                made = canonical((tuple(str(f) for f in fields),
+                                  tuple(sorted((str(k), v) for k, v in defaults.items()))))
+            except (Unencodable, TypeError):
+                made = ("fields", tuple(str(f) for f in fields), "defaults-unkeyed",
+                        tuple(sorted(str(k) for k in defaults)))
+            out.append(("namedtuple", klass.__qualname__, made))
+    return tuple(out)
 
 
 def _identity(py_func, node: KeyNode) -> str:
