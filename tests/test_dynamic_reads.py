@@ -105,3 +105,51 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     assert _with_status(incremental, "built") == the_case.rebuilt
     if the_case.rebuilt:  # the edit changes what the rebuilt targets compile to
         assert {t for t in the_case.rebuilt if now[t] != _artifacts(baseline[1])[t]}
+
+
+TWO_OVERLOADS = '''
+from numba import cuda, types
+from numba.cuda.extending import overload
+
+
+def f(x):
+    pass
+
+
+@overload(f, target="cuda")
+def ol_f(x):
+    if isinstance(x, types.Float):
+        return lambda x: x * 2.0
+
+
+@overload(f, target="cuda")
+def ol_f(x):  # noqa: F811 - a second registration of the same name, for integers
+    if isinstance(x, types.Integer):
+        return lambda x: x + 1
+
+
+@cuda.jit
+def k_two(x, n):
+    x[0] = f(x[0]) + f(n[0])
+'''
+
+
+def test_two_overloads_of_one_function_are_keyed_in_registration_order(tmp_path):
+    """Two `@overload`s of one function (one per type) build and cache, never fall back;
+    swapping their order is another key."""
+    project = tmp_path / "two"
+    (project / "tw").mkdir(parents=True)
+    (project / "tw" / "__init__.py").write_text("")
+    (project / "tw" / "kernels.py").write_text(TWO_OVERLOADS)
+    (project / "kbuild.toml").write_text(
+        '[project]\nname = "two"\npaths = ["."]\narch = ["sm_80"]\n\n'
+        '[kernels."tw.kernels:k_two"]\nsignatures = ["void(float32[::1], int32[::1])"]\n')
+    first = build(project, tmp_path / "store")
+    assert _with_status(first, "built") == {"k_two"}, [r["error"] for r in first["targets"]]
+    assert _with_status(build(project, tmp_path / "store"), "cached") == {"k_two"}
+    text = TWO_OVERLOADS
+    a, b = text.index("@overload"), text.index("@overload", text.index("@overload") + 1)
+    end = text.index("@cuda.jit")
+    (project / "tw" / "kernels.py").write_text(text[:a] + text[b:end] + text[a:b] + text[end:])
+    swapped = build(project, tmp_path / "store")
+    assert _with_status(swapped, "built") == {"k_two"}

@@ -127,10 +127,13 @@ class Keyer:
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
-            for impl, options in self._objects.overloads_of(py_func):
+            # Numba tries them in registration order (the first that types wins): the
+            # second and later are labelled by their place in it.
+            for index, (impl, options) in enumerate(self._objects.overloads_of(py_func)):
+                place = f" #{index}" if index else ""
                 children.append(self.function_node(
-                    impl, LabelKind.OVERLOAD.label(qualified_name(impl)), where))
-                children += [self._option(f"overload {name}", value, where)
+                    impl, LabelKind.OVERLOAD.label(qualified_name(impl) + place), where))
+                children += [self._option(f"overload{place} {name}", value, where)
                              for name, value in sorted(options.items())]
         if keep_positions:
             path = _relative_file(py_func)
