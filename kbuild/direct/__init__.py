@@ -103,6 +103,9 @@ class Direct:
         if found is None:
             return None
         body, now = found.body, time.time_ns()
+        if body.get("unseen"):
+            return self._fall_back(f"the last full run {body['unseen']} while importing the "
+                                   "program, which the journal cannot check: keying in full")
         if found.mtime_ns > now + 2 * 10**9:
             return self._fall_back("the journal was written in the future (clock skew)")
         rows = []
@@ -240,6 +243,14 @@ class Direct:
         if not (self.may_write and recorder.clean):
             return self._not_journaled("not recorded from the start" if not recorder.clean
                                        else "the journal is not written by this command")
+        if recorder.unseen:
+            # What the run did that no journal can check again: the journal says so, and
+            # every later run keys in full, naming it, until the program stops doing it.
+            why = "; ".join(recorder.unseen)
+            self._write({"project": self.config.name, "unseen": why, "inputs": {},
+                         "targets": {}, "store": {}})
+            self.journal_note = f"not vouching: the program {why} while it was imported"
+            return False
         try:
             body = self._body(recorder, entries, history)
         except Unjournalable as exc:
