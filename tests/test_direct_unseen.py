@@ -106,3 +106,53 @@ def test_an_input_the_recorder_cannot_check_is_never_vouched_for(tmp_path, case)
     assert "stale" in check.stdout
     if not case.direct:
         assert case.why in check.stdout.splitlines()[-1], check.stdout
+
+
+FAILING = '''from numba import cuda
+
+
+@cuda.jit
+def k_ok(x):
+    x[0] = x[0] + 1.0
+
+
+@cuda.jit
+def k_bad(x):
+    x[0] = no_such_function(x[0])  # noqa: F821 - numba cannot type it
+'''
+
+
+def test_a_build_with_a_failing_target_is_journaled(tmp_path):
+    """One kernel numba cannot compile: its failure is recorded under its key, and the
+    journal holds it, so a no-op build answers from the journal (reporting the recorded
+    failure, exiting non-zero) instead of keying every target in full."""
+    project, store = tmp_path / "project", tmp_path / "store"
+    (project / "pkg").mkdir(parents=True)
+    (project / "kbuild.toml").write_text(
+        TOML.replace('"pkg.mod:k"', '"pkg.mod:k_ok"') +
+        '\n[kernels."pkg.mod:k_bad"]\nsignatures = ["void(float32[::1])"]\n')
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "mod.py").write_text(FAILING)
+
+    def build():
+        return run("build", "--json", "-k", "--store", store, cwd=project,
+                   home=shared_home(), bytecode=False)
+
+    first = build()
+    assert first.returncode == 1 and first.json["summary"]["failed"] == 1, first.stderr
+    build()  # the journal, once the files are not racy
+    done = build()
+    assert done.returncode == 1, done.stderr
+    assert done.json["mode"]["used"] == "direct", done.json["mode"]
+    rows = {r["target"].rpartition(":")[2]: r for r in done.json["targets"]}
+    assert rows["k_ok"]["status"] == "cached"
+    assert rows["k_bad"]["status"] == "failed" and rows["k_bad"]["recorded"]
+    assert "failed earlier with this key" in rows["k_bad"]["error"]
+    full = run("build", "--json", "-k", "--full", "--store", store, cwd=project,
+               home=shared_home(), bytecode=False)
+    assert [(r["status"], r["key"], r["error"]) for r in full.json["targets"]] == \
+        [(r["status"], r["key"], r["error"]) for r in done.json["targets"]]
+    retry = run("build", "--json", "-k", "--retry-failed", "--store", store, cwd=project,
+                home=shared_home(), bytecode=False)
+    assert retry.json["mode"]["used"] == "full", retry.json["mode"]
+    assert not {r["recorded"] for r in retry.json["targets"] if r["status"] == "failed"} - {False}
