@@ -19,7 +19,7 @@ from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
-from .values import canonical, cannot_key, summary, type_canonical
+from .values import canonical, cannot_key, made_at_import, summary, type_canonical
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -300,25 +300,6 @@ class Keyer:
     def _is_project_object(self, value) -> bool:
         module = getattr(value, "__module__", None)
         return isinstance(module, str) and self._sources.is_project_module(module)
-
-
-def made_at_import(cls) -> tuple:
-    """What numba sees of a class that its module's source does not say: a namedtuple's
-    fields and their order (`namedtuple("P", other.FIELDS)`, or fields from the
-    environment) and its defaults, for it and each namedtuple class it derives from."""
-    out = []
-    for klass in getattr(cls, "__mro__", ()):
-        fields = klass.__dict__.get("_fields")
-        if issubclass(klass, tuple) and isinstance(fields, tuple):
-            defaults = klass.__dict__.get("_field_defaults", {})
-            try:
-                made = canonical((tuple(str(f) for f in fields),
-                                  tuple(sorted((str(k), v) for k, v in defaults.items()))))
-            except (Unencodable, TypeError):
-                made = ("fields", tuple(str(f) for f in fields), "defaults-unkeyed",
-                        tuple(sorted(str(k) for k in defaults)))
-            out.append(("namedtuple", klass.__qualname__, made))
-    return tuple(out)
 
 
 def _identity(py_func, node: KeyNode) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .encode import Unencodable, digest_of
 from .interfaces import ObjectModel
-from .values import canonical
+from .values import canonical, made_at_import
 
 RECORD_VERSION = 1
 MAX_SETS = 8  # observation-name sets remembered per static key
@@ -196,12 +196,11 @@ def value_form(value, objects: ObjectModel):
     named = objects.named_form(value)
     if named is not None:
         return named
-    if isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "_fields"):
+    made = made_at_import(value) if isinstance(value, type) else ()
+    if made:
         # A namedtuple class: numba types it by its fields and their order, which the
         # call that made it took from wherever (another module, the environment).
-        return ("namedtuple", value.__module__, value.__qualname__,
-                tuple(str(f) for f in value._fields),
-                tuple(sorted(str(k) for k in getattr(value, "_field_defaults", {}))))
+        return ("namedtuple", value.__module__, value.__qualname__, made)
     if isinstance(value, (pytypes.FunctionType, pytypes.BuiltinFunctionType, type)):
         return ("named", str(getattr(value, "__module__", "")), value.__qualname__)
     raise Unencodable(value)
