@@ -36,8 +36,8 @@ import os
 import sys
 import sysconfig
 import tempfile
+import threading
 import types as pytypes
-from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -446,38 +446,79 @@ def _reader_is_kbuild(frame) -> bool:
     return name == "kbuild" or name.startswith("kbuild.")
 
 
-class _RecordingGlobals(MutableMapping):
+class _RecordingGlobals(dict):
     """A module's namespace, as `globals()` or `module.__dict__` hands it to code running
-    during the compile: each name read from it is observed (`Kind.READ`); writes go
-    through."""
+    during the compile: each name read from it is observed (`Kind.READ`; a scan reads
+    every name). A dict (`exec(code, globals())` takes it) holding the namespace's items,
+    whose writes also go to the namespace."""
 
     def __init__(self, namespace: dict, observer):
+        super().__init__(namespace)
         self._namespace = namespace
         self._observer = observer
         self._module = namespace.get("__name__", "")
 
-    def __getitem__(self, name):
-        value = self._namespace[name]
+    def _read(self, name) -> None:
         if isinstance(name, str) and not _dunder(name):
             self._observer.read(self._module, name)
-        return value
+
+    def _read_all(self) -> None:
+        for name in list(self._namespace):
+            self._read(name)
+
+    def __getitem__(self, name):
+        self._read(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self._read(name)
+        return super().get(name, default)
 
     def __contains__(self, name):
-        if isinstance(name, str) and not _dunder(name):
-            self._observer.read(self._module, name)
-        return name in self._namespace
+        self._read(name)
+        return super().__contains__(name)
 
     def __setitem__(self, name, value):
         self._namespace[name] = value
+        super().__setitem__(name, value)
 
     def __delitem__(self, name):
         del self._namespace[name]
+        super().__delitem__(name)
+
+    def setdefault(self, name, default=None):
+        self._read(name)
+        self._namespace.setdefault(name, default)
+        return super().setdefault(name, default)
+
+    def update(self, *args, **kwargs):
+        self._namespace.update(*args, **kwargs)
+        super().update(*args, **kwargs)
+
+    def pop(self, name, *default):
+        self._read(name)
+        self._namespace.pop(name, *default)
+        return super().pop(name, *default)
 
     def __iter__(self):
-        return iter(list(self._namespace))
+        self._read_all()
+        return super().__iter__()
 
-    def __len__(self):
-        return len(self._namespace)
+    def keys(self):
+        self._read_all()
+        return super().keys()
+
+    def items(self):
+        self._read_all()
+        return super().items()
+
+    def values(self):
+        self._read_all()
+        return super().values()
+
+    def copy(self):
+        self._read_all()
+        return dict(super().items())
 
 
 def _dunder(name: str) -> bool:
@@ -493,6 +534,7 @@ def _module_reads(observer):
     each name read from it. A module's class is swapped for a subclass that observes (and
     put back after), so nothing is traced outside those modules and this block."""
     watched = []
+    compiling = threading.get_ident()  # another thread's namespaces are left alone
 
     class WatchedModule(pytypes.ModuleType):
         def __getattribute__(self, attr):
@@ -501,7 +543,8 @@ def _module_reads(observer):
             if _reader_is_kbuild(frame):
                 return value
             name = pytypes.ModuleType.__getattribute__(self, "__name__")
-            if attr == "__dict__" and not is_library(frame.f_globals.get("__name__")):
+            if attr == "__dict__" and not is_library(frame.f_globals.get("__name__")) \
+                    and threading.get_ident() == compiling:
                 return _RecordingGlobals(value, observer)
             if not _dunder(attr):
                 observer.read(name, attr)
@@ -542,7 +585,8 @@ def _module_reads(observer):
 
     def recording_globals():
         frame = sys._getframe(1)
-        if frame is None or is_library(frame.f_globals.get("__name__")):
+        if frame is None or is_library(frame.f_globals.get("__name__")) or \
+                threading.get_ident() != compiling:
             return frame.f_globals if frame is not None else original_globals()
         return _RecordingGlobals(frame.f_globals, observer)
 
