@@ -153,3 +153,27 @@ def test_two_overloads_of_one_function_are_keyed_in_registration_order(tmp_path)
     (project / "tw" / "kernels.py").write_text(text[:a] + text[b:end] + text[a:b] + text[end:])
     swapped = build(project, tmp_path / "store")
     assert _with_status(swapped, "built") == {"k_two"}
+
+
+def test_the_namespace_globals_hands_out_records_reads_and_writes_through():
+    """`globals()` during a compile is a dict `exec` takes, whose writes reach the module's
+    namespace, and which notes each name read (a scan reads every name)."""
+    from kbuild.backend.observe import _RecordingGlobals
+
+    class Seen:
+        def __init__(self):
+            self.names = []
+
+        def read(self, module, name):
+            self.names.append((module, name))
+
+    namespace, seen = {"__name__": "m", "A": 1, "B": 2}, Seen()
+    view = _RecordingGlobals(namespace, seen)
+    exec("C = A + 1", view)
+    assert namespace["C"] == 2 and seen.names == [("m", "A")]
+    view["D"] = 4
+    del view["B"]
+    assert namespace == {"__name__": "m", "A": 1, "C": 2, "D": 4}
+    seen.names.clear()
+    assert set(dict(view.items())) >= set(namespace)
+    assert {n for _, n in seen.names} == {"A", "C", "D"}
