@@ -62,6 +62,13 @@ CASES = [
          {"k_eager"}),
     case("name-injected-into-builtins",
          replace("ob/__init__.py", "OB_GAIN = 2.0", "OB_GAIN = 3.0"), {"k_builtin"}),
+    # An observation's digest is what was observed, never its module's other bytes.
+    case("comment-in-module-an-overload-reads", replace("ob/consts.py", "UNUSED = 5.0",
+                                                       "UNUSED = 5.0  # not read"), set()),
+    case("comment-in-lazily-imported-module", replace("ob/lazyconsts.py", "K = 0.5",
+                                                     "K = 0.5  # read lazily"), set()),
+    case("comment-beside-overloads", replace("ob/ext.py", "def scale_it(x):",
+                                             "# a stub\ndef scale_it(x):"), set()),
     case("unrelated-constant", replace("ob/consts.py", "UNUSED = 5.0", "UNUSED = 6.0"), set()),
 ]
 

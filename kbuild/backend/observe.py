@@ -26,18 +26,17 @@ package keyed by content), which holds the values they read.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import contextlib
 import functools
 import importlib
-import importlib.util
 import io
 import json
 import os
 import sys
 import sysconfig
 import tempfile
+import threading
 import types as pytypes
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,6 @@ from pathlib import Path
 from ..environ import WatchedEnviron
 from ..errors import CHANGED_AFTER_IMPORT, KeyingError
 from ..keying.keyer import Keyer, qualified_name
-from ..keying.references import function_def
 from ..keying.tree import LabelKind, leaf
 from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_digest
@@ -97,6 +95,7 @@ class Observer:
         # id(OverloadSelector) -> ("function KEY" / ... / "", its key, the selector: kept, so
         # no id is reused while it names another): a look-up memo, never part of a key.
         self._selectors: dict = {}
+        self._collecting: list = []  # the reads of each typing template running now
 
     def _is_static(self, func) -> bool:
         try:
@@ -106,6 +105,34 @@ class Observer:
 
     def add(self, kind: Kind, name: str) -> None:
         self.names.setdefault((kind, name), None)
+
+    def read(self, module_name: str, attr: str) -> None:
+        """Python code running during the compile read `module_name.attr` (a module
+        attribute, or a module global through `globals()`): by its value."""
+        key = (Kind.READ, f"{module_name}:{attr}")
+        self.names.setdefault(key, None)
+        for collected in self._collecting:
+            collected.setdefault(key, None)
+
+    @contextlib.contextmanager
+    def running(self, template):
+        """A typing template runs Python (an overload, an intrinsic): what it reads,
+        this time and every earlier time in this process (numba keeps its result and
+        does not run it again), is read by this compile."""
+        cls = type(template)
+        earlier = _READS_BY_TEMPLATE.get(cls)
+        for key in earlier or ():
+            self.names.setdefault(key, None)
+        collected: dict = {}
+        self._collecting.append(collected)
+        try:
+            yield
+        finally:
+            self._collecting.remove(collected)
+            if collected:
+                _READS_BY_TEMPLATE.setdefault(cls, {}).update(collected)
+                for outer in self._collecting:
+                    outer.update(collected)
 
     def function(self, func, kind: Kind = Kind.FUNCTION) -> None:
         module = getattr(func, "__module__", None)
@@ -270,6 +297,10 @@ def _file_name(path, root) -> str | None:
 
 _PLUMBING = frozenset({"os", "_collections_abc", __name__, WatchedEnviron.__module__})
 
+# What each typing template's Python read when it ran in this process (template classes
+# live as long as the process; numba runs one once and keeps its answer).
+_READS_BY_TEMPLATE: dict = {}
+
 
 # -- hooks ------------------------------------------------------------------------
 
@@ -280,6 +311,7 @@ def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
         for cls, name, wrap in _hooks(observer, front_end):
             stack.enter_context(_wrapped(cls, name, wrap))
         stack.enter_context(_environ(observer))
+        stack.enter_context(_module_reads(observer))
         stack.enter_context(_open(observer))
         stack.enter_context(_nvrtc_headers(observer, front_end.nvrtc))
         yield observer
@@ -313,7 +345,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         def wrap(original):
             def hooked(self, *args, **kws):
                 observer.typing_function(self, kind)
-                return original(self, *args, **kws)
+                with observer.running(self):
+                    return original(self, *args, **kws)
             return hooked
         return wrap
 
@@ -329,9 +362,11 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         # Every attribute template of a type is asked about every attribute: only the
         # one that answers for `attr` is consulted.
         def hooked(self, typ, attr):
-            if attr == getattr(self, "_attr", None):
-                observer.typing_function(self, Kind.OVERLOAD)
-            return original(self, typ, attr)
+            if attr != getattr(self, "_attr", None):
+                return original(self, typ, attr)
+            observer.typing_function(self, Kind.OVERLOAD)
+            with observer.running(self):
+                return original(self, typ, attr)
         return hooked
 
     def enum_member(original):
@@ -403,6 +438,167 @@ def _wrapped(cls, name: str, wrap):
 
 
 _ABSENT = object()
+
+
+def _reader_is_kbuild(frame) -> bool:
+    # kbuild's own reads (keying, these hooks) are no dependency of the compile.
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == "kbuild" or name.startswith("kbuild.")
+
+
+class _RecordingGlobals(dict):
+    """A module's namespace, as `globals()` or `module.__dict__` hands it to code running
+    during the compile: each name read from it is observed (`Kind.READ`; a scan reads
+    every name). A dict (`exec(code, globals())` takes it) holding the namespace's items,
+    whose writes also go to the namespace."""
+
+    def __init__(self, namespace: dict, observer):
+        super().__init__(namespace)
+        self._namespace = namespace
+        self._observer = observer
+        self._module = namespace.get("__name__", "")
+
+    def _read(self, name) -> None:
+        if isinstance(name, str) and not _dunder(name):
+            self._observer.read(self._module, name)
+
+    def _read_all(self) -> None:
+        for name in list(self._namespace):
+            self._read(name)
+
+    def __getitem__(self, name):
+        self._read(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self._read(name)
+        return super().get(name, default)
+
+    def __contains__(self, name):
+        self._read(name)
+        return super().__contains__(name)
+
+    def __setitem__(self, name, value):
+        self._namespace[name] = value
+        super().__setitem__(name, value)
+
+    def __delitem__(self, name):
+        del self._namespace[name]
+        super().__delitem__(name)
+
+    def setdefault(self, name, default=None):
+        self._read(name)
+        self._namespace.setdefault(name, default)
+        return super().setdefault(name, default)
+
+    def update(self, *args, **kwargs):
+        self._namespace.update(*args, **kwargs)
+        super().update(*args, **kwargs)
+
+    def pop(self, name, *default):
+        self._read(name)
+        self._namespace.pop(name, *default)
+        return super().pop(name, *default)
+
+    def __iter__(self):
+        self._read_all()
+        return super().__iter__()
+
+    def keys(self):
+        self._read_all()
+        return super().keys()
+
+    def items(self):
+        self._read_all()
+        return super().items()
+
+    def values(self):
+        self._read_all()
+        return super().values()
+
+    def copy(self):
+        self._read_all()
+        return dict(super().items())
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+@contextlib.contextmanager
+def _module_reads(observer):
+    """Every module that is not a library's (the project's, a third-party extension's) has
+    its attribute reads observed for the block, however made: `mod.X`, `getattr(mod,
+    computed)`, `importlib.import_module(m).X`, `from m import X` in a function body; and
+    `globals()` or `vars(mod)` hand code that is not a library's a namespace that observes
+    each name read from it. A module's class is swapped for a subclass that observes (and
+    put back after), so nothing is traced outside those modules and this block."""
+    watched = []
+    compiling = threading.get_ident()  # another thread's namespaces are left alone
+
+    class WatchedModule(pytypes.ModuleType):
+        def __getattribute__(self, attr):
+            value = pytypes.ModuleType.__getattribute__(self, attr)
+            frame = sys._getframe(1)
+            if _reader_is_kbuild(frame):
+                return value
+            name = pytypes.ModuleType.__getattribute__(self, "__name__")
+            if attr == "__dict__" and not is_library(frame.f_globals.get("__name__")) \
+                    and threading.get_ident() == compiling:
+                return _RecordingGlobals(value, observer)
+            if not _dunder(attr):
+                observer.read(name, attr)
+            return value
+
+    seen = [0]
+
+    def watch_new():
+        # Modules imported within the block (a lazy import in an overload) are watched too.
+        if len(sys.modules) == seen[0]:
+            return
+        seen[0] = len(sys.modules)
+        for name, module in list(sys.modules.items()):
+            if type(module) is pytypes.ModuleType and not is_library(name) and \
+                    getattr(module, "__name__", None) == name:
+                try:
+                    module.__class__ = WatchedModule
+                except TypeError:
+                    continue
+                watched.append(module)
+
+    original_import, original_import_module = builtins.__import__, importlib.import_module
+
+    def watching_import(*args, **kwargs):
+        try:
+            return original_import(*args, **kwargs)
+        finally:
+            watch_new()
+
+    def watching_import_module(*args, **kwargs):
+        try:
+            return original_import_module(*args, **kwargs)
+        finally:
+            watch_new()
+
+    watch_new()
+    original_globals = builtins.globals
+
+    def recording_globals():
+        frame = sys._getframe(1)
+        if frame is None or is_library(frame.f_globals.get("__name__")) or \
+                threading.get_ident() != compiling:
+            return frame.f_globals if frame is not None else original_globals()
+        return _RecordingGlobals(frame.f_globals, observer)
+
+    builtins.globals = recording_globals
+    builtins.__import__, importlib.import_module = watching_import, watching_import_module
+    try:
+        yield
+    finally:
+        builtins.globals = original_globals
+        builtins.__import__, importlib.import_module = original_import, original_import_module
+        for module in watched:
+            module.__class__ = pytypes.ModuleType
 
 
 class _RecordingEnviron(WatchedEnviron):
@@ -521,8 +717,13 @@ def traced_headers(folder) -> list[str]:
             if not isinstance(event, dict) or event.get("name") != "Processing Header File":
                 continue
             detail = (event.get("args") or {}).get("detail")
-            if isinstance(detail, str) and os.path.isabs(detail) and os.path.isfile(detail):
-                found.setdefault(detail, None)
+            if not isinstance(detail, str) or not detail:
+                continue
+            # A header found in the working directory (NVRTC's `-I.`, or a `"..."` include
+            # resolved against it) is traced by its relative path.
+            path = detail if os.path.isabs(detail) else os.path.join(os.getcwd(), detail)
+            if os.path.isfile(path):
+                found.setdefault(os.path.normpath(path), None)
     return list(found)
 
 
@@ -574,17 +775,42 @@ class Current:
         found = _resolve(module_name, path)
         if found is _ABSENT:
             return MISSING
+        if kind is Kind.READ:
+            return self._read_digest(module_name, found)
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
         return self._function_digest(kind, name, found)
 
+    def _read_digest(self, module_name: str, value) -> str:
+        """A value Python read during the compile: a module by its name, a project's
+        function or class by content (a helper called through a computed name runs its
+        code), a library's by name, a value by content; anything else by the source of
+        the module that holds it (every byte that made it)."""
+        if isinstance(value, pytypes.ModuleType):
+            return digest_of(("module", value.__name__))
+        if isinstance(value, (pytypes.FunctionType, type)) and \
+                not is_library(getattr(value, "__module__", None)):
+            return self._code_digest(value)
+        found = value_digest(value, ALL_OBJECTS)
+        if not found.startswith(UNKEYABLE):
+            return found
+        path = getattr(sys.modules.get(module_name), "__file__", None)
+        if not path:
+            return found
+        try:
+            return digest_of(("read-by-module", module_name,
+                              self._keyer.sources.file_digest(path)))
+        except (OSError, KeyingError) as exc:
+            return f"{UNKEYABLE}: {exc}"
+
     def _function_digest(self, kind: Kind, name: str, obj) -> str:
         try:
             tree = self._keyer.function_node(obj, LabelKind.OBSERVED.label(name), name).digest
-            imports = _local_imports(self._keyer.sources, as_function_of(obj))
         except (KeyingError, AttributeError, TypeError) as exc:
             return f"{UNKEYABLE}: {exc}"
-        return digest_of(("function", tree, imports))
+        # What the function reads of modules it imports in its body is observed as it
+        # runs (`Kind.READ`), by value: never the modules' other bytes.
+        return digest_of(("function", tree))
 
     def _compile_time_digest(self, kind: Kind, name: str, func) -> str:
         """A function numba runs while it compiles (a typing function, a lowering
@@ -693,51 +919,6 @@ class Current:
 _CLASS_PLUMBING = frozenset({"__dict__", "__weakref__", "__module__", "__qualname__",
                              "__doc__", "__firstlineno__", "__static_attributes__",
                              "__annotations__", "__slots__"})
-
-
-def as_function_of(obj):
-    """The Python function behind a function, dispatcher or intrinsic."""
-    fn = ALL_OBJECTS.function_of(obj)
-    return fn.py_func if fn is not None else obj
-
-
-def _local_imports(sources, func) -> tuple:
-    """(module, source digest) of each module `func` imports in its body: a lazily imported
-    module's values are read at typing time where no global names them."""
-    if not isinstance(func, pytypes.FunctionType):
-        return ()
-    remembered = getattr(sources, "remembered", None)
-    compute = lambda: _imported_names(sources, func)  # noqa: E731
-    names = compute() if remembered is None else remembered(func, "local-imports", compute)
-    out = []
-    for module_name in names:
-        module = _module(module_name)
-        path = getattr(module, "__file__", None)
-        if path and not is_library(module_name):
-            out.append((module_name, sources.file_digest(path)))
-    return tuple(out)
-
-
-def _imported_names(sources, func) -> list:
-    """The modules `func`'s body imports (remembered by its source's digest: a no-op build
-    parses nothing)."""
-    found = function_def(sources, func)
-    if found is None:
-        return []
-    names = set()
-    for node in ast.walk(found[0]):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = importlib.util.resolve_name("." * node.level + (node.module or ""),
-                                               func.__module__.rpartition(".")[0]) \
-                if node.level else node.module
-            subs = {f"{base}.{a.name}" for a in node.names}
-            found_subs = {m for m in subs if _module(m) is not None}
-            names.update(found_subs)
-            if found_subs != subs:  # `from mod import value`: the module holds it
-                names.add(base)
-    return sorted(names)
 
 
 def _module(module_name: str):

@@ -375,11 +375,19 @@ def attr_name(attr) -> str:
     return "*" if attr is None else f"'{attr}'"
 
 
-def made_by_templates(impl) -> bool:
-    # `_OverloadMethodTemplate` / `_OverloadAttributeTemplate` register their own lowering
-    # when first used; the project's part of them is their @overload_* function.
+def made_by_templates(impl, depth: int = 0) -> bool:
+    """Whether a lowering implementation is one `_OverloadMethodTemplate` /
+    `_OverloadAttributeTemplate` registered when first used (the project's part of them
+    is their @overload_* function, observed on its own), also through the library wrapper
+    it is registered in (`lower_getattr`'s `_decorate_getattr`): such an entry exists in a
+    process that compiled and in no other, so it must never be part of a digest."""
     module = getattr(impl, "__module__", "") or ""
-    return module.endswith("typing.templates")
+    if module.endswith("typing.templates"):
+        return True
+    if depth > 2 or not isinstance(impl, pytypes.FunctionType) or not is_library(module):
+        return False
+    return any(made_by_templates(c.cell_contents, depth + 1)
+               for c in impl.__closure__ or () if _filled(c))
 
 
 def template(cls) -> Held:

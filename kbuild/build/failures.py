@@ -77,8 +77,13 @@ def recorded_failure(the_plan: Plan, store: Store, target: Target, current,
             return None
         if now != digest or digest.startswith(obs.UNKEYABLE):
             return None
-    return Row.of(target, key, RowStatus.FAILED, error=f"{failure.error} {_EARLIER}",
+    return Row.of(target, key, RowStatus.FAILED, error=recorded_error(failure.error),
                   recorded=True)
+
+
+def recorded_error(error: str) -> str:
+    """How a build reports a failure recorded earlier (`error` as the record holds it)."""
+    return f"{error} {_EARLIER}"
 
 
 def _digests(notes, current):

@@ -35,6 +35,9 @@ def cmd_build(args) -> int:
     direct = Direct(config, store, enabled=not args.full and args.verify is None,
                     may_write=not args.read_only)
     rows = direct.answer(args.targets, args.arch, "fresh", hold=lambda: _shared(store))
+    if rows is not None and getattr(args, "retry_failed", False) and \
+            any(r.failed is not None for r in rows):
+        rows = direct.fall_back("--retry-failed: a recorded failure compiles again")
     if rows is not None:
         return _direct_build(args, direct, config, store, rows, max_size, start)
     direct.begin_full()
@@ -72,7 +75,11 @@ def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
     report.mode = direct.describe()
     done = []
     for row in rows:
-        done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
+        if row.failed is not None:  # a failure recorded under its key, reported at once
+            done.append(Row.of(row.target, row.key, RowStatus.FAILED, error=row.failed,
+                               recorded=True))
+        else:
+            done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
         report(done[-1], len(done), len(rows))
     record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus},
                  project=config.name)
@@ -80,7 +87,8 @@ def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
 
 
 class _Selection:
-    """What a report needs of a plan, for rows the journal answered (none failed)."""
+    """What a report needs of a plan, for rows the journal answered (no module failed
+    to import; a failed compile is a row of its own)."""
 
     def __init__(self, config, targets):
         self.config, self.targets = config, targets
@@ -173,15 +181,28 @@ def cmd_verify(args) -> int:
 def _journal_build(direct, project, the_plan, rows) -> None:
     """The journal of this build: every target's entry, looked up again where it was
     just built (so it is checked as a later lookup would check it)."""
+    from ..build.entries import expected
+    from ..build.failures import recorded_error
+    from ..store import failures
+
     if the_plan.failed or len(rows) != len(the_plan.targets):
-        direct.journal_note = "not written: a target failed"
+        direct.journal_note = "not written: a target's module failed to import"
         return
     done = []
     for target, row in zip(the_plan.targets, rows):
         if row.status == RowStatus.BUILT and project.fresh_entry(the_plan, target) is None:
             direct.journal_note = f"not written: {target.label} is not fresh after its build"
             return
-        done.append((target, row.key, row.status.value))
+        error = None
+        if row.status == RowStatus.FAILED and row.key is not None:
+            # Journaled when its failure is recorded under its key: a later build
+            # reports that record (the journal checks it is still there, unchanged).
+            failure = failures.recorded(project.store, row.key, expected(target))
+            # A compile stopped at a time limit is tried again under a longer one, which
+            # a command line can give: never answered from the journal.
+            error = None if failure is None or failure.limit is not None \
+                else recorded_error(failure.error)
+        done.append((target, row.key, row.status.value, error))
     direct.journal_build(done)
 
 

@@ -31,6 +31,7 @@ from ..keying.encode import digest
 from ..keying.launch import launch_json, launch_of
 from ..sources import changed_since_import, imported_sources
 from ..store import journal, tree
+from ..store.failures import failure_relpath
 from ..store.history import History, explained
 from ..store.local import LAYOUT, Ledger, Store, is_target, store_root_problem
 from ..targets import parse_archs, requested, select_specs
@@ -53,6 +54,7 @@ class Row:
     artifacts: dict  # the launchable blobs (ptx, cubin); {} when not known to be fresh
     built_at: str | None = None
     newest: dict | None = None  # status: a newer build of other inputs, as status shows it
+    failed: str | None = None  # build: the recorded failure it reports (its error)
 
 
 class Direct:
@@ -77,6 +79,7 @@ class Direct:
         self._loaded = False
         self._hold = None
         self.journal_note: str | None = None  # what became of the journal (`describe`)
+        self._failed: dict = {}  # tid -> the error a failed target's next build reports
 
     # -- answering from the journal ---------------------------------------------------------
 
@@ -103,6 +106,9 @@ class Direct:
         if found is None:
             return None
         body, now = found.body, time.time_ns()
+        if body.get("unseen"):
+            return self._fall_back(f"the last full run {body['unseen']} while importing the "
+                                   "program, which the journal cannot check: keying in full")
         if found.mtime_ns > now + 2 * 10**9:
             return self._fall_back("the journal was written in the future (clock skew)")
         rows = []
@@ -110,7 +116,8 @@ class Direct:
             row = body["targets"].get(_tid(target))
             if row is None:
                 return self._fall_back(f"{target.label} is not in the journal")
-            if need != "keys" and not row["fresh"]:
+            if need != "keys" and not row["fresh"] and not (need == "fresh" and
+                                                            row.get("failed")):
                 return self._fall_back(f"{target.label} was not up to date")
             rows.append((target, row))
         check = Check(self.paths, found.mtime_ns).run(body["inputs"], self._start_state())
@@ -127,7 +134,7 @@ class Direct:
         self.mode, self.reason = DIRECT, "nothing the journal names changed"
         self._refresh(found, check, store_check, newest)
         return [Row(t, r["key"], r.get("artifacts") or {}, r.get("built_at"),
-                    newest.get(_tid(t))) for t, r in rows]
+                    newest.get(_tid(t)), r.get("failed")) for t, r in rows]
 
     def _newest(self, body: dict, rows, store_check) -> dict:
         """tid -> the newer build of other inputs (None: none) of each row, from the
@@ -188,6 +195,10 @@ class Direct:
         self.mode, self.reason = FULL, reason
         return None
 
+    def fall_back(self, reason: str):
+        """The command keys in full after all (`reason` says why); None."""
+        return self._fall_back(reason)
+
     def _where(self) -> str:
         return str(self.store.root / journal.journal_relpath(self.slot))
 
@@ -206,11 +217,16 @@ class Direct:
         return store
 
     def journal_build(self, rows) -> bool:
-        """Write the journal of a full build: `rows`, (target, key, status) in plan order,
-        every target cached or built, its entry looked up (so the ledger holds it: a
-        built one after its commit). False when nothing was written."""
-        entries = []
-        for target, key, status in rows:
+        """Write the journal of a full build: `rows`, (target, key, status, error) in plan
+        order, every target cached or built, its entry looked up (so the ledger holds it:
+        a built one after its commit), or failed with its failure recorded under its key
+        (`error`: what a build reports of it). False when nothing was written."""
+        entries, self._failed = [], {}
+        for target, key, status, error in rows:
+            if status == "failed" and error is not None:
+                self._failed[_tid(target)] = error
+                entries.append((target, key, False, False, None))
+                continue
             if status not in ("cached", "built"):
                 return self._not_journaled(f"{target.label} is {status}")
             entries.append((target, key, True, status == "built", None))
@@ -240,6 +256,14 @@ class Direct:
         if not (self.may_write and recorder.clean):
             return self._not_journaled("not recorded from the start" if not recorder.clean
                                        else "the journal is not written by this command")
+        if recorder.unseen:
+            # What the run did that no journal can check again: the journal says so, and
+            # every later run keys in full, naming it, until the program stops doing it.
+            why = "; ".join(recorder.unseen)
+            self._write({"project": self.config.name, "unseen": why, "inputs": {},
+                         "targets": {}, "store": {}})
+            self.journal_note = f"not vouching: the program {why} while it was imported"
+            return False
         try:
             body = self._body(recorder, entries, history)
         except Unjournalable as exc:
@@ -263,6 +287,8 @@ class Direct:
             row = {"key": key, "fresh": False}
             if fresh:
                 row = self._fresh_row(target, key, built, built_at, store, exact)
+            elif _tid(target) in self._failed:
+                row = self._failed_row(key, self._failed[_tid(target)], store)
             targets[_tid(target)] = row
         previous = self._journal.body if self._journal is not None else None
         inputs = snapshot(recorder, self.paths, self._state, exact=exact,
@@ -303,6 +329,18 @@ class Direct:
         manifest = mine[used][3]
         return {"key": key, "fresh": True, "entry": used, "artifacts": _launchable(manifest),
                 "built_at": built_at or manifest.get("built_at"), "files": sorted(set(files))}
+
+    def _failed_row(self, key: str, error: str, store: dict) -> dict:
+        """The journal row of a target whose compile failed, its failure recorded under its
+        key: a no-op build reports it while the record is as it was (a build that compiles
+        it again removes or rewrites it)."""
+        rel = failure_relpath(key)
+        try:
+            data, info = tree.read_file(self.store.root, rel, 1 << 24)
+        except OSError:
+            raise Unjournalable(f"the failure record of {key} cannot be read") from None
+        store[rel] = tree.identity(info) + [digest(data)]
+        return {"key": key, "fresh": False, "failed": error, "files": [rel]}
 
     def _observed_files(self, static: dict, variant: str | None) -> dict:
         """Absolute path -> digest of the files the observation set a fresh target rests

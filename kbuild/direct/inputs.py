@@ -126,6 +126,9 @@ def snapshot(recorder: Recorder, paths: Paths, state: dict, *, exact: dict, skip
         if not os.path.exists(probe):
             absent.add(paths.rel(os.path.abspath(probe)))
     absent.update(paths.rel(p) for p in _absent_import_paths())
+    # Paths the program stat'ed and found absent (`os.path.exists("fast.flag")`).
+    absent.update(paths.rel(p) for p in recorder.absent
+                  if _kept(p, skip) and not os.path.lexists(p))
     return {**state, "env": {name: _value_digest(value) for name, value in
                              sorted(recorder.env.items())},
             "files": files, "dirs": dirs, "absent": sorted(absent - set(dirs) - set(files))}

@@ -19,6 +19,7 @@ forked workers, where it is switched off).
 from __future__ import annotations
 
 import os
+import stat as _stat
 import sys
 import time
 
@@ -68,7 +69,13 @@ class Recorder:
         self.opened: dict = {}
         self.listed: dict = {}  # absolute folder -> "import" (the import system) or "program"
         self.compiled: dict = {}  # absolute path -> digest of the source bytes compiled from it
+        self.absent: set = set()  # absolute paths the program stat'ed and found absent
+        # What the program did that no journal can check again (a subprocess, a scan of the
+        # whole environment, a C library loaded): description -> None, in the order seen.
+        self.unseen: dict = {}
         self._environ = None
+        self._environb = None
+        self._stats = None
 
     def start(self) -> Recorder:
         global _ACTIVE
@@ -79,6 +86,12 @@ class Recorder:
         _install_hook()
         self._environ = os.environ
         os.environ = _RecordingEnviron(self._environ, self)
+        self._environb = getattr(os, "environb", None)
+        if self._environb is not None:
+            os.environb = _RecordingEnvironb(self._environb, self)
+        self._stats = (os.stat, os.lstat)
+        os.stat, os.lstat = _recording_stat(os.stat, self), _recording_stat(os.lstat, self)
+        _support(self._stats, (os.stat, os.lstat))
         _ACTIVE = self
         return self
 
@@ -90,6 +103,14 @@ class Recorder:
                 and os.environ.recorder is self:
             os.environ = self._environ
         self._environ = None
+        if self._environb is not None and isinstance(os.environb, _RecordingEnvironb) \
+                and os.environb.recorder is self:
+            os.environb = self._environb
+        self._environb = None
+        if self._stats is not None and getattr(os.stat, "recorder", None) is self:
+            _support((os.stat, os.lstat), self._stats)
+            os.stat, os.lstat = self._stats
+        self._stats = None
 
     def __enter__(self):
         return self.start()
@@ -100,6 +121,24 @@ class Recorder:
     def read_env(self, name, value) -> None:
         if isinstance(name, str) and name not in self.env:
             self.env[name] = value
+
+    def not_seen(self, what: str) -> None:
+        """The program did something whose result the journal cannot check again."""
+        if len(self.unseen) < 8:
+            self.unseen.setdefault(what, None)
+
+    def stat(self, path, found) -> None:
+        """The program stat'ed `path` (`os.path.exists`, `getsize`, `isfile`, ...): a file
+        is an input by its identity, a folder by its names, an absent path must stay so."""
+        if isinstance(path, int) or not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        where = os.path.abspath(os.fsdecode(path))
+        if found is None:
+            self.absent.add(where)
+        elif _stat.S_ISDIR(found.st_mode):
+            self.listed[where] = combined(self.listed.get(where), "program")
+        elif _stat.S_ISREG(found.st_mode) and where not in self.opened:
+            self.opened[where] = _identity_now(where)
 
 
 def _install_hook() -> None:
@@ -133,6 +172,9 @@ def _audit(event: str, args) -> None:
         source, filename = args
         if isinstance(source, bytes) and isinstance(filename, str) and filename.endswith(".py"):
             recorder.compiled.setdefault(os.path.abspath(filename), digest(source))
+    elif event in _UNSEEN_EVENTS:
+        if by_program(sys._getframe(1)):
+            recorder.not_seen(_UNSEEN_EVENTS[event](args))
     elif event in ("os.listdir", "os.scandir"):
         path = args[0]
         frame = sys._getframe(1)
@@ -140,6 +182,71 @@ def _audit(event: str, args) -> None:
             return
         where = os.path.abspath(os.fsdecode(path) if path else ".")
         recorder.listed[where] = combined(recorder.listed.get(where), _listing_kind(frame))
+
+
+def _command(args) -> str:
+    argv = args[1] if len(args) > 1 else None
+    if isinstance(argv, (list, tuple)) and argv:
+        argv = argv[0]
+    name = os.path.basename(os.fsdecode(argv)) if isinstance(argv, (str, bytes)) else "?"
+    return f"ran a subprocess ({name})"
+
+
+# Audit events whose result the journal cannot check: what a command printed, what a C
+# library loaded by the program reads itself.
+_UNSEEN_EVENTS = {
+    "subprocess.Popen": _command,
+    "os.system": lambda args: "ran a shell command (os.system)",
+    "os.posix_spawn": lambda args: "spawned a process (os.posix_spawn)",
+    "os.spawn": lambda args: "spawned a process (os.spawn*)",
+    "os.exec": lambda args: "ran os.exec*",
+    "ctypes.dlopen": lambda args: f"loaded a C library ({os.path.basename(str(args[0]))})",
+}
+
+# Code whose reads are not the program's: the toolchain's (pinned by its version and
+# files, journaled as such) and kbuild's own.
+_TOOLCHAIN = frozenset({"kbuild", "numba", "numba_cuda", "numba_cuda_mlir", "llvmlite",
+                        "numpy", "cuda", "importlib_metadata"})
+
+
+def by_program(frame) -> bool:
+    """Whether the nearest caller outside the standard library (`os.path.exists` runs in
+    `genericpath`, `check_output` in `subprocess`) is the project's or a package of its,
+    not the toolchain's or kbuild's."""
+    while frame is not None:
+        top = str(frame.f_globals.get("__name__", "")).partition(".")[0]
+        if top in _TOOLCHAIN:
+            return False
+        if top not in sys.stdlib_module_names and top not in ("", "__main__"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _support(old, new) -> None:
+    # `os.stat in os.supports_fd` (shutil, pathlib) must say the same of the stand-ins.
+    for group in (os.supports_fd, os.supports_dir_fd, os.supports_follow_symlinks,
+                  os.supports_effective_ids):
+        for before, after in zip(old, new):
+            if before in group:
+                group.discard(before)
+                group.add(after)
+
+
+def _recording_stat(original, recorder: Recorder):
+    def stat(path, *args, **kwargs):
+        try:
+            found = original(path, *args, **kwargs)
+        except OSError:
+            if by_program(sys._getframe(1)):
+                recorder.stat(path, None)
+            raise
+        if by_program(sys._getframe(1)):
+            recorder.stat(path, found)
+        return found
+
+    stat.recorder = recorder
+    return stat
 
 
 def combined(kind: str | None, other: str) -> str:
@@ -201,3 +308,69 @@ class _RecordingEnviron(WatchedEnviron):
 
     # The value before this process set it is what the next one sees.
     written = read
+
+    def _scanned(self) -> None:
+        if by_program(sys._getframe(2)):
+            self.recorder.not_seen("scanned the whole environment (os.environ)")
+
+    def __iter__(self):
+        self._scanned()
+        return super().__iter__()
+
+    def keys(self):
+        self._scanned()
+        return super().keys()
+
+    def items(self):
+        self._scanned()
+        return super().items()
+
+    def values(self):
+        self._scanned()
+        return super().values()
+
+    def copy(self):
+        self._scanned()
+        return super().copy()
+
+
+class _RecordingEnvironb(WatchedEnviron):
+    """`os.environb`: a variable read by name is noted as `os.environ`'s are; a scan is
+    something the journal cannot check."""
+
+    def __init__(self, environb, recorder: Recorder):
+        super().__init__(environb)
+        self.recorder = recorder
+
+    def read(self, name) -> None:
+        if by_program(sys._getframe(2)):
+            text = os.fsdecode(name) if isinstance(name, (bytes, str)) else None
+            if text is not None and text not in self.recorder.env:
+                value = self._environ.get(os.fsencode(text))
+                self.recorder.read_env(text, None if value is None else os.fsdecode(value))
+
+    written = read
+
+    def _scanned(self) -> None:
+        if by_program(sys._getframe(2)):
+            self.recorder.not_seen("scanned the whole environment (os.environb)")
+
+    def __iter__(self):
+        self._scanned()
+        return super().__iter__()
+
+    def keys(self):
+        self._scanned()
+        return super().keys()
+
+    def items(self):
+        self._scanned()
+        return super().items()
+
+    def values(self):
+        self._scanned()
+        return super().values()
+
+    def copy(self):
+        self._scanned()
+        return super().copy()

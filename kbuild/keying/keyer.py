@@ -19,7 +19,7 @@ from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
-from .values import canonical, cannot_key, summary, type_canonical
+from .values import canonical, cannot_key, made_at_import, summary, type_canonical
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -127,10 +127,13 @@ class Keyer:
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
-            for impl, options in self._objects.overloads_of(py_func):
+            # Numba tries them in registration order (the first that types wins): the
+            # second and later are labelled by their place in it.
+            for index, (impl, options) in enumerate(self._objects.overloads_of(py_func)):
+                place = f" #{index}" if index else ""
                 children.append(self.function_node(
-                    impl, LabelKind.OVERLOAD.label(qualified_name(impl)), where))
-                children += [self._option(f"overload {name}", value, where)
+                    impl, LabelKind.OVERLOAD.label(qualified_name(impl) + place), where))
+                children += [self._option(f"overload{place} {name}", value, where)
                              for name, value in sorted(options.items())]
         if keep_positions:
             path = _relative_file(py_func)
@@ -302,7 +305,7 @@ class Keyer:
         if not path:
             cannot_key(where, f"class {cls.__qualname__} (no source file)")
         value = ("project-class", cls.__module__, cls.__qualname__,
-                 self._sources.file_digest(path))
+                 self._sources.file_digest(path)) + made_at_import(cls)
         return leaf(label, value, f"class {cls.__qualname__} (module {cls.__module__} source)")
 
     def _declared_function(self, label, declared) -> KeyNode:

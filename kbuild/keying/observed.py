@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .encode import Unencodable, digest_of
 from .interfaces import ObjectModel
-from .values import canonical
+from .values import canonical, made_at_import
 
 RECORD_VERSION = 1
 MAX_SETS = 8  # observation-name sets remembered per static key
@@ -55,6 +55,10 @@ class Kind(str, enum.Enum):
     # (lowering implementations and data models), wherever the project registered them.
     TYPING = "typing"
     LOWERING = "lowering"
+    # module:name, a module attribute or module global that Python code running during
+    # the compile read by any means (`getattr(mod, computed)`, `globals()[...]`,
+    # `importlib.import_module(m).X`, an import inside a helper), by its value.
+    READ = "read"
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def changes(recorded: ObservationSet, current) -> list[str]:
 
 def display_name(kind: Kind, name: str) -> str:
     """Globals read as Python spells them (`lab.consts.SCALE`), functions as `mod:qualname`."""
-    return name.replace(":", ".", 1) if kind is Kind.GLOBAL else name
+    return name.replace(":", ".", 1) if kind in (Kind.GLOBAL, Kind.READ) else name
 
 
 def value_form(value, objects: ObjectModel):
@@ -192,6 +196,11 @@ def value_form(value, objects: ObjectModel):
     named = objects.named_form(value)
     if named is not None:
         return named
+    made = made_at_import(value) if isinstance(value, type) else ()
+    if made:
+        # A namedtuple class: numba types it by its fields and their order, which the
+        # call that made it took from wherever (another module, the environment).
+        return ("namedtuple", value.__module__, value.__qualname__, made)
     if isinstance(value, (pytypes.FunctionType, pytypes.BuiltinFunctionType, type)):
         return ("named", str(getattr(value, "__module__", "")), value.__qualname__)
     raise Unencodable(value)

@@ -191,3 +191,22 @@ def summary(value) -> str:
 def cannot_key(where: str, what: str) -> NoReturn:
     """Refuse a value that has no content form, naming where it was read and what it is."""
     raise KeyingError(f"{where}: {what} cannot be keyed by content")
+
+
+def made_at_import(cls) -> tuple:
+    """What numba sees of a class that its module's source does not say: a namedtuple's
+    fields and their order (`namedtuple("P", other.FIELDS)`, or fields from the
+    environment) and its defaults, for it and each namedtuple class it derives from."""
+    out = []
+    for klass in getattr(cls, "__mro__", ()):
+        fields = klass.__dict__.get("_fields")
+        if issubclass(klass, tuple) and isinstance(fields, tuple):
+            defaults = klass.__dict__.get("_field_defaults", {})
+            try:
+                made = canonical((tuple(str(f) for f in fields),
+                                  tuple(sorted((str(k), v) for k, v in defaults.items()))))
+            except (Unencodable, TypeError):
+                made = ("fields", tuple(str(f) for f in fields), "defaults-unkeyed",
+                        tuple(sorted(str(k) for k in defaults)))
+            out.append(("namedtuple", klass.__qualname__, made))
+    return tuple(out)

@@ -1,0 +1,1 @@
+#define DP_CWD_GAIN 3.0f

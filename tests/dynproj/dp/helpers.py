@@ -1,0 +1,7 @@
+"""A helper an overload calls, which imports what it reads."""
+
+
+def helper_value():
+    from dp import hconsts
+
+    return hconsts.H
