@@ -188,6 +188,10 @@ def _journal_build(direct, project, the_plan, rows) -> None:
     if the_plan.failed or len(rows) != len(the_plan.targets):
         direct.journal_note = "not written: a target's module failed to import"
         return
+    if any(row.verified == "differs" for row in rows):
+        # Entries replaced after their look-ups: the next run keys in full and sees them.
+        direct.journal_note = "not written: --verify replaced entries"
+        return
     done = []
     for target, row in zip(the_plan.targets, rows):
         if row.status == RowStatus.BUILT and project.fresh_entry(the_plan, target) is None:
