@@ -546,7 +546,8 @@ def _module_reads(observer):
             if attr == "__dict__" and not is_library(frame.f_globals.get("__name__")) \
                     and threading.get_ident() == compiling:
                 return _RecordingGlobals(value, observer)
-            if not _dunder(attr):
+            if not _dunder(attr) and not (is_library(frame.f_globals.get("__name__"))
+                                          and _installed(self)):
                 observer.read(name, attr)
             return value
 
@@ -599,6 +600,28 @@ def _module_reads(observer):
         builtins.__import__, importlib.import_module = original_import, original_import_module
         for module in watched:
             module.__class__ = pytypes.ModuleType
+
+
+def _installed(module) -> bool:
+    """Whether a module is an installed package's (in site-packages), not the program's.
+    What numba's own code reads of such a module (`cffi.FFI` when cffi is importable) is
+    numba's behaviour with that package, not what the project wrote: only what code that
+    is not a library's reads of it is observed."""
+    path = getattr(module, "__file__", None)
+    return bool(path) and str(path).startswith(_site_packages())
+
+
+@functools.cache
+def _site_packages() -> tuple:
+    import site
+
+    found = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    found.update(getattr(site, "getsitepackages", lambda: [])())
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    if isinstance(user, str):
+        found.add(user)
+    return tuple(os.path.join(os.path.realpath(p), "") for p in found if p) + \
+        tuple(os.path.join(p, "") for p in found if p)
 
 
 class _RecordingEnviron(WatchedEnviron):
