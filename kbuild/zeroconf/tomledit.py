@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 from ..errors import ConfigError
 
