@@ -25,8 +25,11 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 - ``signature``: each ``argument N`` type by content (records by layout: ``field 'NAME'``
   and ``layout`` under ``argument N record``);
 - ``arch``: the target architecture;
-- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema (the
-  backend's: numba-cuda-mlir's names itself, its version and its libraries instead);
+- ``toolchain``: the versions of numba-cuda, numba, llvmlite, numpy, cuda-bindings,
+  cuda-core and the CUDA toolkit wheels (`backend.toolchain.DISTRIBUTIONS`, `CUDA_WHEELS`),
+  NVVM's and nvJitLink's own, the Python implementation and version, key schema (the
+  backend's: numba-cuda-mlir's names itself, its version and its libraries instead of
+  numba's);
 - ``config``: numba config knobs that change generated code (the backend's);
 - ``launch``: only for a kernel whose code depends on its launch configuration
   (`mark_launch_config_sensitive`): the grid, block and dynamic shared memory it is
@@ -47,7 +50,7 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 6  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 7  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
@@ -57,6 +60,9 @@ KEY_SCHEMA = 6  # 2: callee bindings, bytecode fingerprints, record fields with 
 #                   spelled sorted (not by what a process compiled first); debug and
 #                   lineinfo binaries name their files against placeholders (put back
 #                   at load). Bytes built under schema 4 or 5 differ for the same inputs.
+#                7: the toolchain names every installed distribution that changes what is
+#                   compiled (numpy, the CUDA bindings and toolkit wheels besides numba),
+#                   and the interpreter's implementation with its version
 
 
 class LabelKind(str, enum.Enum):
