@@ -428,8 +428,12 @@ def test_ctrl_c_during_a_parallel_build_exits_130_with_the_rows_so_far(tmp_path,
                             env=kbuild_env(tmp_path / "home", store=store),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
+    # Three entries, for two rows: the parent commits a target's entry and then reports
+    # its row, so a signal between the two leaves the last entry stored but unreported
+    # (the store may hold one more than the answer). The third entry is committed only
+    # after the second row was reported.
     deadline = time.monotonic() + 120
-    while len(entry_files(store)) < 2 and time.monotonic() < deadline:
+    while len(entry_files(store)) < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)

@@ -12,9 +12,12 @@ it; the current interpreter must key as in a store nobody else wrote.
 from __future__ import annotations
 
 import json
+import sys
+import threading
+import warnings
 from pathlib import Path
 
-from test_timeouts import make_project
+from test_timeouts import QUICK, make_project
 
 NESTED = '''from numba import cuda
 
@@ -27,6 +30,9 @@ def k_nested(x):
     if i < x.size:
         x[i] = twice(x[i])
 '''
+
+
+OTHER = QUICK.replace("def quick", "def other").replace("+ 1", "* 2")
 
 
 def _folder_of(python: str) -> str:
@@ -95,3 +101,41 @@ def test_gc_keeps_another_interpreters_facts_while_used_and_drops_other_kbuilds(
     assert sorted(p.name for p in facts_root.iterdir()) == sorted([facts_version(),
                                                                   other_python])
     assert gc.json["removed_facts"] == 1
+
+
+# -- worker processes ----------------------------------------------------------------------
+
+_FORKS: list | None = None  # while a test listens: threads running at each os.fork
+
+
+def _on_fork(event, args):
+    if event == "os.fork" and _FORKS is not None:
+        _FORKS.append(sorted(t.name for t in threading.enumerate() if t.is_alive()))
+
+
+def test_a_parallel_build_never_forks_while_another_thread_runs(tmp_path, monkeypatch):
+    """A program with a thread of its own builds with -j 2: no fork copies that thread
+    (Python 3.12+ warns that the child may deadlock: the warning is an error here, and on
+    every Python each fork is seen with the threads running then)."""
+    global _FORKS
+    from kbuild.project import Project
+
+    root = make_project(tmp_path / "project", "thr", {"quick": QUICK, "other": OTHER})
+    monkeypatch.syspath_prepend(str(root))
+    project = Project.load(root / "kbuild.toml", store=tmp_path / "store", remote=False)
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait, name="the-programs-own")
+    sys.addaudithook(_on_fork)
+    busy.start()
+    _FORKS = []
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            rows = project.build(jobs=2)
+    finally:
+        forks, _FORKS = _FORKS, None
+        stop.set()
+        busy.join()
+    assert [r.status for r in rows] == ["built", "built"]
+    assert [str(w.message) for w in seen if "fork()" in str(w.message)] == []
+    assert [f for f in forks if "the-programs-own" in f] == []
