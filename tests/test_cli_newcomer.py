@@ -432,9 +432,11 @@ def test_ctrl_c_during_a_parallel_build_exits_130_with_the_rows_so_far(tmp_path,
     # its row, so a signal between the two leaves the last entry stored but unreported
     # (the store may hold one more than the answer). The third entry is committed only
     # after the second row was reported.
-    deadline = time.monotonic() + 120
-    while len(entry_files(store)) < 3 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 300
+    while len(entry_files(store)) < 3 and proc.poll() is None \
+            and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert proc.poll() is None, "the build finished before three targets were stored"
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()
