@@ -7,9 +7,13 @@ import difflib
 import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 from .errors import ConfigError
 

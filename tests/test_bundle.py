@@ -210,7 +210,7 @@ build-backend = "hatchling.build"
 [project]
 name = "kbdemo"
 version = "0.1.0"
-requires-python = ">=3.11"
+requires-python = ">=3.10"
 dependencies = ["kbuild", "numba-cuda"]
 
 [tool.hatch.build.targets.wheel]

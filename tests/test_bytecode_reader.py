@@ -97,3 +97,19 @@ def test_fingerprints_are_those_dis_gives():
     math_like = types.SimpleNamespace(sqrt=None)
     code = sample.__code__
     assert bytecode.instructions(code) == tuple(bytecode.dis_instructions(code))
+
+
+def _class_reading_a_cell():
+    k = 2
+
+    def f():
+        class C:
+            y = k  # a class body reads a cell: LOAD_CLASSDEREF, LOAD_FROM_DICT_OR_DEREF on 3.12+
+        return C
+    return f
+
+
+def test_a_class_body_reading_a_closure_cell_is_a_load_on_every_python():
+    code = _class_reading_a_cell().__code__
+    assert ("k",) in bytecode.bytecode_chains(code)
+    assert ("k",) in bytecode.code_names(code)

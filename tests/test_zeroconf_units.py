@@ -5,9 +5,13 @@ hook."""
 import shutil
 import subprocess
 import sys
-import tomllib
 import types as pytypes
 import zipfile
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 import numpy as np
 import pytest

@@ -17,18 +17,53 @@ CODEGEN_CONFIG = ("CUDA_ENABLE_NRT", "CUDA_NRT_STATS", "CUDA_DEBUG_POLY",
                   "CUDA_DEBUG_POLY_USE_TYPED_CONST", "FORCE_CUDA_CC", "OPT")
 
 
+# Installed distributions whose version can change what numba-cuda compiles: the compiler
+# (numba-cuda, numba, llvmlite); numpy, whose version decides which of numba's overloads
+# are registered and how they type (`np.row_stack` went in numpy 2.5); the bindings that
+# call NVVM, NVRTC and nvJitLink; and the toolkit wheels that hold those libraries, the
+# device runtime (cudadevrt) and the headers NVRTC reads. A CUDA 12 wheel carries a
+# `-cu12` suffix and is keyed under the name without it.
+DISTRIBUTIONS = ("numba-cuda", "numba", "llvmlite", "numpy", "cuda-bindings", "cuda-core")
+CUDA_WHEELS = ("nvidia-nvvm", "nvidia-cuda-nvcc", "nvidia-nvjitlink", "nvidia-cuda-nvrtc",
+               "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt")
+
+
 @lru_cache(maxsize=1)
 def toolchain() -> dict:
     """Name -> version string for every component of the toolchain."""
     return {
         "kbuild key schema": str(KEY_SCHEMA),
-        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-        "numba-cuda": _dist_version("numba-cuda"),
-        "numba": _dist_version("numba"),
-        "llvmlite": _dist_version("llvmlite"),
+        "python": python_version(),
+        **distribution_versions(DISTRIBUTIONS + CUDA_WHEELS),
         "nvvm": _nvvm_version(),
         "nvjitlink": _nvjitlink_version(),
     }
+
+
+def python_version() -> str:
+    """The interpreter as keys name it: implementation and major.minor ("cpython 3.12")."""
+    return f"{sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def distribution_versions(names, version_of=None) -> dict:
+    """Name -> installed version ("absent" when not installed) of each distribution in
+    `names`, in that order; a CUDA 12 wheel (`NAME-cu12`) answers for `NAME`.
+    `version_of(name)` reads one distribution's version (default: its installed
+    metadata, `importlib.metadata.version`) and raises PackageNotFoundError for none."""
+    version_of = version_of or metadata.version
+    out = {}
+    for name in names:
+        out[name] = _version_or_absent(version_of, name)
+        if out[name] == "absent" and name.startswith("nvidia-"):
+            out[name] = _version_or_absent(version_of, f"{name}-cu12")
+    return out
+
+
+def _version_or_absent(version_of, name: str) -> str:
+    try:
+        return version_of(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 def codegen_config() -> dict:
@@ -43,10 +78,7 @@ def codegen_config() -> dict:
 
 
 def _dist_version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "absent"
+    return _version_or_absent(metadata.version, name)
 
 
 def _nvvm_version() -> str:

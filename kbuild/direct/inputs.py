@@ -267,7 +267,8 @@ def _python() -> dict:
     return {"version": sys.version, "executable": os.path.realpath(sys.executable),
             "prefix": sys.prefix, "cache_tag": sys.implementation.cache_tag,
             "flags": [flags.optimize, flags.isolated, flags.no_site, flags.no_user_site,
-                      flags.ignore_environment, int(flags.safe_path)]}
+                      flags.ignore_environment,
+                      int(getattr(flags, "safe_path", False))]}  # -P: 3.11+
 
 
 def _type_name(obj) -> str:

@@ -13,6 +13,15 @@ minutes never returns on its own) and forks a replacement for the jobs left.
 A job may send notes before its result (what its compile has read so far):
 a job killed for its time keeps them, to record what its failure depended on.
 
+Workers are forked only from a process that runs no other Python thread: a fork copies
+another thread stopped wherever it was, with any lock it held (Python 3.12 warns "This
+process is multi-threaded, use of fork() may lead to deadlocks in the child"). The
+`kbuild` command starts none before it compiles (a C library's own pool, such as
+OpenBLAS's, stops itself at a fork); a program that calls kbuild with threads of its own
+running (a pytest-xdist worker, an application) has its jobs run here, one at a time, as
+on a system without fork. A time limit cannot stop a job run here: with one set, jobs
+are still forked and Python's warning stands.
+
 Workers die with the build: each asks the kernel for SIGKILL when its parent
 dies (Linux's PR_SET_PDEATHSIG) and leaves at once if the parent is already
 gone, and each closes its inherited copies of the store's lock descriptors.
@@ -31,6 +40,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -68,8 +78,9 @@ def run_in_workers(fn, items, jobs: int, *, timeout: float | None = None, starte
     items = list(items)
     if not items:
         return
-    if "fork" not in multiprocessing.get_all_start_methods():
-        for item in items:  # no fork (not Linux or macOS): here, and without a limit
+    if "fork" not in multiprocessing.get_all_start_methods() or \
+            (timeout is None and other_threads()):
+        for item in items:  # no (safe) fork: here, and without a limit
             if started is not None:
                 started(item)
             yield (item,) + fn(item)
@@ -83,6 +94,13 @@ def run_in_workers(fn, items, jobs: int, *, timeout: float | None = None, starte
     finally:
         pool.close()
         gc.unfreeze()
+
+
+def other_threads() -> bool:
+    """Whether a Python thread besides this one is running: forking now would copy it
+    stopped, with whatever lock it held."""
+    current = threading.current_thread()
+    return any(t is not current and t.is_alive() for t in threading.enumerate())
 
 
 @dataclass

@@ -18,7 +18,11 @@ from functools import lru_cache
 from .encode import Unencodable, encode
 from .values import canonical, cannot_key
 
-_LOAD_NAME_OPS = frozenset({"LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME", "LOAD_CLASSDEREF"})
+# A class body reads a cell with LOAD_CLASSDEREF up to 3.11, LOAD_FROM_DICT_OR_DEREF from
+# 3.12 on (and an annotation scope a global with LOAD_FROM_DICT_OR_GLOBALS).
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
+_CELL_LOADS = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
+_LOAD_NAME_OPS = _GLOBAL_LOADS | _CELL_LOADS
 _LOAD_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 
 
@@ -154,9 +158,9 @@ def _bytecode_loads(code) -> frozenset:
         if chain is not None:
             found.add(chain)
         chain = None
-        if name in ("LOAD_GLOBAL", "LOAD_NAME"):
+        if name in _GLOBAL_LOADS:
             chain = (ins[ARGVAL], "g")
-        elif name in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+        elif name in _CELL_LOADS:
             chain = (ins[ARGVAL], "d")
     if chain is not None:
         found.add(chain)

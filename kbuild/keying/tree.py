@@ -25,8 +25,11 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 - ``signature``: each ``argument N`` type by content (records by layout: ``field 'NAME'``
   and ``layout`` under ``argument N record``);
 - ``arch``: the target architecture;
-- ``toolchain``: numba-cuda, numba, llvmlite, NVVM, nvJitLink, Python, key schema (the
-  backend's: numba-cuda-mlir's names itself, its version and its libraries instead);
+- ``toolchain``: the versions of numba-cuda, numba, llvmlite, numpy, cuda-bindings,
+  cuda-core and the CUDA toolkit wheels (`backend.toolchain.DISTRIBUTIONS`, `CUDA_WHEELS`),
+  NVVM's and nvJitLink's own, the Python implementation and version, key schema (the
+  backend's: numba-cuda-mlir's names itself, its version and its libraries instead of
+  numba's);
 - ``config``: numba config knobs that change generated code (the backend's);
 - ``launch``: only for a kernel whose code depends on its launch configuration
   (`mark_launch_config_sensitive`): the grid, block and dynamic shared memory it is
@@ -58,7 +61,10 @@ KEY_SCHEMA = 7  # 2: callee bindings, bytecode fingerprints, record fields with 
 #                   lineinfo binaries name their files against placeholders (put back
 #                   at load). Bytes built under schema 4 or 5 differ for the same inputs.
 #                7: a separately compiled fastmath kernel's link gets numba's float flags
-#                   (-ftz=1 -prec-div=0 -prec-sqrt=0 -fma=1): schema 6 links lost .ftz
+#                   (-ftz=1 -prec-div=0 -prec-sqrt=0 -fma=1): schema 6 links lost .ftz;
+#                   the toolchain names every installed distribution that changes what is
+#                   compiled (numpy, the CUDA bindings and toolkit wheels besides numba),
+#                   and the interpreter's implementation with its version
 
 
 class LabelKind(str, enum.Enum):

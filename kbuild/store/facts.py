@@ -1,15 +1,19 @@
 """Keying facts kept in the store: what keying computed about functions, by source digest,
 and the readable bodies `kbuild explain` diffs.
 
-Layout, under ``v1/facts/<version>/`` (a new kbuild's keying starts a new folder)::
+Layout, under ``v1/facts/<interpreter>-<version>/`` (a new kbuild's keying starts a new
+folder, and so does another Python: `ast` parses the same source into other trees from one
+Python version to the next, 3.12's `type_params` on every nested `def` or `class`, so one
+interpreter's facts are not another's)::
 
     <source digest>.json       {"source", "table": slot -> facts, "digest"}
     body-<body digest>.json    {"body", "text", "digest"}
 
 Facts only save parsing: a file that is missing, damaged, too large or for another
 source reads as empty and is computed again; one that cannot be written is only slower.
-A file's mtime is its last use; `prune` drops other versions' folders and files unread
-for a month. Reads open regular files only (never a link, FIFO or device).
+A file's mtime is its last use; `prune` drops other kbuild versions' folders and files
+unread for a month (another interpreter's too: a store shared by several Pythons keeps
+each one's facts while it is used). Reads open regular files only (never a link, FIFO or device).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -31,8 +36,24 @@ BODY_TEXT_MAX_BYTES = 1 << 20  # a function's source; anything longer is not sho
 FACTS_MAX_AGE = 30 * 24 * 3600  # seconds a facts file may go unread before `kbuild gc` drops it
 
 
-@lru_cache(maxsize=1)
+def interpreter() -> str:
+    """This Python as facts folders name it: implementation and major.minor
+    ("cpython-3.12")."""
+    return f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def facts_folder(python: str) -> str:
+    """The facts folder of this kbuild's keying under the interpreter `python`."""
+    return f"{python}-{_keying_digest()}"
+
+
 def facts_version() -> str:
+    """The facts folder of this kbuild and this interpreter."""
+    return facts_folder(interpreter())
+
+
+@lru_cache(maxsize=1)
+def _keying_digest() -> str:
     """Facts are what kbuild's keying code computes: a new kbuild starts a new directory.
     The folder is listed here, not through pathlib, so that the direct-mode recorder sees
     the store listing it (kbuild's own read, no input of the build: a ``__pycache__``
@@ -160,24 +181,31 @@ def _kept_in_use(path: Path, now: float) -> bool:
 
 
 def prune(store: Store, max_age: float = FACTS_MAX_AGE) -> int:
-    """Remove the keying facts of other kbuild versions, and this version's facts unread
-    for `max_age` seconds, walking v1/facts without following a link (a link is removed
-    as the link it is); return how many files went. Facts only save parsing: one removed
-    too soon costs a parse."""
-    current, removed = facts_version(), 0
-    oldest = time.time() - max_age
+    """Remove the keying facts of other kbuild versions, and facts unread for `max_age`
+    seconds (this kbuild's under any interpreter: another Python's are its own, and
+    kept while it uses them), walking v1/facts without following a link (a link is
+    removed as the link it is); return how many files went. Facts only save parsing: one
+    removed too soon costs a parse."""
+    removed, oldest = 0, time.time() - max_age
     for folder, info in tree.listing(store.root, f"{LAYOUT}/facts"):
         rel = f"{LAYOUT}/facts/{folder}"
         if not stat.S_ISDIR(info.st_mode):
             removed += store._remove(rel)
             continue
+        ours = _this_kbuilds(folder)
         for name, finfo in tree.listing(store.root, rel):
-            if folder != current or finfo.st_mtime < oldest or stat.S_ISLNK(finfo.st_mode):
+            if not ours or finfo.st_mtime < oldest or stat.S_ISLNK(finfo.st_mode):
                 removed += store._remove(f"{rel}/{name}")
-        if folder != current and not store.read_only:
+        if folder != facts_version() and not store.read_only:
             try:
                 with tree.opened_dir(store.root, [LAYOUT, "facts"]) as fd:
                     os.rmdir(folder, dir_fd=fd)
             except OSError:
-                pass
+                pass  # another interpreter's facts still in use
     return removed
+
+
+def _this_kbuilds(folder: str) -> bool:
+    """Whether `folder` holds this kbuild's facts (under any interpreter)."""
+    python, _, version = folder.rpartition("-")
+    return bool(python) and version == _keying_digest()

@@ -10,16 +10,19 @@ time.
 from __future__ import annotations
 
 import os
-import sys
 from functools import lru_cache
 from importlib import metadata
 
 from ...keying.encode import digest, digest_of
 from ...keying.tree import KEY_SCHEMA
 from ..backends import MLIR_NAME
-from ..toolchain import _nvjitlink_version, _nvvm_version
+from ..toolchain import (CUDA_WHEELS, _nvjitlink_version, _nvvm_version, distribution_versions,
+                         python_version)
 
 DISTRIBUTION = "numba-cuda-mlir"
+# What it compiles with besides itself (it vendors numba): numpy, whose version decides
+# which overloads are registered, and the CUDA bindings and toolkit wheels (numba-cuda's).
+DISTRIBUTIONS = ("numpy", "cuda-bindings", "cuda-core")
 # numba config values that change code (read at import from NUMBA_* variables).
 CODEGEN_CONFIG = ("OPT", "CUDA_DEBUGINFO_DEFAULT", "CUDA_DISABLE_LTO_OPT", "BOUNDSCHECK",
                   "FORCE_CUDA_CC")
@@ -33,10 +36,11 @@ def toolchain() -> dict:
     """Name -> version string for every component of the toolchain."""
     return {
         "kbuild key schema": str(KEY_SCHEMA),
-        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "python": python_version(),
         "backend": MLIR_NAME,
         DISTRIBUTION: version(),
         f"{DISTRIBUTION} libraries": _libraries_digest(),
+        **distribution_versions(DISTRIBUTIONS + CUDA_WHEELS),
         "nvvm": _nvvm_version(),
         "nvjitlink": _nvjitlink_version(),
     }
