@@ -546,8 +546,7 @@ def _module_reads(observer):
             if attr == "__dict__" and not is_library(frame.f_globals.get("__name__")) \
                     and threading.get_ident() == compiling:
                 return _RecordingGlobals(value, observer)
-            if not _dunder(attr) and not (is_library(frame.f_globals.get("__name__"))
-                                          and _installed(self)):
+            if not _dunder(attr) and not _import_or_toolchain_read(frame, self):
                 observer.read(name, attr)
             return value
 
@@ -600,6 +599,14 @@ def _module_reads(observer):
         builtins.__import__, importlib.import_module = original_import, original_import_module
         for module in watched:
             module.__class__ = pytypes.ModuleType
+
+
+def _import_or_toolchain_read(frame, module) -> bool:
+    """A read that is no dependency of the project's: a module body running at its import
+    (a package importing its parts: what the project's code then reads of them is
+    observed), or numba's own code reading an installed package (see `_installed`)."""
+    return frame.f_code.co_name == "<module>" or \
+        is_library(frame.f_globals.get("__name__")) and _installed(module)
 
 
 def _installed(module) -> bool:
