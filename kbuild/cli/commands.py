@@ -287,7 +287,9 @@ def _store_options(default) -> argparse.ArgumentParser:
 def handler(run: str):
     """The function a row's `run` names ('project_cmds.cmd_build'), imported now (by name,
     so that the import graph shows it; both modules import their heavy parts lazily)."""
-    from . import project_cmds, store_cmds
+    from . import config_cmd, project_cmds, remote_cmds, store_cmds
 
     module, _, name = run.partition(".")
-    return getattr({"project_cmds": project_cmds, "store_cmds": store_cmds}[module], name)
+    modules = {"config_cmd": config_cmd, "project_cmds": project_cmds,
+               "remote_cmds": remote_cmds, "store_cmds": store_cmds}
+    return getattr(modules[module], name)

@@ -132,14 +132,14 @@ def _full_build(args, direct, store, executor, max_size, start) -> int:
 def _verify_setting(args):
     """The share of served targets `--verify` checks ("" for all), None for no check:
     the option, else $KBUILD_VERIFY (`1`: all; `10%`: a share; `0` or empty: none)."""
-    from ..build import parse_sample
-
     text = args.verify
     if text is None:
         env = os.environ.get("KBUILD_VERIFY", "").strip()
         if env.lower() in ("", "0", "false", "no", "off"):
-            return None
+            return None  # before importing the build: a no-op imports no numba
         text = "" if env.lower() in ("1", "true", "yes", "on") else env
+    from ..build import parse_sample
+
     try:
         return parse_sample(text)
     except ValueError as exc:
