@@ -604,18 +604,20 @@ def _module_reads(observer):
 def _import_or_toolchain_read(frame, module) -> bool:
     """A read that is no dependency of the project's: a module body running at its import
     (a package importing its parts: what the project's code then reads of them is
-    observed), or numba's own code reading an installed package (see `_installed`)."""
+    observed), numba's own code reading a module (typing a global the compiled code
+    names, which the static key holds, or an installed package it supports, `cffi.FFI`),
+    or an installed package's own code: what Python *runs* of the project's while numba
+    compiles is what this observes."""
     return frame.f_code.co_name == "<module>" or \
-        is_library(frame.f_globals.get("__name__")) and _installed(module)
+        is_library(frame.f_globals.get("__name__")) or _installed(frame.f_code.co_filename)
 
 
-def _installed(module) -> bool:
-    """Whether a module is an installed package's (in site-packages), not the program's.
-    What numba's own code reads of such a module (`cffi.FFI` when cffi is importable) is
-    numba's behaviour with that package, not what the project wrote: only what code that
-    is not a library's reads of it is observed."""
-    path = getattr(module, "__file__", None)
-    return bool(path) and str(path).startswith(_site_packages())
+def _installed(filename: str) -> bool:
+    """Whether code runs from an installed package (site-packages): an installed package
+    that numba imports mid-compile (cffi reading `_cffi_backend`) runs its own code, whose
+    reads are the package's, pinned by its installed files, not the project's. What the
+    project's code reads of such a package is observed."""
+    return filename.startswith(_site_packages())
 
 
 @functools.cache
@@ -624,11 +626,8 @@ def _site_packages() -> tuple:
 
     found = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     found.update(getattr(site, "getsitepackages", lambda: [])())
-    user = getattr(site, "getusersitepackages", lambda: None)()
-    if isinstance(user, str):
-        found.add(user)
-    return tuple(os.path.join(os.path.realpath(p), "") for p in found if p) + \
-        tuple(os.path.join(p, "") for p in found if p)
+    return tuple(sorted({os.path.join(p, "") for p in found if p} |
+                        {os.path.join(os.path.realpath(p), "") for p in found if p}))
 
 
 class _RecordingEnviron(WatchedEnviron):

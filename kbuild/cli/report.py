@@ -232,7 +232,9 @@ class ProgressLines:
     """Progress for a pipe or a CI log, where a self-rewriting bar cannot be drawn and a
     silent job may be killed: on stderr, `kbuild: 12/40 done, 3 compiling (9 built, 3
     cached)` at most once every `interval` seconds as targets start and finish, and from
-    a heartbeat thread while nothing finishes. A build shorter than `interval` prints none.
+    a heartbeat while nothing finishes: a SIGALRM timer in the main thread, not a thread
+    (build workers are forked only while no other Python thread runs, see
+    `execute.parallel`). A build shorter than `interval` prints none.
 
     `interval` defaults to $KBUILD_PROGRESS_INTERVAL, else 5 s; 0 prints a line on every
     start and finish and needs no heartbeat. `clock` and `write` are the time source and
@@ -250,11 +252,8 @@ class ProgressLines:
         self.last = self.clock()  # the build's start: the first line comes `interval` later
         self.lock = threading.Lock()
         self.stopped = threading.Event()
-        self.thread = None
-        if self.interval > 0 and write is None:
-            self.thread = threading.Thread(target=self._beat, daemon=True,
-                                           name="kbuild-progress")
-            self.thread.start()
+        self.alarm = _Alarm(self.interval, self.beat) if self.interval > 0 and write is None \
+            else None
 
     def __call__(self, row, done, total):
         with self.lock:
@@ -269,12 +268,18 @@ class ProgressLines:
             self._maybe_say()
 
     def beat(self) -> None:
-        """What the heartbeat does each `interval`: a line when one is due."""
-        with self.lock:
-            self._maybe_say()
+        """What the heartbeat does each `interval`: a line when one is due (none when the
+        signal came while a row was being counted: the next one says it)."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._maybe_say()
+            finally:
+                self.lock.release()
 
     def stop(self) -> None:
         self.stopped.set()
+        if self.alarm is not None:
+            self.alarm.stop()
 
     def line(self) -> str:
         parts = ", ".join(f"{n} {status}" for status, n in sorted(self.counts.items()))
@@ -287,9 +292,31 @@ class ProgressLines:
             self.last = now
             self.write(self.line())
 
-    def _beat(self) -> None:
-        while not self.stopped.wait(self.interval):
-            self.beat()
+
+
+class _Alarm:
+    """Calls `beat` every `interval` seconds from SIGALRM, in the main thread; nothing
+    where that cannot be (another thread, no setitimer). System calls the signal meets are
+    restarted (SA_RESTART); a forked worker inherits no timer."""
+
+    def __init__(self, interval: float, beat):
+        import signal
+        import threading
+
+        self.active = hasattr(signal, "setitimer") and \
+            threading.current_thread() is threading.main_thread()
+        if self.active:
+            self.previous = signal.signal(signal.SIGALRM, lambda *_: beat())
+            signal.siginterrupt(signal.SIGALRM, False)
+            signal.setitimer(signal.ITIMER_REAL, interval, interval)
+
+    def stop(self) -> None:
+        import signal
+
+        if self.active:
+            self.active = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
 
 
 def _progress_interval() -> float:
