@@ -137,12 +137,14 @@ EDITS = {
         [("helpers.py", "x = x + 1.0", "x = x + 2.0")],
         {"k_a": "link", "k_b": "link", "k_c": "link"},
         {NVVM_COMPILE: 1}),
-    # Another object (the tuple's fields in another order), the same linked PTX: the
-    # callers link again, but nothing is assembled.
+    # The tuple's fields in another order: numba's type of it changed, an observed value
+    # of what the compile read (namedtuples are keyed by their fields, their order and
+    # defaults), so the first caller compiles its objects again, as for any observed
+    # value; the same linked PTX: the callers link again, but nothing is assembled.
     "a namedtuple's fields swapped, used by keyword": (
         [("consts.py", '["u", "v"]', '["v", "u"]')],
         {"k_a": "cubin", "k_b": "cubin"},
-        {NVVM_COMPILE: 1, LINK_PTX: 2}),
+        {NVVM_COMPILE: 5, LINK_PTX: 2}),
     # A global value read while compiling changed: the first caller compiles all of its
     # objects again (each records what its compile read), the other links; one PTX.
     "a NaN payload a float32 conversion drops": (

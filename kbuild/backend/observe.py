@@ -115,11 +115,14 @@ class Observer:
             collected.setdefault(key, None)
 
     @contextlib.contextmanager
-    def running(self, template):
-        """A typing template runs Python (an overload, an intrinsic): what it reads,
-        this time and every earlier time in this process (numba keeps its result and
-        does not run it again), is read by this compile."""
-        cls = type(template)
+    def running(self, template, *asked):
+        """A typing template runs Python (an overload, an intrinsic) for `asked` (its
+        argument types, or the type and attribute): what it reads, this time and every
+        earlier time in this process for the same question (numba keeps that result and
+        does not run it again), is read by this compile. Kept per question, as numba
+        keeps results: what a compile records never depends on what the process compiled
+        before it."""
+        cls = _question(type(template), asked)
         earlier = _READS_BY_TEMPLATE.get(cls)
         for key in earlier or ():
             self.names.setdefault(key, None)
@@ -345,7 +348,7 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         def wrap(original):
             def hooked(self, *args, **kws):
                 observer.typing_function(self, kind)
-                with observer.running(self):
+                with observer.running(self, args, kws):
                     return original(self, *args, **kws)
             return hooked
         return wrap
@@ -365,7 +368,7 @@ def _hooks(observer: Observer, front_end: FrontEnd):
             if attr != getattr(self, "_attr", None):
                 return original(self, typ, attr)
             observer.typing_function(self, Kind.OVERLOAD)
-            with observer.running(self):
+            with observer.running(self, typ, attr):
                 return original(self, typ, attr)
         return hooked
 
@@ -543,10 +546,10 @@ def _module_reads(observer):
             if _reader_is_kbuild(frame):
                 return value
             name = pytypes.ModuleType.__getattribute__(self, "__name__")
-            if attr == "__dict__" and not is_library(frame.f_globals.get("__name__")) \
+            if attr == "__dict__" and not _import_or_toolchain_read(frame) \
                     and threading.get_ident() == compiling:
                 return _RecordingGlobals(value, observer)
-            if not _dunder(attr) and not _import_or_toolchain_read(frame, self):
+            if not _dunder(attr) and not _import_or_toolchain_read(frame):
                 observer.read(name, attr)
             return value
 
@@ -585,7 +588,7 @@ def _module_reads(observer):
 
     def recording_globals():
         frame = sys._getframe(1)
-        if frame is None or is_library(frame.f_globals.get("__name__")) or \
+        if frame is None or _import_or_toolchain_read(frame) or \
                 threading.get_ident() != compiling:
             return frame.f_globals if frame is not None else original_globals()
         return _RecordingGlobals(frame.f_globals, observer)
@@ -601,7 +604,28 @@ def _module_reads(observer):
             module.__class__ = pytypes.ModuleType
 
 
-def _import_or_toolchain_read(frame, module) -> bool:
+def _question(cls, asked) -> tuple:
+    """(a template class, what it was asked) as a memo key: numba keeps a template's answer
+    per argument types. Whatever cannot be hashed is asked apart by the class alone
+    (coarser, and never fewer reads)."""
+    try:
+        key = (cls, repr_free(asked))
+        hash(key)
+        return key
+    except TypeError:
+        return (cls,)
+
+
+def repr_free(value):
+    """`value` made hashable: dicts as sorted item tuples, lists and tuples as tuples."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, repr_free(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(repr_free(v) for v in value)
+    return value
+
+
+def _import_or_toolchain_read(frame) -> bool:
     """A read that is no dependency of the project's: a module body running at its import
     (a package importing its parts: what the project's code then reads of them is
     observed), numba's own code reading a module (typing a global the compiled code
