@@ -19,7 +19,7 @@ from kbuild.store.local import Store
 from kbuild.store.remote import RemoteSettings, open_remote, push_entries
 from kbuild.store.remotes.http_remote import entry_address
 
-from conftest import blob_files, built_examples, copy_examples
+from conftest import blob_bytes, blob_files, built_examples, copy_examples
 from nginx_support import NGINX, NOT_INSTALLED, Nginx
 
 ARCH = "sm_90"
@@ -95,7 +95,7 @@ def test_a_build_writes_back_over_http_and_a_tampered_cas_blob_is_refused(
     [warning] = _remote_warnings(second)
     assert f"/cas/{planted.name} does not match its SHA-256" in warning
     assert "building it here" in warning and USERS["ci"] not in second.stderr
-    assert cubin in [p.read_bytes() for p in blob_files(tmp_path / "s2").values()]
+    assert cubin in [blob_bytes(p) for p in blob_files(tmp_path / "s2").values()]
     assert planted.read_bytes() == cubin  # the build's write-back put the real one back
 
 

@@ -34,6 +34,8 @@ class Row:
     # `--verify`: "same" (a fresh build gave the stored bytes), "differs" (it did not: the
     # row failed and the entry was replaced) or "unchecked"; None when not verified.
     verified: str | None = None
+    # Failed rows answered from the journal: the file:line the full run reported.
+    where: str | None = None
 
     @classmethod
     def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:

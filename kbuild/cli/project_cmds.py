@@ -13,7 +13,7 @@ from ..errors import KbuildError
 from ..model import RowStatus, TargetState
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, error, flush_warnings,
                      max_size_of, planned, print_json, remember, size, warnings)
-from .report import BuildReport
+from .report import BuildReport, error_location
 
 
 # -- build and watch ----------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
     for row in rows:
         if row.failed is not None:  # a failure recorded under its key, reported at once
             done.append(Row.of(row.target, row.key, RowStatus.FAILED, error=row.failed,
-                               recorded=True))
+                               recorded=True, where=row.where))
         else:
             done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
         report(done[-1], len(done), len(rows))
@@ -206,7 +206,9 @@ def _journal_build(direct, project, the_plan, rows) -> None:
             # a command line can give: never answered from the journal.
             error = None if failure is None or failure.limit is not None \
                 else recorded_error(failure.error)
-        done.append((target, row.key, row.status.value, error))
+        where = error_location(row.error, the_plan.kernels.get(row.target),
+                               the_plan.config.root) if error is not None else None
+        done.append((target, row.key, row.status.value, error, where))
     direct.journal_build(done)
 
 

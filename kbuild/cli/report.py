@@ -168,8 +168,8 @@ class BuildReport:
         return f"{self._where(row)}: {head if self.quiet else row.error}"
 
     def _where(self, row) -> str:
-        return error_location(row.error, self.the_plan.kernels.get(row.target),
-                              self.the_plan.config.root)
+        return row.where or error_location(row.error, self.the_plan.kernels.get(row.target),
+                                           self.the_plan.config.root)
 
     def _paint(self, status: str) -> str:
         text = f"{status:8}"

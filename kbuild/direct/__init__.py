@@ -55,6 +55,7 @@ class Row:
     built_at: str | None = None
     newest: dict | None = None  # status: a newer build of other inputs, as status shows it
     failed: str | None = None  # build: the recorded failure it reports (its error)
+    where: str | None = None  # ... and the file:line the full run reported it at
 
 
 class Direct:
@@ -134,7 +135,7 @@ class Direct:
         self.mode, self.reason = DIRECT, "nothing the journal names changed"
         self._refresh(found, check, store_check, newest)
         return [Row(t, r["key"], r.get("artifacts") or {}, r.get("built_at"),
-                    newest.get(_tid(t)), r.get("failed")) for t, r in rows]
+                    newest.get(_tid(t)), r.get("failed"), r.get("where")) for t, r in rows]
 
     def _newest(self, body: dict, rows, store_check) -> dict:
         """tid -> the newer build of other inputs (None: none) of each row, from the
@@ -217,14 +218,15 @@ class Direct:
         return store
 
     def journal_build(self, rows) -> bool:
-        """Write the journal of a full build: `rows`, (target, key, status, error) in plan
-        order, every target cached or built, its entry looked up (so the ledger holds it:
-        a built one after its commit), or failed with its failure recorded under its key
-        (`error`: what a build reports of it). False when nothing was written."""
+        """Write the journal of a full build: `rows`, (target, key, status, error, where)
+        in plan order, every target cached or built, its entry looked up (so the ledger
+        holds it: a built one after its commit), or failed with its failure recorded under
+        its key (`error` and `where`: what a build reports of it, and the file:line it
+        names). False when nothing was written."""
         entries, self._failed = [], {}
-        for target, key, status, error in rows:
+        for target, key, status, error, where in rows:
             if status == "failed" and error is not None:
-                self._failed[_tid(target)] = error
+                self._failed[_tid(target)] = (error, where)
                 entries.append((target, key, False, False, None))
                 continue
             if status not in ("cached", "built"):
@@ -288,7 +290,7 @@ class Direct:
             if fresh:
                 row = self._fresh_row(target, key, built, built_at, store, exact)
             elif _tid(target) in self._failed:
-                row = self._failed_row(key, self._failed[_tid(target)], store)
+                row = self._failed_row(key, *self._failed[_tid(target)], store)
             targets[_tid(target)] = row
         previous = self._journal.body if self._journal is not None else None
         inputs = snapshot(recorder, self.paths, self._state, exact=exact,
@@ -330,7 +332,7 @@ class Direct:
         return {"key": key, "fresh": True, "entry": used, "artifacts": _launchable(manifest),
                 "built_at": built_at or manifest.get("built_at"), "files": sorted(set(files))}
 
-    def _failed_row(self, key: str, error: str, store: dict) -> dict:
+    def _failed_row(self, key: str, error: str, where: str | None, store: dict) -> dict:
         """The journal row of a target whose compile failed, its failure recorded under its
         key: a no-op build reports it while the record is as it was (a build that compiles
         it again removes or rewrites it)."""
@@ -340,7 +342,7 @@ class Direct:
         except OSError:
             raise Unjournalable(f"the failure record of {key} cannot be read") from None
         store[rel] = tree.identity(info) + [digest(data)]
-        return {"key": key, "fresh": False, "failed": error, "files": [rel]}
+        return {"key": key, "fresh": False, "failed": error, "where": where, "files": [rel]}
 
     def _observed_files(self, static: dict, variant: str | None) -> dict:
         """Absolute path -> digest of the files the observation set a fresh target rests
