@@ -130,7 +130,8 @@ def test_no_store_file_names_the_project_the_store_or_the_machine(built):
     for path in sorted(built.store.rglob("*")):
         if not path.is_file() or path.suffix == ".lock":
             continue
-        data = path.read_bytes()
+        # A blob's own bytes, unpacked: compressed bytes are random, and spell anything.
+        data = blob_bytes(path) if "blobs" in path.parts else path.read_bytes()
         for text in paths:
             assert text.encode() not in data, f"{path} contains the path {text}"
         # In text: a manifest, a PTX, or a printable run of a binary (as `strings` finds

@@ -4,8 +4,12 @@ API a user calls: the message they read, the exit code, what the store holds."""
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 import pytest
 
