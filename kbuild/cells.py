@@ -28,8 +28,15 @@ from .errors import KeyingError
 _FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 
+# Names every `exec` of a string, `python -c` and a plain prompt share (Python 3.13 keeps
+# the `-c` text under `<string>`): text registered there is no one code's own.
+_SHARED_NAMES = frozenset({"<string>", "<stdin>"})
+
+
 def is_registered(filename: str) -> bool:
     """Whether `linecache` holds text registered in memory (no file behind it) for `filename`."""
+    if filename in _SHARED_NAMES:
+        return False
     entry = linecache.cache.get(filename)
     return isinstance(entry, tuple) and len(entry) == 4 and entry[1] is None \
         and isinstance(entry[2], list)
