@@ -294,24 +294,15 @@ def _reads(mode, flags) -> bool:
 _UNSET = object()
 
 
-class _RecordingEnviron(WatchedEnviron):
-    """`os.environ`, noting each variable read by name (scans and copies read no one
-    variable: the watched ones are journaled as a whole)."""
+class _ScanNotSeen:
+    """A scan of the whole environment (iterating, keys, items, values, copy) by the
+    program: something the journal cannot check (`scanned_name` says which mapping)."""
 
-    def __init__(self, environ, recorder: Recorder):
-        super().__init__(environ)
-        self.recorder = recorder
-
-    def read(self, name) -> None:
-        if name not in self.recorder.env:
-            self.recorder.read_env(name, self._environ.get(name))
-
-    # The value before this process set it is what the next one sees.
-    written = read
+    scanned_name = ""
 
     def _scanned(self) -> None:
         if by_program(sys._getframe(2)):
-            self.recorder.not_seen("scanned the whole environment (os.environ)")
+            self.recorder.not_seen(f"scanned the whole environment ({self.scanned_name})")
 
     def __iter__(self):
         self._scanned()
@@ -334,7 +325,25 @@ class _RecordingEnviron(WatchedEnviron):
         return super().copy()
 
 
-class _RecordingEnvironb(WatchedEnviron):
+class _RecordingEnviron(_ScanNotSeen, WatchedEnviron):
+    """`os.environ`, noting each variable read by name (scans and copies read no one
+    variable: the watched ones are journaled as a whole)."""
+
+    def __init__(self, environ, recorder: Recorder):
+        super().__init__(environ)
+        self.recorder = recorder
+
+    def read(self, name) -> None:
+        if name not in self.recorder.env:
+            self.recorder.read_env(name, self._environ.get(name))
+
+    # The value before this process set it is what the next one sees.
+    written = read
+
+    scanned_name = "os.environ"
+
+
+class _RecordingEnvironb(_ScanNotSeen, WatchedEnviron):
     """`os.environb`: a variable read by name is noted as `os.environ`'s are; a scan is
     something the journal cannot check."""
 
@@ -351,26 +360,4 @@ class _RecordingEnvironb(WatchedEnviron):
 
     written = read
 
-    def _scanned(self) -> None:
-        if by_program(sys._getframe(2)):
-            self.recorder.not_seen("scanned the whole environment (os.environb)")
-
-    def __iter__(self):
-        self._scanned()
-        return super().__iter__()
-
-    def keys(self):
-        self._scanned()
-        return super().keys()
-
-    def items(self):
-        self._scanned()
-        return super().items()
-
-    def values(self):
-        self._scanned()
-        return super().values()
-
-    def copy(self):
-        self._scanned()
-        return super().copy()
+    scanned_name = "os.environb"
