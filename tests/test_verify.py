@@ -1,8 +1,8 @@
 """`kbuild build --verify`, `kbuild verify` and KBUILD_VERIFY: what the store serves,
 rebuilt from source and compared byte for byte.
 
-The project's `@overload` reads an environment variable through C (`getenv` from libc,
-at typing time): a channel no key can list. Changing the variable leaves the key as it
+The project's `@overload` reads an environment variable through C (`getenv` from a libc
+loaded at import, called at typing time): a channel no key can list. Changing the variable leaves the key as it
 was, so a plain build serves the old binary; verifying rebuilds it, reports it, replaces
 the entry, and exits 1.
 """
@@ -25,11 +25,16 @@ def gain(x):
     return x
 
 
+# Loaded at import (loading a C library while compiling fails the target: its reads are
+# unseen) and kept where keys do not look (a library module's attribute); called at
+# typing time, it reads the environment through C: no os.environ access kbuild could
+# observe.
+ctypes.kb_test_libc = ctypes.CDLL(None)
+ctypes.kb_test_libc.getenv.restype = ctypes.c_char_p
+
+
 def _gain_from_c():
-    # Read through C at typing time: no os.environ access kbuild could observe.
-    libc = ctypes.CDLL(None)
-    libc.getenv.restype = ctypes.c_char_p
-    return float(libc.getenv(b"KB_GAIN") or b"2.0")
+    return float(ctypes.kb_test_libc.getenv(b"KB_GAIN") or b"2.0")
 
 
 @overload(gain)

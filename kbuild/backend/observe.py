@@ -11,7 +11,8 @@ names (numba-cuda-mlir) passes its own, and the same hooks fire there:
 - `BaseContext.resolve_module_constants`: every module attribute it types (`mod.X`);
 - the `@overload`/`@overload_method`/`@overload_attribute` and `@intrinsic`
   templates: the Python function each runs at typing time;
-- `os.environ` and `open`: environment variables and files read meanwhile;
+- `os.environ`, and what the system is asked (`oscalls`: files opened by any route,
+  paths stat'ed, folders listed, subprocesses run) meanwhile;
 - NVRTC's compiles of CUDA C (`link=` and `declare_device` files, `cuda.CUSource`):
   every header it opened, through whatever include path and form (`"..."`, `<...>`,
   transitively), as NVRTC's own time trace lists them (`_nvrtc_headers`);
@@ -48,7 +49,7 @@ from ..keying.tree import LabelKind, leaf
 from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_digest
 from ..keying.values import canonical
-from . import registrations
+from . import oscalls, registrations
 from .backends import ALL_OBJECTS
 from .registrations import Held, held, is_library, is_overload_template, is_project, \
     key_name, qualified, typing_functions
@@ -64,6 +65,8 @@ class FrontEnd:
     bases: tuple  # packages whose `base` module has the lowering `OverloadSelector`
     models: tuple  # modules with a `DataModelManager` (those loaded are hooked)
     nvrtc: str  # the module whose `compile` runs NVRTC on CUDA C (`ProgramOptions` in it)
+    # (module, class, method) compiling a device function for argument types, keeping it
+    device_compiles: tuple = ()
 
 
 NUMBA_CUDA_FRONT_END = FrontEnd(
@@ -72,7 +75,8 @@ NUMBA_CUDA_FRONT_END = FrontEnd(
     bases=("numba.cuda.core",),
     # numba-cuda's data model manager is numba's where numba is installed (a redirect).
     models=("numba.cuda.datamodel.cuda_manager", "numba.core.datamodel.manager"),
-    nvrtc="numba.cuda.cudadrv.nvrtc")
+    nvrtc="numba.cuda.cudadrv.nvrtc",
+    device_compiles=(("numba.cuda.dispatcher", "CUDADispatcher", "compile_device"),))
 
 
 class Observer:
@@ -95,7 +99,10 @@ class Observer:
         # id(OverloadSelector) -> ("function KEY" / ... / "", its key, the selector: kept, so
         # no id is reused while it names another): a look-up memo, never part of a key.
         self._selectors: dict = {}
-        self._collecting: list = []  # the reads of each typing template running now
+        self._collecting: list = []  # what each answer being made now (`answering`) reads
+        # Names a kept answer read when it was made, with the digests they had then.
+        self.pinned: dict = {}
+        self._answered: dict = {}  # questions answered (run) in this compile, in order
 
     def _is_static(self, func) -> bool:
         try:
@@ -104,38 +111,67 @@ class Observer:
             return False
 
     def add(self, kind: Kind, name: str) -> None:
-        self.names.setdefault((kind, name), None)
-
-    def read(self, module_name: str, attr: str) -> None:
-        """Python code running during the compile read `module_name.attr` (a module
-        attribute, or a module global through `globals()`): by its value."""
-        key = (Kind.READ, f"{module_name}:{attr}")
+        key = (kind, name)
         self.names.setdefault(key, None)
         for collected in self._collecting:
             collected.setdefault(key, None)
 
-    @contextlib.contextmanager
+    def read(self, module_name: str, attr: str) -> None:
+        """Python code running during the compile read `module_name.attr` (a module
+        attribute, or a module global through `globals()`): by its value."""
+        self.add(Kind.READ, f"{module_name}:{attr}")
+
     def running(self, template, *asked):
         """A typing template runs Python (an overload, an intrinsic) for `asked` (its
-        argument types, or the type and attribute): what it reads, this time and every
-        earlier time in this process for the same question (numba keeps that result and
-        does not run it again), is read by this compile. Kept per question, as numba
-        keeps results: what a compile records never depends on what the process compiled
-        before it."""
-        cls = _question(type(template), asked)
-        earlier = _READS_BY_TEMPLATE.get(cls)
-        for key in earlier or ():
-            self.names.setdefault(key, None)
+        argument types, or the type and attribute); see `answering`."""
+        return self.answering(_question(type(template), asked),
+                              lambda: _forget_answer(template, asked))
+
+    @contextlib.contextmanager
+    def answering(self, question, forget):
+        """numba answers `question` (a typing template's, for some argument types; a device
+        function's compile for some) within the block, running Python, or from what it
+        kept when it first ran it in this process. Whatever was observed while it ran is
+        read by every compile the answer serves, with the digests it had *then*
+        (`pinned`): a value changed since is not what numba's kept answer was made from.
+        An answer made while nothing observed it (an eager kernel typed at its import)
+        is dropped (`forget()`), so numba runs it again, observed."""
+        earlier = _ANSWERS.get(question)
+        if question not in self._answered:
+            if earlier is None or None in earlier.values():
+                if forget():
+                    earlier = _ANSWERS[question] = {}
+                    self._answered[question] = None
+            else:
+                for key, (found, static) in earlier.items():
+                    self.names.setdefault(key, None)
+                    self.pinned.setdefault(key, found)
+                    if static and key not in self._dynamic:
+                        self.static_only.add(key)
+                    for outer in self._collecting:
+                        outer.setdefault(key, None)
         collected: dict = {}
         self._collecting.append(collected)
         try:
             yield
         finally:
             self._collecting.remove(collected)
-            if collected:
-                _READS_BY_TEMPLATE.setdefault(cls, {}).update(collected)
-                for outer in self._collecting:
-                    outer.update(collected)
+            if collected:  # it ran now: what it read is read now, digested with this compile
+                entry = _ANSWERS.setdefault(question, {})
+                entry.update(dict.fromkeys(collected))
+                self._answered[question] = None
+                for key in collected:
+                    self.pinned.pop(key, None)
+            for outer in self._collecting:
+                outer.update(collected)
+
+    def answered(self, digests: dict) -> None:
+        """This compile's digests (`Current.observations`): the answers it made keep them."""
+        for question in self._answered:
+            entry = _ANSWERS.get(question)
+            for key in list(entry or ()):
+                if entry[key] is None and key in digests:
+                    entry[key] = (digests[key], key in self.static_only)
 
     def function(self, func, kind: Kind = Kind.FUNCTION) -> None:
         module = getattr(func, "__module__", None)
@@ -228,13 +264,14 @@ class Observer:
             self.add(Kind.GLOBAL, f"{name}:{attr}")
 
     def read_by_project(self) -> bool:
-        """Whether the code reading an env var or a file (the nearest caller outside the
-        os module, collections.abc and this module) is not a library's: numba's and the
-        standard library's own reads are pinned by the toolchain."""
+        """Whether the code reading an env var (the nearest caller outside the os module,
+        collections.abc and this module) is the project's, directly or through a library
+        (`oscalls.asked_by_project`): numba's and the standard library's own reads are
+        pinned by the toolchain."""
         frame = sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__") in _PLUMBING:
             frame = frame.f_back
-        return frame is not None and not is_library(frame.f_globals.get("__name__"))
+        return oscalls.asked_by_project(frame, _installed)
 
     def file(self, path, kind: Kind = Kind.FILE) -> None:
         name = _file_name(path, self.root)
@@ -300,9 +337,12 @@ def _file_name(path, root) -> str | None:
 
 _PLUMBING = frozenset({"os", "_collections_abc", __name__, WatchedEnviron.__module__})
 
-# What each typing template's Python read when it ran in this process (template classes
-# live as long as the process; numba runs one once and keeps its answer).
-_READS_BY_TEMPLATE: dict = {}
+# What each answer numba keeps (a typing template's for some argument types, a device
+# function's compile) read when it was made in this process: (kind, name) -> (its digest
+# then, whether only statically keyed code read it), or None until the compile that made
+# it is digested. Template classes and dispatchers live as long as the process; numba
+# makes each answer once and keeps it. A look-up memo by identity, never in a key.
+_ANSWERS: dict = {}
 
 
 # -- hooks ------------------------------------------------------------------------
@@ -315,7 +355,7 @@ def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
             stack.enter_context(_wrapped(cls, name, wrap))
         stack.enter_context(_environ(observer))
         stack.enter_context(_module_reads(observer))
-        stack.enter_context(_open(observer))
+        stack.enter_context(oscalls.watching(observer, _installed))
         stack.enter_context(_nvrtc_headers(observer, front_end.nvrtc))
         yield observer
 
@@ -352,6 +392,15 @@ def _hooks(observer: Observer, front_end: FrontEnd):
                     return original(self, *args, **kws)
             return hooked
         return wrap
+
+    def compiles_device(original):
+        # A device function's code, kept per argument types: what its compile read
+        # (its overloads, their reads) is read by every kernel it is linked into.
+        def hooked(self, args, *rest, **kws):
+            question = ("device", self, repr_free(tuple(args)))
+            with observer.answering(question, lambda: _forget_device_compile(self, args)):
+                return original(self, args, *rest, **kws)
+        return hooked
 
     def asked(what):
         def wrap(original):
@@ -410,6 +459,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         yield tmpl.AttributeTemplate, "resolve", asked("attributes")
     for base in front_end.bases:
         yield importlib.import_module(f"{base}.base").OverloadSelector, "find", found
+    for module, cls, method in front_end.device_compiles:
+        yield getattr(importlib.import_module(module), cls), method, compiles_device
     importlib.import_module(front_end.models[0])  # the front end's own: loaded here
     for manager in dict.fromkeys(_classes_of("DataModelManager", *front_end.models)):
         yield manager, "lookup", model
@@ -616,6 +667,33 @@ def _question(cls, asked) -> tuple:
         return (cls,)
 
 
+def _forget_answer(template, asked) -> bool:
+    """Drop what numba keeps of a project's typing template's answer for these argument
+    types (`_impl_cache`, keyed by (context, args, kws, ...)), so its Python runs again.
+    numba's own templates read nothing of the project's: theirs are kept."""
+    cache = getattr(type(template), "_impl_cache", None)
+    func = getattr(template, "_overload_func", None) or \
+        getattr(template, "_definition_func", None)
+    if not isinstance(cache, dict) or is_library(getattr(func, "__module__", None)):
+        return True
+    called = asked[0] if len(asked) == 2 else None  # generic(args, kws), as the hook saw it
+    if not (isinstance(called, tuple) and len(called) == 2 and isinstance(called[1], dict)):
+        return True  # an attribute template: it runs every time it is asked
+    args, kws = tuple(called[0]), tuple(called[1].items())
+    for key in [k for k in cache if isinstance(k, tuple) and k[1:3] == (args, kws)]:
+        del cache[key]
+    return True
+
+
+def _forget_device_compile(dispatcher, args) -> bool:
+    """Drop a device function's code for `args`, so numba compiles it again (an eager one
+    cannot compile again: False)."""
+    if not getattr(dispatcher, "_can_compile", False):
+        return False
+    dispatcher.overloads.pop(tuple(args), None)
+    return True
+
+
 def repr_free(value):
     """`value` made hashable: dicts as sorted item tuples, lists and tuples as tuples."""
     if isinstance(value, dict):
@@ -655,9 +733,9 @@ def _site_packages() -> tuple:
 
 
 class _RecordingEnviron(WatchedEnviron):
-    """`os.environ` that records each variable read by name (copying or scanning the
-    environment, as numba's config reload and subprocess do, reads no one name: only
-    named reads are dependencies)."""
+    """`os.environ` that records each variable read by name, and a scan or copy of the
+    whole environment by the project's code as a read of all of it (numba's config reload
+    and subprocess scan it too: theirs are no dependencies)."""
 
     def __init__(self, environ, observer):
         super().__init__(environ)
@@ -666,6 +744,31 @@ class _RecordingEnviron(WatchedEnviron):
     def read(self, name) -> None:
         if self._observer.read_by_project():
             self._observer.add(Kind.ENV, str(name))
+
+    def _scanned(self) -> None:
+        # The project's code took every variable (a scan, a copy): all of them are read.
+        if self._observer.read_by_project():
+            self._observer.add(Kind.ENVIRON, "*")
+
+    def __iter__(self):
+        self._scanned()
+        return super().__iter__()
+
+    def copy(self):
+        self._scanned()
+        return super().copy()
+
+    def keys(self):
+        self._scanned()
+        return super().keys()
+
+    def items(self):
+        self._scanned()
+        return super().items()
+
+    def values(self):
+        self._scanned()
+        return super().values()
 
 
 @contextlib.contextmanager
@@ -676,22 +779,6 @@ def _environ(observer):
         yield
     finally:
         os.environ = original
-
-
-@contextlib.contextmanager
-def _open(observer):
-    original = builtins.open
-
-    def recording_open(file, mode="r", *args, **kwargs):
-        if not any(c in mode for c in "wax+") and observer.read_by_project():
-            observer.file(file)
-        return original(file, mode, *args, **kwargs)
-
-    builtins.open = io.open = recording_open
-    try:
-        yield
-    finally:
-        builtins.open = io.open = original
 
 
 def linked_paths(observer: Observer, paths) -> None:
@@ -798,14 +885,17 @@ class Current:
         return self._memo[(kind, name)]
 
     def observations(self, observer: Observer) -> list[Observation]:
-        """The digests of what `observer` saw; a global only statically keyed functions
-        read and that has no content form here is left to the static key."""
-        out = []
+        """The digests of what `observer` saw (a name a kept answer read, with the digest
+        it had when the answer was made); a global only statically keyed functions read
+        and that has no content form here is left to the static key."""
+        out, digests = [], {}
         for kind, name in observer.names:
-            found = self(kind, name)
+            found = observer.pinned.get((kind, name)) or self(kind, name)
+            digests[(kind, name)] = found
             if found.startswith(UNKEYABLE) and (kind, name) in observer.static_only:
                 continue
             out.append(Observation(kind, name, found))
+        observer.answered(digests)
         return out
 
     def _digest(self, kind: Kind, name: str) -> str:
@@ -817,6 +907,14 @@ class Current:
                 return digest((self._root / name).read_bytes())
             except OSError:
                 return MISSING
+        if kind in (Kind.STAT, Kind.LISTING):
+            read = oscalls.stat_digest_form if kind is Kind.STAT else oscalls.listing_form
+            found = read(self._root / name)
+            return MISSING if found is None else digest_of(found)
+        if kind is Kind.ENVIRON:
+            return digest_of(("environ", tuple(sorted(os.environ.items()))))
+        if kind is Kind.UNSEEN:
+            return f"{UNKEYABLE}: the compile {name}, whose result no key can hold"
         if kind is Kind.BUILTIN:
             value = getattr(builtins, name, _ABSENT)
             return MISSING if value is _ABSENT else value_digest(value, ALL_OBJECTS)

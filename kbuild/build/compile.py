@@ -75,6 +75,12 @@ def _with_observations(the_plan: Plan, artifacts, observer):
         o = bad[0]
         if CHANGED_AFTER_IMPORT in o.digest:  # not unkeyable: keyed from other bytes
             raise CompileError(o.digest.partition(": ")[2])
+        if o.kind is obs.Kind.UNSEEN:
+            raise CompileError(
+                f"while compiling, code numba ran (an @overload, an @intrinsic or a helper "
+                f"they call) {o.name}, whose result kbuild cannot key; do that when the "
+                "module is imported and keep the result in a module constant, which the "
+                "compile then reads as a value")
         raise CompileError(
             f"observed {o.kind.value} {obs.display_name(o.kind, o.name)} was read while "
             f"compiling, but kbuild cannot key it by content ({o.digest}); make it a number, "

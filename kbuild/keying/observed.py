@@ -59,6 +59,14 @@ class Kind(str, enum.Enum):
     # the compile read by any means (`getattr(mod, computed)`, `globals()[...]`,
     # `importlib.import_module(m).X`, an import inside a helper), by its value.
     READ = "read"
+    # What compile-time Python asked the system (backend/oscalls.py): a path stat'ed
+    # (`os.path.exists`, `getsize`: absent, a folder, or a file by its bytes), a folder
+    # listed (its names), and what no key can hold (a subprocess's output, a C library
+    # loaded): such a target cannot be keyed, and fails saying why.
+    STAT = "stat"
+    LISTING = "listing"
+    UNSEEN = "unseen"
+    ENVIRON = "environment"  # the whole environment scanned (`os.environ.items()`, a copy)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""Overloads that decide what numba compiles from what they ask the system while numba
+types a kernel: each through a route no module attribute shows."""
+
+import importlib
+import os
+import pathlib
+
+import numpy as np
+from numba import cuda
+from numba.core.extending import overload
+
+NAME = "SC" + "ALE"
+
+
+def flagged(x):
+    pass
+
+
+@overload(flagged)
+def ol_flagged(x):
+    if os.path.exists("fast.flag"):  # a stat
+        return lambda x: x * 3.0
+    return lambda x: x * 2.0
+
+
+def tabled(x):
+    pass
+
+
+@overload(tabled)
+def ol_tabled(x):
+    t = float(pathlib.Path("table.txt").read_text())  # open, through pathlib
+    return lambda x: x + t
+
+
+def weighted(x):
+    pass
+
+
+@overload(weighted)
+def ol_weighted(x):
+    w = float(np.loadtxt("weights.txt"))  # open, through numpy
+    return lambda x: x * w
+
+
+def counted(x):
+    pass
+
+
+@overload(counted)
+def ol_counted(x):
+    n = float(len(os.listdir("plugins")))  # a folder listed
+    return lambda x: x + n
+
+
+def scanned(x):
+    pass
+
+
+@overload(scanned)
+def ol_scanned(x):
+    n = float(sum(1 for k, _ in os.environ.items() if k.startswith("SP_OPT_")))  # a scan
+    return lambda x: x + n
+
+
+def gained(x):
+    pass
+
+
+@overload(gained)
+def ol_gained(x):
+    g = float(os.environ.get("SP_GAIN", "1.0"))  # by name, in an answer numba keeps
+    return lambda x: x * g
+
+
+def scaled(x):
+    pass
+
+
+@overload(scaled)
+def ol_scaled(x):
+    v = getattr(importlib.import_module("sp.consts"), NAME)  # by computed name
+    return lambda x: x * v
+
+
+def shelled(x):
+    pass
+
+
+@overload(shelled)
+def ol_shelled(x):
+    import subprocess
+
+    v = float(subprocess.check_output(["cat", "table.txt"]).decode())
+    return lambda x: x + v
+
+
+@cuda.jit(device=True)
+def dev_scaled(x):
+    return scaled(x) + 1.0

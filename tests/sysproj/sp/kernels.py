@@ -1,0 +1,55 @@
+from numba import cuda
+
+from .ext import counted, dev_scaled, flagged, gained, scaled, scanned, shelled, tabled, \
+    weighted
+
+
+@cuda.jit
+def k_flag(a):
+    a[0] = flagged(a[0])
+
+
+@cuda.jit
+def k_table(a):
+    a[0] = tabled(a[0])
+
+
+@cuda.jit
+def k_weights(a):
+    a[0] = weighted(a[0])
+
+
+@cuda.jit
+def k_plugins(a):
+    a[0] = counted(a[0])
+
+
+@cuda.jit
+def k_scan(a):
+    a[0] = scanned(a[0])
+
+
+@cuda.jit
+def k_gain_a(a):
+    a[0] = gained(a[0])
+
+
+@cuda.jit
+def k_gain_b(a):
+    a[0] = gained(a[0]) + 1.0
+
+
+# Typed by numba when the module is imported, before any compile kbuild observes.
+@cuda.jit("void(float32[::1])")
+def k_eager(a):
+    a[0] = scaled(a[0])
+
+
+@cuda.jit("void(float32[::1])")
+def k_eager_dev(a):
+    a[0] = dev_scaled(a[0])
+
+
+@cuda.jit
+def k_shell(a):
+    a[0] = shelled(a[0])

@@ -1,0 +1,136 @@
+"""What compile-time Python asks the system is keyed, however it asks, and whenever numba
+first ran it.
+
+tests/sysproj: `@overload`s decide what numba compiles from a stat (`os.path.exists`),
+a file read through `pathlib` or numpy, a folder listing, a scan of the environment, a
+variable read by name (in an answer numba keeps and reuses for a second kernel), a
+module constant read by computed name from an overload that an eager kernel's import
+already ran (directly, and through a device function numba already compiled), and a
+subprocess. Each case changes one input of a copy of the built project, builds
+incrementally against a copy of the store and afresh into an empty store: no target is
+served `cached` with other bytes than the fresh build's, exactly the targets the case
+names rebuild, and a subprocess run while compiling fails its target, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from editmatrix_support import build, case, copy_tree, replace, short
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE / "sysproj"
+BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_plugins", "k_scan", "k_gain_a",
+                   "k_gain_b", "k_eager", "k_eager_dev"})
+
+
+def touch(path: str):
+    def edit(root: Path) -> None:
+        (root / path).write_text("")
+
+    edit.__name__ = f"create {path}"
+    return edit
+
+
+def remove(path: str):
+    def edit(root: Path) -> None:
+        (root / path).unlink()
+
+    edit.__name__ = f"remove {path}"
+    return edit
+
+
+STALE = [
+    case("stat-of-a-new-file", touch("fast.flag"), {"k_flag"}),
+    case("file-read-through-pathlib", replace("table.txt", "0.5", "0.75"), {"k_table"}),
+    case("file-read-through-numpy", replace("weights.txt", "1.5", "2.5"), {"k_weights"}),
+    case("file-added-to-a-listed-folder", touch("plugins/b.txt"), {"k_plugins"}),
+    case("file-removed-from-a-listed-folder", remove("plugins/a.txt"), {"k_plugins"}),
+    case("variable-in-a-scanned-environment", lambda root: None, {"k_scan"},
+         env={"SP_OPT_FAST": "1"}),
+    case("variable-read-by-a-kept-answer", lambda root: None,
+         {"k_gain_a", "k_gain_b", "k_scan"}, env={"SP_GAIN": "3.0"}),
+    case("constant-read-by-an-overload-an-eager-import-ran",
+         replace("sp/consts.py", "SCALE = 2.0", "SCALE = 2.5"), {"k_eager", "k_eager_dev"}),
+]
+
+PRECISE = [
+    case("unrelated-file-in-the-project", touch("notes.txt"), set()),
+    case("unrelated-variable-beside-a-named-read", lambda root: None, {"k_scan"},
+         env={"SP_OTHER": "1"}),
+]
+
+# k_scan's compile read every variable (a scan): any variable set rebuilds it, to the
+# same bytes when no SP_OPT_* variable changed. The named readers rebuild only for theirs.
+SAME_BYTES = {"variable-read-by-a-kept-answer": {"k_scan"},
+              "unrelated-variable-beside-a-named-read": {"k_scan"}}
+
+
+def _checkout(where: Path) -> Path:
+    project = where / "proj"
+    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
+    return project
+
+
+def _rows(result: dict) -> dict:
+    return {short(r["target"]): r for r in result["targets"]}
+
+
+def _artifacts(result: dict) -> dict:
+    return {t: (r["artifacts"] or {}).get("ptx") for t, r in _rows(result).items()}
+
+
+def _with_status(result: dict, status: str) -> set:
+    return {t for t, r in _rows(result).items() if r["status"] == status}
+
+
+def _clean_env() -> dict:
+    # The cases set SP_*; the runner's own environment must not. k_scan's compile reads the
+    # whole environment, so pytest's per-test variable would change it in every case.
+    return {k: None for k in os.environ if k.startswith("SP_") or k == "PYTEST_CURRENT_TEST"}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, shared_home):
+    where = tmp_path_factory.mktemp("sys-baseline")
+    project = _checkout(where)
+    # -j1: every kernel compiles in one process, so k_gain_b is typed from the answer
+    # numba kept for k_gain_a.
+    return where, build(project, where / "store", "-k", "-j1", env_extra=_clean_env(),
+                        expect_rc=1)
+
+
+def test_baseline_builds_every_target_and_refuses_a_subprocess(baseline):
+    _, result = baseline
+    assert _with_status(result, "built") == BUILT, \
+        [r["error"] for r in result["targets"] if r["error"]]
+    shell = _rows(result)["k_shell"]
+    assert shell["status"] == "failed"
+    assert "ran a subprocess (cat)" in shell["error"]
+    assert "module constant" in shell["error"]  # what to do instead
+
+
+@pytest.mark.parametrize("the_case", STALE + PRECISE, ids=lambda c: c.id)
+def test_incremental_matches_fresh(baseline, tmp_path, the_case):
+    where, _ = baseline
+    project = _checkout(tmp_path)
+    copy_tree(where / "store", tmp_path / "store")
+    the_case.apply(project)
+    env = {**_clean_env(), **the_case.env}
+    incremental = build(project, tmp_path / "store", "-k", "-j1", env_extra=env,
+                        expect_rc=1)
+    fresh = build(project, tmp_path / "fresh-store", "-k", "-j1", env_extra=env,
+                  expect_rc=1)
+    assert _with_status(incremental, "failed") == {"k_shell"} == _with_status(fresh, "failed")
+    now, clean = _artifacts(incremental), _artifacts(fresh)
+    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    assert not stale, f"stale binaries served for {sorted(stale)}"
+    assert _with_status(incremental, "built") == the_case.rebuilt
+    before = _artifacts(baseline[1])
+    changed = the_case.rebuilt - SAME_BYTES.get(the_case.id, set())
+    # the change changes what the rebuilt targets compile to
+    assert {t for t in the_case.rebuilt if now[t] != before[t]} == changed
