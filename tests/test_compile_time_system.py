@@ -134,3 +134,49 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     changed = the_case.rebuilt - SAME_BYTES.get(the_case.id, set())
     # the change changes what the rebuilt targets compile to
     assert {t for t in the_case.rebuilt if now[t] != before[t]} == changed
+
+
+# -- under zero configuration --------------------------------------------------------------
+
+FLAG_KERNELS = '''\
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+
+def flagged(x):
+    pass
+
+
+@overload(flagged)
+def ol_flagged(x):
+    if os.path.exists("fast.flag"):
+        return lambda x: x * 3.0
+    return lambda x: x * 2.0
+
+
+@cuda.jit
+def scale(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = flagged(x[i])
+'''
+
+
+def test_zero_config_rebuilds_when_a_path_an_overload_tested_appears(tmp_path):
+    """A lazily launched kernel whose overload tests a path: served warm while the path is
+    absent (journal on), rebuilt when it appears, to a fresh store's binary."""
+    from zeroconf_support import run, write_program
+
+    root = write_program(tmp_path / "prog", kernels=FLAG_KERNELS)
+    store = tmp_path / "store"
+    first = run(root, "kbuild", ("scale",), enable={"store": str(store)})
+    assert first["counts"] == {"built": 1, "served": 1}, first
+    warm = run(root, "kbuild", ("scale",), enable={"store": str(store)})
+    assert warm["nvvm"] == 0 and warm["loads"] == first["loads"]
+    (root / "fast.flag").write_text("")
+    flagged = run(root, "kbuild", ("scale",), enable={"store": str(store)})
+    fresh = run(root, "kbuild", ("scale",), enable={"store": str(tmp_path / "fresh")})
+    assert flagged["counts"]["built"] == 1 and flagged["loads"] == fresh["loads"]
+    assert flagged["loads"] != first["loads"]
