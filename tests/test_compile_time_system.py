@@ -180,3 +180,41 @@ def test_zero_config_rebuilds_when_a_path_an_overload_tested_appears(tmp_path):
     fresh = run(root, "kbuild", ("scale",), enable={"store": str(tmp_path / "fresh")})
     assert flagged["counts"]["built"] == 1 and flagged["loads"] == fresh["loads"]
     assert flagged["loads"] != first["loads"]
+
+
+# -- direct mode's journal ------------------------------------------------------------------
+
+def _declaring(project: Path, keep) -> None:
+    """The checkout's kbuild.toml, declaring only the kernels in `keep`."""
+    lines, out, skip = (PROJECT / "kbuild.toml").read_text().splitlines(), [], False
+    for line in lines:
+        if line.startswith("[kernels."):
+            skip = short(line.split('"')[1]) not in keep
+        if not skip:
+            out.append(line)
+    (project / "kbuild.toml").write_text("\n".join(out) + "\n")
+
+
+def test_the_journal_checks_what_compiles_asked_the_system(tmp_path):
+    """A no-op answered from the journal (direct mode) notices a path a compile stat'ed
+    appearing, a folder it listed changing, a variable it read; a compile that scanned the
+    whole environment keeps the journal from being written, saying why."""
+    project = _checkout(tmp_path)
+    _declaring(project, {"k_flag", "k_plugins", "k_gain_a"})
+    store, env = tmp_path / "store", _clean_env()
+    build(project, store, env_extra=env)
+    assert build(project, store, env_extra=env)["mode"]["used"] == "direct"
+    steps = [(touch("fast.flag"), {}, {"k_flag"}), (touch("plugins/b.txt"), {}, {"k_plugins"}),
+             (lambda root: None, {"SP_GAIN": "3.0"}, {"k_gain_a"})]
+    for edit, more, rebuilt in steps:
+        edit(project)
+        env = {**env, **more}
+        after = build(project, store, env_extra=env)
+        assert after["mode"]["used"] == "full" and _with_status(after, "built") == rebuilt
+        assert build(project, store, env_extra=env)["mode"]["used"] == "direct"
+
+    _declaring(project, {"k_flag", "k_scan"})
+    scanned = build(project, store, env_extra=env)
+    assert _with_status(scanned, "built") == {"k_scan"}, (scanned["targets"], scanned["mode"])
+    assert scanned["mode"]["journal"] == \
+        "not written: a compile scanned the whole environment, which the journal cannot check"

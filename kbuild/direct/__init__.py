@@ -288,7 +288,7 @@ class Direct:
         for target, key, fresh, built, built_at in entries:
             row = {"key": key, "fresh": False}
             if fresh:
-                row = self._fresh_row(target, key, built, built_at, store, exact)
+                row = self._fresh_row(target, key, built, built_at, store, exact, recorder)
             elif _tid(target) in self._failed:
                 row = self._failed_row(key, *self._failed[_tid(target)], store)
             targets[_tid(target)] = row
@@ -304,7 +304,7 @@ class Direct:
         return _merged(previous, body)
 
     def _fresh_row(self, target: Target, key: str, built: bool, built_at, store: dict,
-                   exact: dict) -> dict:
+                   exact: dict, recorder: Recorder) -> dict:
         """The journal row of an up-to-date target: the entries its freshness rests on
         (its static key's, and the variant of another observation set it used, which
         `build.fresh_entry` looks up only when the newest set no longer holds; a target
@@ -327,7 +327,8 @@ class Direct:
                     raise Unjournalable(f"{target.label}: blob {name} was not verified")
                 store[blob[0]] = blob[1] + [name]
                 files.append(blob[0])
-        exact.update(self._observed_files(mine[key][3], None if used == key else used))
+        exact.update(self._observed_inputs(mine[key][3], None if used == key else used,
+                                           recorder))
         manifest = mine[used][3]
         return {"key": key, "fresh": True, "entry": used, "artifacts": _launchable(manifest),
                 "built_at": built_at or manifest.get("built_at"), "files": sorted(set(files))}
@@ -344,10 +345,14 @@ class Direct:
         store[rel] = tree.identity(info) + [digest(data)]
         return {"key": key, "fresh": False, "failed": error, "where": where, "files": [rel]}
 
-    def _observed_files(self, static: dict, variant: str | None) -> dict:
-        """Absolute path -> digest of the files the observation set a fresh target rests
-        on names (link files, headers, files read while compiling): the set matched its
-        digests taken in this run, so they are the bytes it used."""
+    def _observed_inputs(self, static: dict, variant: str | None, recorder: Recorder) -> dict:
+        """What the observation set a fresh target rests on names, as journal inputs:
+        absolute path -> digest of the files it names (link files, headers, files read
+        while compiling: the set matched its digests taken in this run, so they are the
+        bytes it used); and, added to `recorder`'s inputs, the variables its compile read,
+        the paths it stat'ed (absent ones must stay absent; a folder by its names) and the
+        folders it listed. A compile that scanned the whole environment cannot be
+        journaled (a variable set later is one more it read)."""
         from ..keying import observed as obs  # a full run: numba is loaded
 
         try:
@@ -358,9 +363,24 @@ class Direct:
                        if (variant is None and s is record.sets[0]) or s.key == variant), None)
         if chosen is None:
             raise Unjournalable("the observation set a target used was not found")
-        files = (obs.Kind.FILE, obs.Kind.LINK, obs.Kind.HEADER)
-        return {os.path.join(self.paths.root, o.name): o.digest
-                for o in chosen.observations if o.kind in files}
+        files = {}
+        for o in chosen.observations:
+            path = os.path.join(self.paths.root, o.name)
+            if o.kind in (obs.Kind.FILE, obs.Kind.LINK, obs.Kind.HEADER):
+                files[path] = o.digest
+            elif o.kind is obs.Kind.ENV:
+                recorder.read_env(o.name, os.environ.get(o.name))
+            elif o.kind is obs.Kind.ENVIRON:  # every variable, those set later too
+                raise Unjournalable("a compile scanned the whole environment, which the "
+                                    "journal cannot check")
+            elif o.kind in (obs.Kind.STAT, obs.Kind.LISTING):
+                if os.path.isdir(path):
+                    recorder.listed[path] = "program"
+                elif os.path.lexists(path):
+                    files.setdefault(path, None)  # a file by its bytes
+                else:
+                    recorder.absent.add(path)
+        return files
 
     def _not_journaled(self, why: str) -> bool:
         self.journal_note = f"not written: {why}"
