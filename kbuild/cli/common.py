@@ -63,14 +63,14 @@ def store_only(args, read_only: bool = False):
     """
     from ..config import default_store, load_config
     from ..errors import ConfigError
-    from ..store.local import Store
+    from ..store.storage import open_storage
 
     try:
         cfg = load_config(args.config) if args.config or not args.store else None
     except ConfigError:
         cfg = None
     args._config = cfg
-    args._store = Store(default_store(cfg, args.store), read_only=read_only)
+    args._store = open_storage(default_store(cfg, args.store), read_only=read_only)
     return args._store
 
 
@@ -92,12 +92,14 @@ def project_or_store(args, open_project, needs_project: bool = True):
     return project, project.store
 
 
-def planned(args, read_only: bool = True):
-    """(project, plan of the command's targets and --arch) for commands that key targets."""
+def planned(args, read_only: bool = True, remote: dict | None = None):
+    """(project, plan of the command's targets and --arch) for commands that key targets;
+    `remote`: the options that choose its remote (`project.open_project`), None for none."""
     from ..build import parse_archs
     from ..project import open_project
 
-    project = remember(args, open_project(args.config, args.store, read_only=read_only))
+    project = remember(args, open_project(args.config, args.store, read_only=read_only,
+                                          remote=remote))
     return project, project.plan(getattr(args, "targets", None), parse_archs(args.arch))
 
 

@@ -22,10 +22,11 @@ def cmd_build(args) -> int:
     from ..direct import Direct
     from ..targets import parse_archs
 
-    config, store = _light_project(args, read_only=args.read_only)
+    config = _light_config(args)
     parse_archs(args.arch, check_toolchain=False)  # misspelt: said before anything else
     max_size = max_size_of(args, config)
-    store.remote, executor = _remote_and_executor(args, config, store)
+    store = _storage(args, config, read_only=args.read_only, remote=True)
+    executor = _executor(args, config, store)
     if not args.read_only:
         store.check_root()  # before keying imports numba and the project
         store.claim()  # a folder that is not kbuild's is refused before anything runs
@@ -45,15 +46,33 @@ def cmd_build(args) -> int:
 
 
 def _light_project(args, read_only: bool):
-    """The project file (architectures checked by their spelling: direct mode imports no
-    toolchain) and the store a command names."""
-    from ..config import default_store, load_config
-    from ..store.local import Store
+    """The project file and the local store a command names (see `_light_config`)."""
+    config = _light_config(args)
+    return config, _storage(args, config, read_only)
 
-    config = load_config(args.config, check_toolchain=False)
-    store = Store(default_store(config, args.store), read_only=read_only)
+
+def _light_config(args):
+    """The project file, its architectures checked by their spelling only (direct mode
+    imports no toolchain)."""
+    from ..config import load_config
+
+    return load_config(args.config, check_toolchain=False)
+
+
+def _storage(args, config, read_only: bool, remote: bool = False):
+    """The storage a command names: with the remote a build uses (CLI > env > kbuild.toml)
+    when `remote`, else the local store alone."""
+    from ..config import default_store
+    from ..store.remote import remote_settings
+    from ..store.storage import open_storage
+
+    settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,
+                               read_only=args.remote_read_only,
+                               timeout=args.remote_timeout) if remote else None
+    store = open_storage(default_store(config, args.store), read_only=read_only,
+                         remote=settings)
     args._store = store
-    return config, store
+    return store
 
 
 def _shared(store):
@@ -312,19 +331,15 @@ def _nearest_config(find_config):
         return None
 
 
-def _remote_and_executor(args, config, store):
-    """The remote tier (CLI > env > kbuild.toml) and the executor (None: local) of a build."""
-    from ..store.remote import open_remote, remote_settings, remote_timeout
+def _executor(args, config, store):
+    """The executor of a build (None: local)."""
+    if args.executor in (None, "", "local"):
+        return None
+    from ..execute.distributed import parse_executor
+    from ..store.remote import remote_timeout
 
-    settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,
-                               read_only=args.remote_read_only, timeout=args.remote_timeout)
-    executor = None
-    if args.executor not in (None, "", "local"):
-        from ..execute.distributed import parse_executor
-
-        executor = parse_executor(args.executor, warnings=store.warnings,
-                                  timeout=remote_timeout(config, args.remote_timeout))
-    return open_remote(settings), executor
+    return parse_executor(args.executor, warnings=store.warnings,
+                          timeout=remote_timeout(config, args.remote_timeout))
 
 
 # -- init -------------------------------------------------------------------------------------

@@ -212,9 +212,9 @@ class Direct:
         self._state = start_state(self.recorder, self.paths)
 
     def attach(self, store: Store) -> Store:
-        """The full run's store (opened again by the project), telling the ledger what
-        it verifies."""
-        store.ledger = self.ledger
+        """The full run's store (opened again by the project), its ledger (what it verifies
+        from now on) the one the journal is written from."""
+        self.ledger = store.keep_ledger()
         return store
 
     def journal_build(self, rows) -> bool:

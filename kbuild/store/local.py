@@ -70,12 +70,12 @@ class CorruptBlob(Exception):
 class Store:
     """One store directory. `warnings` collects problems healed along the way.
 
-    `remote` (a `remote.RemoteTier`, set by whoever opens the store for a build) is asked
-    on a local miss and sent every entry this store commits. `ledger` (a `Ledger`, set by
-    whoever wants one) is told every entry and blob the store verified or wrote.
+    It knows nothing of remote caches: `storage.Storage` is this store with the remote
+    tier behind it (what commands, zero-config and `Project.load` open). `ledger` (a
+    `Ledger`, None until `keep_ledger` starts one) is told every entry and blob the store
+    verified or wrote.
     """
 
-    remote = None
     ledger: Ledger | None = None
 
     def __init__(self, root, *, read_only: bool = False):
@@ -155,6 +155,17 @@ class Store:
 
     def close(self) -> None:
         """Nothing stays open between calls; kept for callers that close what they open."""
+
+    def keep_ledger(self) -> Ledger:
+        """The ledger of what this store verifies or writes from now on (started once)."""
+        if self.ledger is None:
+            self.ledger = Ledger()
+        return self.ledger
+
+    def tier_counts(self) -> dict:
+        """What tiers behind the store did since the last call (`remote_*` fields): none
+        here (see `storage.Storage`)."""
+        return {}
 
     def shared(self):
         """Held by a build: gc and clean wait until it ends. A store that cannot be
@@ -287,12 +298,9 @@ class Store:
     def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
         `expect` holds fields it must have (target, signature, arch; kind for objects).
-        A local miss is asked of the remote tier (unless `remote` is false), whose verified
-        hit is committed here first."""
-        manifest = self._lookup_local(key, expect)
-        if manifest is None and remote and self.remote is not None and not self.read_only:
-            manifest = self.remote.fetch(self, key, expect)
-        return manifest
+        `remote`: whether a tier behind the store may be asked on a miss (`Storage`); a
+        local store has none."""
+        return self._lookup_local(key, expect)
 
     def _lookup_local(self, key: str, expect: dict | None) -> dict | None:
         """The entry file is read and checked; its blobs are hashed and their facts read
@@ -372,9 +380,10 @@ class Store:
             except OSError as exc:
                 self._cannot_write = exc.strerror or str(exc)
 
-    def commit(self, key: str, manifest: dict, *, push: bool = True) -> None:
-        """Write the manifest (after its blobs) atomically, then push it to the remote.
-        It records each blob's size, so a later read never reads more."""
+    def commit(self, key: str, manifest: dict, *, push: bool = True) -> str:
+        """Write the manifest (after its blobs) atomically; the text written. It records
+        each blob's size, so a later read never reads more. `push`: whether a tier behind
+        the store is sent it (`Storage`); a local store has none."""
         manifest = {k: v for k, v in manifest.items() if k != "hmac"}
         sizes = {}
         for kind, name in manifest["artifacts"].items():
@@ -392,8 +401,7 @@ class Store:
             info = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
             if info is not None:
                 self.ledger.entry(key, info, text, manifest)
-        if push and self.remote is not None:
-            self.remote.push(self, key, text)
+        return text
 
     def _blob_length(self, name: str, info) -> int:
         """The uncompressed length of blob `name` (whose file's stat is `info`)."""
