@@ -103,6 +103,36 @@ def planned(args, read_only: bool = True, remote: dict | None = None):
     return project, project.plan(getattr(args, "targets", None), parse_archs(args.arch))
 
 
+def light_project(args, read_only: bool):
+    """The project file and the local store a command names (see `light_config`)."""
+    config = light_config(args)
+    return config, command_store(args, config, read_only)
+
+
+def light_config(args):
+    """The project file, its architectures checked by their spelling only (direct mode
+    imports no toolchain)."""
+    from ..config import load_config
+
+    return load_config(args.config, check_toolchain=False)
+
+
+def command_store(args, config, read_only: bool, remote: bool = False):
+    """The storage a command names: with the remote a build uses (CLI > env > kbuild.toml)
+    when `remote`, else the local store alone."""
+    from ..config import default_store
+    from ..store.remote import remote_settings
+    from ..store.storage import open_storage
+
+    settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,
+                               read_only=args.remote_read_only,
+                               timeout=args.remote_timeout) if remote else None
+    store = open_storage(default_store(config, args.store), read_only=read_only,
+                         remote=settings)
+    args._store = store
+    return store
+
+
 def max_size_of(args, config):
     """The store's size cap for build and gc (None: no limit): --max-size, else
     $KBUILD_MAX_SIZE, else the project's [store] max_size, else the default (5 GB)."""
