@@ -16,14 +16,14 @@ from .common import (EXIT_OK, UsageError, command_store, error, flush_warnings, 
 from .report import BuildReport
 
 
-def cmd_build(args) -> int:
+def cmd_build(args, opened) -> int:
     from ..direct import Direct
     from ..targets import parse_archs
 
     config = light_config(args)
     parse_archs(args.arch, check_toolchain=False)  # misspelt: said before anything else
     max_size = max_size_of(args, config)
-    store = command_store(args, config, read_only=args.read_only, remote=True)
+    store = command_store(args, opened, config, read_only=args.read_only, remote=True)
     executor = _executor(args, config, store)
     if not args.read_only:
         store.check_root()  # before keying imports numba and the project
@@ -40,7 +40,7 @@ def cmd_build(args) -> int:
     if rows is not None:
         return direct_build(args, direct, config, store, rows, max_size, start)
     direct.begin_full()
-    return full_build(args, direct, store, executor, max_size, start)
+    return full_build(args, opened, direct, store, executor, max_size, start)
 
 
 def _verify_setting(args):
@@ -60,20 +60,20 @@ def _verify_setting(args):
         raise UsageError(str(exc)) from None
 
 
-def cmd_verify(args) -> int:
+def cmd_verify(args, opened) -> int:
     """Rebuild what the store holds for the current targets and compare the bytes."""
     from ..build import default_jobs, launchable, parse_archs, parse_sample
     from ..build.row import Row
     from ..config import load_config
     from ..project import Project
 
-    config, store = light_project(args, read_only=False)
+    config, store = light_project(args, opened, read_only=False)
     try:
         sample = parse_sample(args.sample)
     except ValueError as exc:
         raise UsageError(str(exc).replace("--verify=", "--sample ")) from None
     start = time.perf_counter()
-    project = remember(args, Project(load_config(args.config), store))
+    project = remember(opened, Project(load_config(args.config), store))
     archs = parse_archs(args.arch)
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, store)
@@ -92,7 +92,7 @@ def cmd_verify(args) -> int:
     return report.finish(rows, time.perf_counter() - start)
 
 
-def cmd_watch(args) -> int:
+def cmd_watch(args, opened) -> int:
     """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
     A round that fails (a config error, a module that does not import) is reported and
     the watch goes on; every round keeps going past failed targets."""
@@ -104,7 +104,7 @@ def cmd_watch(args) -> int:
     rounds = 0
     try:
         while True:
-            roots, extra = _watch_round(args, archs, jobs)
+            roots, extra = _watch_round(args, opened, archs, jobs)
             rounds += 1
             if args.rounds is not None and rounds >= args.rounds:
                 return EXIT_OK
@@ -132,26 +132,26 @@ def _wait_for_a_save(roots, extra) -> None:
           + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
 
 
-def _watch_round(args, archs, jobs):
+def _watch_round(args, opened, archs, jobs):
     """One build; (the folders and files to watch for the next one)."""
     try:
-        roots, extra = _watched_build(args, archs, jobs)
+        roots, extra = _watched_build(args, opened, archs, jobs)
     except KbuildError as exc:
         error(str(exc))
         roots, extra = _config_folder(args)
-    flush_warnings(args)
-    if getattr(args, "_store", None) is not None:
-        args._store.warnings.clear()
+    flush_warnings(opened)
+    if opened.store is not None:
+        opened.store.warnings.clear()
     sys.stdout.flush()
     return roots, extra
 
 
-def _watched_build(args, archs, jobs):
+def _watched_build(args, opened, archs, jobs):
     """A watch round's build; (the project's folders, [its kbuild.toml])."""
     from ..project import open_project
 
     start = time.perf_counter()
-    project = remember(args, open_project(args.config, args.store))
+    project = remember(opened, open_project(args.config, args.store))
     project.store.warnings.clear()
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, project.store)

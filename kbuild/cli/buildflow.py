@@ -55,13 +55,13 @@ class _Selection:
         return len(self.targets)
 
 
-def full_build(args, direct, store, executor, max_size, start) -> int:
+def full_build(args, opened, direct, store, executor, max_size, start) -> int:
     """Every target keyed from its sources, built if out of date; the journal written."""
     from ..build import default_jobs, parse_archs
     from ..config import load_config
     from ..project import Project
 
-    project = remember(args, Project(load_config(args.config), direct.attach(store)))
+    project = remember(opened, Project(load_config(args.config), direct.attach(store)))
     archs = parse_archs(args.arch)
     the_plan = project.plan(args.targets, archs)
     report = BuildReport(args, the_plan, project.store)

@@ -44,7 +44,8 @@ class Either:
 
 
 class Command:
-    """A row of the table. `run`: 'module.function' of this package, (args) -> exit code;
+    """A row of the table. `run`: 'module.function' of this package,
+    (args, opened: common.Opened) -> exit code;
     `defaults`: set on the parsed arguments, options or not; `store_options`: it takes
     --config and --store."""
 

@@ -16,7 +16,7 @@ from .common import (EXIT_FAILED, EXIT_OK, light_project, planned, print_json, r
 
 # -- init -------------------------------------------------------------------------------------
 
-def cmd_init(args) -> int:
+def cmd_init(args, opened) -> int:
     from pathlib import Path
 
     from ..build import parse_archs
@@ -37,15 +37,15 @@ def cmd_init(args) -> int:
 
 # -- status and explain -------------------------------------------------------------------------
 
-def cmd_status(args) -> int:
+def cmd_status(args, opened) -> int:
     from ..direct import Direct
 
-    config, store = light_project(args, read_only=True)
+    config, store = light_project(args, opened, read_only=True)
     direct = Direct(config, store, enabled=not args.full)
     found = direct.answer(args.targets, args.arch, "status")
     if found is None:
         direct.begin_full()  # before anything imports numba
-    rows = _full_status(args, direct, store) if found is None else [
+    rows = _full_status(args, opened, direct, store) if found is None else [
         _direct_status_row(r) for r in found]
     mode = direct.describe()
     if args.json:
@@ -72,7 +72,7 @@ def _direct_status_row(found) -> dict:
                 reasons=[], built_at=found.built_at, newest=found.newest)
 
 
-def _full_status(args, direct, store) -> list[dict]:
+def _full_status(args, opened, direct, store) -> list[dict]:
     """Every target keyed from its sources and compared with the store; the journal
     written."""
     from ..build import parse_archs
@@ -80,7 +80,7 @@ def _full_status(args, direct, store) -> list[dict]:
     from ..direct import entry_dirs
     from ..project import Project
 
-    project = remember(args, Project(load_config(args.config), direct.attach(store)))
+    project = remember(opened, Project(load_config(args.config), direct.attach(store)))
     archs = parse_archs(args.arch)
     dirs = entry_dirs(store)  # before status reads the history they hold
     rows = project.status(args.targets, archs)
@@ -88,11 +88,11 @@ def _full_status(args, direct, store) -> list[dict]:
     return rows
 
 
-def cmd_explain(args) -> int:
+def cmd_explain(args, opened) -> int:
     from ..build import parse_archs
     from ..project import open_project
 
-    project = remember(args, open_project(args.config, args.store, read_only=True))
+    project = remember(opened, open_project(args.config, args.store, read_only=True))
     archs = parse_archs(args.arch)
     rows = project.status([args.target], archs, diffs=True)
     code = EXIT_FAILED if any(r["status"] == TargetState.FAILED for r in rows) else EXIT_OK
@@ -142,12 +142,12 @@ def _same_text(change) -> str:
 
 # -- clean and keys -----------------------------------------------------------------------------
 
-def cmd_clean(args) -> int:
+def cmd_clean(args, opened) -> int:
     from ..project import open_project
     from ..store.maintenance import clean_store
     from .common import project_or_store
 
-    project, store = project_or_store(args, open_project, needs_project=not args.all)
+    project, store = project_or_store(args, opened, open_project, needs_project=not args.all)
     store.claim()  # a folder that is not kbuild's is refused, not cleaned
     if not store.exists():
         if not args.json:
@@ -166,11 +166,11 @@ def cmd_clean(args) -> int:
     return EXIT_OK
 
 
-def cmd_keys(args) -> int:
+def cmd_keys(args, opened) -> int:
     from ..direct import Direct
     from ..keying.encode import digest_of
 
-    config, store = light_project(args, read_only=True)
+    config, store = light_project(args, opened, read_only=True)
     found = Direct(config, store, enabled=not args.full, may_write=False).answer(
         args.targets, args.arch, "keys")
     if found is not None:
@@ -178,7 +178,7 @@ def cmd_keys(args) -> int:
                  "arch": r.target.arch, "key": r.key} for r in found]
         failed = []
     else:
-        rows, failed = _planned_keys(args)
+        rows, failed = _planned_keys(args, opened)
     # A digest missing some targets' keys would name a cache that is not the project's.
     combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
     if args.json:
@@ -188,8 +188,8 @@ def cmd_keys(args) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _planned_keys(args):
-    _, the_plan = planned(args)
+def _planned_keys(args, opened):
+    _, the_plan = planned(args, opened)
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
     failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
@@ -209,10 +209,10 @@ def _print_keys(rows, failed, combined) -> None:
 
 # -- graph, show and bundle ---------------------------------------------------------------------
 
-def cmd_graph(args) -> int:
+def cmd_graph(args, opened) -> int:
     from .. import graph as graphs
 
-    project, the_plan = planned(args)
+    project, the_plan = planned(args, opened)
     graph = graphs.target_graph(the_plan, lambda key: project.store.lookup(key) is not None)
     if args.format == "png":
         try:
@@ -230,8 +230,8 @@ def cmd_graph(args) -> int:
     return EXIT_OK
 
 
-def cmd_show(args) -> int:
-    project, the_plan = planned(args)
+def cmd_show(args, opened) -> int:
+    project, the_plan = planned(args, opened)
     for exc in the_plan.failed.values():
         raise exc
     rows, missing = [], []
@@ -245,7 +245,7 @@ def cmd_show(args) -> int:
         project.store.warnings.append(f"{label} is not built (or stale): run kbuild build "
                                       f"{args.target} first")
     if args.json:
-        print_json({"targets": rows, "warnings": warnings(args)})
+        print_json({"targets": rows, "warnings": warnings(opened)})
     else:
         for row in rows:
             _print_shown(row, args.show, several=len(rows) > 1)
@@ -294,7 +294,7 @@ def _print_shown(row, what: str, several: bool) -> None:
         sys.stdout.write("\n")
 
 
-def cmd_bundle(args) -> int:
+def cmd_bundle(args, opened) -> int:
     from ..build import parse_archs
     from ..bundle import write_bundle
     from ..project import open_project
@@ -311,7 +311,7 @@ def cmd_bundle(args) -> int:
 
 # -- run: a program with zero-config caching ------------------------------------------------
 
-def cmd_run(args) -> int:
+def cmd_run(args, opened) -> int:
     from ..zeroconf.run import handle
 
     return handle(args)

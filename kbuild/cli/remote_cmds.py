@@ -5,7 +5,7 @@ from __future__ import annotations
 from .common import EXIT_FAILED, EXIT_OK, UsageError, planned, print_json, size, warnings
 
 
-def cmd_push(args) -> int:
+def cmd_push(args, opened) -> int:
     """Send the current targets' entries (and the objects they link from) to the remote;
     exit 1 when the remote failed (a target the store lacks is reported, not an error:
     a partial build still seeds what it built)."""
@@ -13,8 +13,8 @@ def cmd_push(args) -> int:
 
     # One push may send thousands of entries: each call keeps its timeout, but no
     # build-sized budget stops it halfway (the first failure does).
-    project, the_plan = planned(args, remote={"url": args.remote, "timeout": args.remote_timeout,
-                                              "budget": float("inf")})
+    project, the_plan = planned(args, opened, remote={
+        "url": args.remote, "timeout": args.remote_timeout, "budget": float("inf")})
     storage = project.store
     if storage.remote is None:
         raise UsageError("push: no remote cache to push to; name one with --remote URL, "
@@ -28,7 +28,7 @@ def cmd_push(args) -> int:
               **{k: v for k, v in result.items() if k != "missing_keys"},
               "missing_targets": sorted(labels.get(k, k) for k in result["missing_keys"])}
     if args.json:
-        print_json(dict(result, warnings=warnings(args)))
+        print_json(dict(result, warnings=warnings(opened)))
     else:
         print(f"pushed {result['entries']} entries and {result['objects']} objects "
               f"({size(result['bytes'])}) to {result['remote']}")
