@@ -50,7 +50,11 @@ class Opened:
 
 def warnings(opened: Opened) -> list[str]:
     """The warnings of the store the command opened, each once, in the order given."""
-    store = opened.store
+    return store_warnings(opened.store)
+
+
+def store_warnings(store) -> list[str]:
+    """`store`'s warnings (none when it is None), each once, in the order given."""
     return list(dict.fromkeys(store.warnings)) if store is not None else []
 
 
