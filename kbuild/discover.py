@@ -17,26 +17,8 @@ from dataclasses import dataclass, field
 from .backend.libraries import is_library
 from .config import KernelSpec, ProjectConfig, arch_cc
 from .errors import TargetError
+from .model import Target  # noqa: F401 - the noun's home is the model; named here too
 from .sources import record_imported_source
-
-
-@dataclass(frozen=True)
-class Target:
-    """One build target: a kernel x one signature x one arch (x the launch configuration
-    it is built for, for a launch-config-sensitive kernel: see keying/launch.py)."""
-
-    name: str
-    signature: str
-    arch: str
-    launch: tuple | None = None
-
-    @property
-    def label(self) -> str:
-        if self.launch is None:
-            return f"{self.name} {self.signature} {self.arch}"
-        from .keying.launch import launch_text
-
-        return f"{self.name} {self.signature} {self.arch} ({launch_text(self.launch)})"
 
 
 @dataclass

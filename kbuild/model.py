@@ -1,12 +1,13 @@
-"""The kinds every layer speaks of: what happened to a target in a build, and what `status`
-says of it. Values are the strings of `--json` output, so a kind compares equal to its text
-(`RowStatus.BUILT == "built"`) and JSON needs no conversion; code names kinds by member,
-never by a string literal.
+"""The nouns every layer speaks of: a build `Target`, and the kinds of what happened to a
+target in a build and of what `status` says of it. A kind's values are the strings of
+`--json` output, so a kind compares equal to its text (`RowStatus.BUILT == "built"`) and
+JSON needs no conversion; code names kinds by member, never by a string literal.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class RowStatus(str, enum.Enum):
@@ -54,3 +55,28 @@ class Cutoff(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class Target:
+    """One build target: a kernel x one signature x one arch (x the launch configuration
+    it is built for, for a launch-config-sensitive kernel: see keying/launch.py)."""
+
+    name: str
+    signature: str
+    arch: str
+    launch: tuple | None = None
+
+    @property
+    def label(self) -> str:
+        if self.launch is None:
+            return f"{self.name} {self.signature} {self.arch}"
+        return f"{self.name} {self.signature} {self.arch} ({launch_text(self.launch)})"
+
+
+def launch_text(launch) -> str:
+    """`grid 64x1x1 block 128x1x1 shared 0`: how rows and messages name a launch (a
+    (grid, block, shared) tuple, see keying/launch.py)."""
+    grid, block, shared = launch
+    return (f"grid {'x'.join(map(str, grid))} block {'x'.join(map(str, block))} "
+            f"shared {shared}")

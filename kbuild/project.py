@@ -11,6 +11,7 @@ from .packaged import FromBundle, load_package
 from .store import failures, journal
 from .store.history import History, RelinkReasons, explained
 from .store.local import Store, is_object, is_target
+from .store.storage import open_storage
 from .targets import status_head
 
 
@@ -36,15 +37,13 @@ class Project:
         `verify="sources"` there: the installed modules' bytes against the bundle's).
         """
         from .launch import ON_MISS
-        from .store.remote import open_remote, remote_settings
 
         if on_miss not in ON_MISS:
             raise ValueError(f"on_miss must be one of {ON_MISS}, not {on_miss!r}")
         if package is not None:
             return load_package(package, PackagedProject, on_miss=on_miss, verify=verify)
-        project = open_project(config, store, read_only)
-        project.store.remote = open_remote(remote_settings(
-            project.config, url=remote or None, no_remote=remote is False))
+        project = open_project(config, store, read_only,
+                               remote={"url": remote or None, "no_remote": remote is False})
         project.on_miss = on_miss
         return project
 
@@ -288,8 +287,15 @@ def _failed_row(target, error) -> dict:
     return dict(row, status=TargetState.FAILED, error=str(error))
 
 
-def open_project(config_path, store, read_only: bool = False) -> Project:
-    """A kbuild.toml (a path, or None for the nearest) and its store: what every CLI
-    command and `Project.load` start with."""
+def open_project(config_path, store, read_only: bool = False, *,
+                 remote: dict | None = None) -> Project:
+    """A kbuild.toml (a path, or None for the nearest) and its storage (`storage`): what
+    every CLI command and `Project.load` start with. `remote`: how the remote is chosen
+    (`remote.remote_settings`'s options: url, no_remote...); None: no remote (a command
+    that reads only the local store)."""
+    from .store.remote import remote_settings
+
     cfg = load_config(config_path)
-    return Project(cfg, Store(default_store(cfg, store), read_only=read_only))
+    settings = None if remote is None else remote_settings(cfg, **remote)
+    return Project(cfg, open_storage(default_store(cfg, store), read_only=read_only,
+                                     remote=settings))

@@ -10,7 +10,7 @@ the journal without keying.
 from __future__ import annotations
 
 from .config import ProjectConfig, validate_arch
-from .discover import Target
+from .model import Target
 from .errors import TargetError
 
 

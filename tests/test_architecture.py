@@ -683,7 +683,7 @@ COMPUTED_IMPORTS = {
 SYS_MODULES = {
     ("kbuild/direct/inputs.py", "_input_files"):
         "the journal records the source file of every module the run imported",
-    ("kbuild/direct/recorder.py", "Recorder.start"):
+    ("kbuild/direct/recorder.py", "ReadRecorder.start"):
         "a run can be journaled only if nothing of numba was imported before it started",
     ("kbuild/discover.py", "forget_project_modules"):
         "drops the project's modules so that the next discovery imports its edits",

@@ -33,7 +33,8 @@ from kbuild.keying.encode import digest
 from kbuild.store import archive
 from kbuild.store.archive import ArchiveError, import_archive
 from kbuild.store.local import Store, atomic_write
-from kbuild.store.remote import RemoteSettings, open_remote
+from kbuild.store.remote import RemoteSettings
+from kbuild.store.storage import Storage
 from kbuild.store.signing import sign, signature_problem
 
 HANG_GUARD = 120  # seconds: only a hang reaches it
@@ -108,6 +109,14 @@ def synthetic_entry(root: Path, pad: int = 0) -> tuple[Store, str, str]:
     return store, key, store.entry_path(key).read_text()
 
 
+def pushed(settings: RemoteSettings, source: Store, key: str) -> Storage:
+    """Entry `key` of `source` sent to the remote `settings` names, as a build's commit
+    sends it; the storage that sent it (its `warnings`, its `remote` tier)."""
+    sender = Storage(source.root, read_only=True, remote=settings)
+    sender.push(key)
+    return sender
+
+
 def one_line(result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -149,12 +158,12 @@ def test_a_remote_entry_with_a_non_ascii_signature_is_one_warning_and_a_miss(tmp
     source, key, text = synthetic_entry(tmp_path / "source")
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM, signing_key=b"s"))
-    tier.push(source, key, text)
+    settings = RemoteSettings(server.url(), "test", timeout=CALM, signing_key=b"s")
+    pushed(settings, source, key)
     entry = f"kbuild:v1:entry:{key}".encode()
     honest.data[entry] = json.dumps(dict(json.loads(honest.data[entry]), hmac="é" * 64)).encode()
-    store = Store(tmp_path / "store")
-    assert tier.fetch(store, key) is None
+    store = Storage(tmp_path / "store", remote=settings)
+    assert store.lookup(key) is None
     assert len(store.warnings) == 1 and "signature" in store.warnings[0], store.warnings
     assert not store.has_entry(key)
 
@@ -184,10 +193,8 @@ def test_a_build_with_signing_on_survives_a_non_ascii_signature_in_the_remote(
     project, seed, row = tiny
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM,
-                                      signing_key=b"team-secret"))
-    source = Store(seed, read_only=True)
-    tier.push(source, row["key"], source.entry_path(row["key"]).read_text())
+    pushed(RemoteSettings(server.url(), "test", timeout=CALM, signing_key=b"team-secret"),
+           Store(seed, read_only=True), row["key"])
     entry = f"kbuild:v1:entry:{row['key']}".encode()
     honest.data[entry] = json.dumps(dict(json.loads(honest.data[entry]), hmac="é" * 64)).encode()
     result = run_kbuild("build", "--json", "--remote", server.url(), "--remote-timeout", CALM,
@@ -236,13 +243,13 @@ def test_a_hostile_redis_reply_is_one_warning_and_a_miss_with_bounded_memory(
     spec, words = HOSTILE_REPLIES[case]
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM))
-    tier.push(source, key, text)
-    assert not tier.down and source.warnings == []
+    settings = RemoteSettings(server.url(), "test", timeout=CALM)
+    sender = pushed(settings, source, key)
+    assert not sender.remote.down and sender.warnings == []
     pick = _on_entry_read if read == "entry" else _on_blob_read
     honest.override = lambda c: pick(_reply(spec))(c) if c[0].upper() == b"GETRANGE" else None
-    store = Store(tmp_path / "store")
-    found, peak = peak_of(lambda: tier.fetch(store, key))
+    store = Storage(tmp_path / "store", remote=settings)
+    found, peak = peak_of(lambda: store.lookup(key))
     assert found is None
     assert len(store.warnings) == 1, store.warnings
     assert store.warnings[0].startswith(f"remote {server.url()}"), store.warnings
@@ -251,7 +258,7 @@ def test_a_hostile_redis_reply_is_one_warning_and_a_miss_with_bounded_memory(
     assert peak < PEAK, peak
     assert server.sent < 64 << 20  # of 1.2 GB declared: at most what sockets buffer
     asked = len(server.commands)
-    assert tier.fetch(store, digest(b"another key")) is None  # the remote is not asked again
+    assert store.lookup(digest(b"another key")) is None  # the remote is not asked again
     assert len(server.commands) == asked and len(store.warnings) == 1
     assert not store.has_entry(key)
 
@@ -262,11 +269,11 @@ def test_an_oversized_reply_is_refused_at_its_header(tmp_path, serve):
     source, key, text = synthetic_entry(tmp_path / "source")
     honest = Honest()
     server = serve(honest)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM))
-    tier.push(source, key, text)
+    settings = RemoteSettings(server.url(), "test", timeout=CALM)
+    pushed(settings, source, key)
     honest.override = _on_entry_read(endless(b"$1200000000\r\n"))
-    store = Store(tmp_path / "store")
-    assert tier.fetch(store, key) is None
+    store = Storage(tmp_path / "store", remote=settings)
+    assert store.lookup(key) is None
     assert "larger than" in store.warnings[0] and "4194305" in store.warnings[0], store.warnings
     assert server.sent < 32 << 20
 
@@ -283,8 +290,7 @@ def test_a_trickling_redis_is_abandoned_at_the_deadline_by_the_reader_too(tmp_pa
     source, key, text = synthetic_entry(tmp_path / "source", pad=9000)
     honest = Honest()
     server = serve(honest)
-    open_remote(RemoteSettings(server.url(), "test", timeout=CALM)).push(source, key, text)
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=0.5))
+    pushed(RemoteSettings(server.url(), "test", timeout=CALM), source, key)
     before = set(_remote_threads())
     # 8000 bytes (within the caps of the entry and of the PTX), one per 2 ms: 16 s to send
     # them all, each socket read quick (a timeout per read never fires).
@@ -293,8 +299,9 @@ def test_a_trickling_redis_is_abandoned_at_the_deadline_by_the_reader_too(tmp_pa
             return trickle(b"$8000\r\n", 0.002, forever=True)
         return None
     honest.override = override
-    store = Store(tmp_path / "store")
-    assert tier.fetch(store, key) is None
+    store = Storage(tmp_path / "store",
+                    remote=RemoteSettings(server.url(), "test", timeout=0.5))
+    assert store.lookup(key) is None
     assert len(store.warnings) == 1 and "did not answer within 0.5s" in store.warnings[0], \
         store.warnings
     for thread in set(_remote_threads()) - before:
@@ -307,12 +314,14 @@ def test_a_hostile_reply_to_auth_or_to_a_push_is_bounded_too(tmp_path, serve):
     source, key, text = synthetic_entry(tmp_path / "source")
     server = serve(Honest(lambda c: endless(b"$1200000000\r\n")
                               if c[0].upper() in (b"AUTH", b"EXEC") else None))
+    said = []
     for url in (server.url().replace("//", "//:pw@"), server.url()):
-        tier = open_remote(RemoteSettings(url, "test", timeout=CALM))
-        _, peak = peak_of(lambda: tier.push(source, key, text))
-        assert tier.down and peak < PEAK, peak
-    assert len(source.warnings) == 2 and all("larger than" in w for w in source.warnings), \
-        source.warnings
+        sender = Storage(source.root, read_only=True,
+                         remote=RemoteSettings(url, "test", timeout=CALM))
+        _, peak = peak_of(lambda: sender.push(key))
+        assert sender.remote.down and peak < PEAK, peak
+        said += sender.warnings
+    assert len(said) == 2 and all("larger than" in w for w in said), said
     assert server.sent < 64 << 20
 
 
@@ -359,10 +368,10 @@ def test_an_honest_fake_redis_round_trips_an_entry(tmp_path, serve):
     working remote only in the one reply they change."""
     source, key, text = synthetic_entry(tmp_path / "source")
     server = serve(Honest())
-    tier = open_remote(RemoteSettings(server.url(), "test", timeout=CALM))
-    tier.push(source, key, text)
-    store = Store(tmp_path / "store")
-    assert tier.fetch(store, key)["key"] == key
+    settings = RemoteSettings(server.url(), "test", timeout=CALM)
+    pushed(settings, source, key)
+    store = Storage(tmp_path / "store", remote=settings)
+    assert store.lookup(key)["key"] == key
     assert store.warnings == [] and store.has_entry(key)
 
 
@@ -559,24 +568,23 @@ def test_a_file_remote_with_linked_folders_writes_nothing_through_them(tmp_path,
     where = remote / link.format(ab=key[:2], bl=blob[:2])
     where.parent.mkdir(parents=True)
     where.symlink_to(outside)
-    tier = open_remote(RemoteSettings(remote.as_uri(), "test", timeout=CALM))
-    tier.push(source, key, text)
+    sender = pushed(RemoteSettings(remote.as_uri(), "test", timeout=CALM), source, key)
     assert list(outside.rglob("*")) == []
-    assert tier.down and len(source.warnings) == 1, source.warnings
-    assert "not a plain directory" in source.warnings[0], source.warnings
+    assert sender.remote.down and len(sender.warnings) == 1, sender.warnings
+    assert "not a plain directory" in sender.warnings[0], sender.warnings
     assert where.is_symlink()  # a shared folder's link is refused, never replaced
 
 
 def test_a_file_remote_never_reads_through_a_link(tmp_path):
     source, key, text = synthetic_entry(tmp_path / "source")
     planted = tmp_path / "planted"
-    open_remote(RemoteSettings(planted.as_uri(), "test", timeout=CALM)).push(source, key, text)
+    pushed(RemoteSettings(planted.as_uri(), "test", timeout=CALM), source, key)
     remote = tmp_path / "remote"
     remote.mkdir()
     (remote / "v1").symlink_to(planted / "v1")
-    store = Store(tmp_path / "store")
-    tier = open_remote(RemoteSettings(remote.as_uri(), "test", timeout=CALM))
-    assert tier.fetch(store, key) is None
+    store = Storage(tmp_path / "store",
+                    remote=RemoteSettings(remote.as_uri(), "test", timeout=CALM))
+    assert store.lookup(key) is None
     assert not store.has_entry(key)
 
 

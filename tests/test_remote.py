@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from kbuild.keying.encode import digest
-from kbuild.store.remote import DEFAULT_TIMEOUT, RemoteSettings, open_remote, remote_settings
-from kbuild.store.local import Store, is_output
+from kbuild.store.remote import DEFAULT_TIMEOUT, RemoteSettings, remote_settings
+from kbuild.store.remotes.base import Remote
+from kbuild.store.storage import Storage
+from kbuild.store.local import is_output
 
 from conftest import blob_bytes, blob_files, copy_examples, entry_files
 from support import counting, counts, kbuild_argv, kbuild_env, run
@@ -337,12 +339,11 @@ def test_a_refused_remote_warns_once_without_its_password_and_no_remote_skips_it
 def push_all(store: Path, url: str) -> None:
     """Send every entry of `store` to the remote at `url`, as a build's commits do (the
     early-cutoff records stay local)."""
-    source = Store(store, read_only=True)
-    tier = open_remote(RemoteSettings(url, "test"))
+    source = Storage(store, read_only=True, remote=RemoteSettings(url, "test"))
     for key, manifest in source.entries():
         if not is_output(manifest):
-            tier.push(source, key, source.entry_path(key).read_text())
-    assert not tier.down and tier.take_counts()["remote_bytes_pushed"] > 0
+            source.push(key)
+    assert not source.remote.down and source.tier_counts()["remote_bytes_pushed"] > 0
 
 
 def test_a_file_url_remote_shares_builds_and_distrusts_its_files(machine_a, build, tmp_path):
@@ -372,21 +373,19 @@ def test_a_memory_url_remote_fills_an_empty_store_with_verified_entries(machine_
     url = f"memory://kbuild-test-{uuid.uuid4().hex}"
     push_all(machine_a.store, url)
 
-    empty = Store(tmp_path / "b")
-    empty.remote = open_remote(RemoteSettings(url, "test"))
+    empty = Storage(tmp_path / "b", remote=RemoteSettings(url, "test"))
     for row in machine_a.rows:
         manifest = empty.lookup(row["key"])
         assert manifest is not None and manifest["artifacts"] == dict(
             row["artifacts"], observed=manifest["artifacts"]["observed"])
-    assert empty.remote.take_counts()["remote_hits"] == len(machine_a.rows)
+    assert empty.tier_counts()["remote_hits"] == len(machine_a.rows)
     assert_blobs_verify(tmp_path / "b")
     assert sorted(entry_files(tmp_path / "b")) == sorted(r["key"] for r in machine_a.rows)
 
     ptx = machine_a.row(SAXPY)["artifacts"]["ptx"]
     fsspec.filesystem("memory").pipe_file(f"{url}/v1/blobs/{ptx[:2]}/{ptx[2:4]}/{ptx}",
                                           b"// tampered")
-    third = Store(tmp_path / "c")
-    third.remote = open_remote(RemoteSettings(url, "test"))
+    third = Storage(tmp_path / "c", remote=RemoteSettings(url, "test"))
     assert third.lookup(machine_a.row(SAXPY)["key"]) is None
     assert any(ptx in w and "does not match its hash" in w for w in third.warnings)
     assert not blob_files(tmp_path / "c")  # nothing unverified was written
@@ -563,26 +562,31 @@ def test_a_driver_message_echoing_the_password_is_scrubbed():
     assert "pw1" not in cleaned and "pa/ss" not in cleaned and "pa%2Fss" not in cleaned
 
 
-class _SlowBackend:
-    """A remote answering every call after `delay` seconds, with nothing in it."""
+class SlowBackend(Remote):
+    """A remote answering every call after 0.2 s, with nothing in it (opened by its
+    `module:Class` name, as a project's own backend is)."""
 
     name = "slow://test"
 
-    def __init__(self, delay):
-        self.delay, self.calls = delay, 0
+    def __init__(self, settings):
+        self.delay, self.calls = 0.2, 0
 
     def get(self, kind, name, cap, deadline):
         self.calls += 1
         time.sleep(self.delay)
         return None
 
+    def put(self, kind, name, data, deadline):
+        raise NotImplementedError
+
+    def remove(self, kind, name, deadline):
+        raise NotImplementedError
+
 
 def test_one_budget_bounds_the_whole_build_and_costs_one_warning(tmp_path):
-    from kbuild.store.remote import RemoteTier
-
-    backend = _SlowBackend(0.2)
-    store = Store(tmp_path / "store")
-    store.remote = RemoteTier(backend, timeout=5, budget=1.0)
+    store = Storage(tmp_path / "store", remote=RemoteSettings(
+        f"{__name__}:SlowBackend", "test", timeout=5, budget=1.0))
+    backend = store.remote.backend
     for i in range(50):  # 50 lookups at 0.2 s each would be 10 s
         assert store.lookup(f"{i:032x}") is None
     # At most the budget's worth of calls (fewer when a loaded machine makes each slower),

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from kbuild.store.local import Store
-from kbuild.store.remote import RemoteSettings, open_remote, push_entries
+from kbuild.store.remote import RemoteSettings, push_entries
+from kbuild.store.storage import Storage
 from kbuild.store.remotes.http_remote import entry_address
 
 from conftest import blob_bytes, blob_files, built_examples, copy_examples
@@ -151,14 +152,13 @@ def liar():
 def test_an_oversized_answer_is_refused_at_its_header_and_a_trickle_at_its_deadline(
         liar, tmp_path):
     url = f"http://127.0.0.1:{liar.server_address[1]}/cache"
-    store = Store(tmp_path / "store")
-    store.remote = open_remote(RemoteSettings(url, "test", timeout=2))
+    store = Storage(tmp_path / "store", remote=RemoteSettings(url, "test", timeout=2))
     _Liar.length = 10 << 30  # 10 GiB declared: refused unread, the remote stays in use
     assert store.lookup("0" * 32) is None
     assert not store.remote.down
     assert [w for w in store.warnings if "10737418240 bytes, more than the" in w]
     _Liar.length = 4096  # within the cap, but sent 1 KiB per 0.1 s: the deadline stops it
-    store.remote = open_remote(RemoteSettings(url, "test", timeout=0.25))
+    store = Storage(tmp_path / "store", remote=RemoteSettings(url, "test", timeout=0.25))
     started = time.monotonic()
     assert store.lookup("1" * 32) is None
     assert time.monotonic() - started < 2
@@ -169,15 +169,14 @@ def test_push_entries_counts_what_the_remote_took(warm, tmp_path):
     """`push_entries` through a file:// remote (no nginx needed): entries, the objects they
     link from, and a target the store lacks."""
     remote = tmp_path / "remote"
-    tier = open_remote(RemoteSettings(remote.as_uri(), "test"))
-    result = push_entries(tier, Store(warm.store, read_only=True),
+    result = push_entries(Storage(warm.store, read_only=True,
+                                  remote=RemoteSettings(remote.as_uri(), "test")),
                           [r["key"] for r in warm.rows] + ["f" * 32])
     assert (result["entries"], result["missing"], result["missing_keys"]) == \
         (len(warm.rows), 1, ["f" * 32])
     assert result["objects"] == len(list((remote / "v1" / "entries").glob("*/*.json"))) \
         - len(warm.rows)
-    fresh = Store(tmp_path / "fresh")
-    fresh.remote = open_remote(RemoteSettings(remote.as_uri(), "test"))
+    fresh = Storage(tmp_path / "fresh", remote=RemoteSettings(remote.as_uri(), "test"))
     assert all(fresh.lookup(r["key"]) is not None for r in warm.rows)
     assert json.loads(fresh.entry_path(warm.rows[0]["key"]).read_text())["key"] == \
         warm.rows[0]["key"]

@@ -34,22 +34,14 @@ def targeting(cc: tuple):
     if simulating():
         yield  # the simulator compiles nothing
         return
-    from numba.cuda import codegen, compiler, dispatcher
-
     with _lock:
         previous = _state["cc"]
         if _state["depth"] == 0:
-            _state["saved"] = (dispatcher.get_current_device, compiler.get_current_device,
-                               codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind,
-                               codegen.CUDACodeLibrary.__init__)
-            dispatcher.get_current_device = compiler.get_current_device = \
-                lambda: _TargetDevice(_state["cc"])
-            codegen.CUDACodeLibrary._ensure_cc = \
-                lambda self, want: want if want is not None else _state["cc"]
-            # An eager @cuda.jit("sig") binds its kernel to a context right after
-            # compiling it at import; there is no context to bind to while building.
-            dispatcher._Kernel.bind = lambda self: None
-            codegen.CUDACodeLibrary.__init__ = _ordered_init(codegen.CUDACodeLibrary.__init__)
+            patches = _target_patches()
+            _state["saved"] = [(holder, name, getattr(holder, name))
+                               for holder, name, _ in patches]
+            for holder, name, replacement in patches:
+                setattr(holder, name, replacement)
         _state["cc"] = tuple(cc)
         _state["depth"] += 1
         try:
@@ -58,9 +50,36 @@ def targeting(cc: tuple):
             _state["depth"] -= 1
             _state["cc"] = previous
             if _state["depth"] == 0:
-                (dispatcher.get_current_device, compiler.get_current_device,
-                 codegen.CUDACodeLibrary._ensure_cc, dispatcher._Kernel.bind,
-                 codegen.CUDACodeLibrary.__init__) = _state["saved"]
+                for holder, name, original in _state["saved"]:
+                    setattr(holder, name, original)
+
+
+def _target_patches() -> list:
+    """(holder, attribute, replacement) of each part of numba-cuda that `targeting`
+    replaces: where it asks the device for its capability, and what a build needs
+    instead of a device."""
+    from numba.cuda import codegen, compiler, dispatcher
+
+    return [(dispatcher, "get_current_device", _target_device),
+            (compiler, "get_current_device", _target_device),
+            (codegen.CUDACodeLibrary, "_ensure_cc", _ensure_target_cc),
+            (dispatcher._Kernel, "bind", _bind_nothing),
+            (codegen.CUDACodeLibrary, "__init__", _ordered_init(codegen.CUDACodeLibrary.__init__))]
+
+
+def _target_device():
+    """The "current device" typing asks for: the arch being built."""
+    return _TargetDevice(_state["cc"])
+
+
+def _ensure_target_cc(self, want):
+    """A code library's arch: the one asked for, else the arch being built."""
+    return want if want is not None else _state["cc"]
+
+
+def _bind_nothing(self):
+    """An eager @cuda.jit("sig") binds its kernel to a context right after compiling it
+    at import; there is no context to bind to while building."""
 
 
 @contextlib.contextmanager
@@ -150,8 +169,7 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     are written relative to (see `debugpaths`).
     """
     stable_ids = stable_ids or {}
-    with targeting(cc), _arch_as_asked(), _numbering(stable_ids), _record_names(), _dispatcher_names(stable_ids), \
-            _internal_functions(), _flag_names(), _debug_paths(source_roots):
+    with _as_kbuild_compiles(cc, stable_ids, source_roots):
         if observer is None:
             return _compile(kernel, argtypes, cc, device_functions, apart, outputs)[0]
         from .observe import link_files, observing
@@ -161,6 +179,18 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
                                           outputs)
         link_files(observer, library)
         return artifacts
+
+
+@contextlib.contextmanager
+def _as_kbuild_compiles(cc: tuple, stable_ids: dict, source_roots):
+    """numba-cuda as a kbuild compile needs it, one named patch each: the arch asked for
+    and no device (`targeting`, `_arch_as_asked`), names that do not depend on the process
+    (`_numbering`, `_record_names`, `_dispatcher_names`, `_flag_names`), internal functions
+    (`_internal_functions`), and debug paths relative to the source roots (`_debug_paths`)."""
+    with targeting(cc), _arch_as_asked(), _numbering(stable_ids), _record_names(), \
+            _dispatcher_names(stable_ids), _internal_functions(), _flag_names(), \
+            _debug_paths(source_roots):
+        yield
 
 
 def _compile(kernel, argtypes, cc, device_functions, apart, outputs=None):

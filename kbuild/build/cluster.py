@@ -17,7 +17,7 @@ from ..artifacts import names_kernel
 from ..backend.base import Artifacts
 from ..backend.lto import Object
 from ..config import load_config
-from ..discover import Target
+from ..model import Target
 from ..errors import CompileError
 from ..keying.launch import launch_json, launch_of
 from ..execute.distributed import serve_job, worker_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ..discover import Target
+from ..model import Target
 from ..keying import observed as obs
 from ..keying.launch import launch_json
 from ..keying.objects import interface

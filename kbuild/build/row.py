@@ -39,7 +39,7 @@ class Row:
 
     @classmethod
     def of(cls, target, key: str | None, status: RowStatus, *args, **fields) -> Row:
-        """`target`'s row (a `discover.Target`: its name, signature, arch and launch)."""
+        """`target`'s row (a `model.Target`: its name, signature, arch and launch)."""
         return cls(target.name, target.signature, target.arch, key, status, *args,
                    launch=launch_json(target.launch), **fields)
 

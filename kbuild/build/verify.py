@@ -21,10 +21,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from ..discover import Target
 from ..execute.parallel import TimedOut, run_in_workers
 from ..keying.encode import digest
-from ..model import RowStatus
+from ..model import RowStatus, Target
 from ..store.local import Store
 from .entries import commit, current_digests, fresh_entry
 from .failures import remember_failure

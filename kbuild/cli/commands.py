@@ -1,9 +1,10 @@
 """Every command in one table, as ninja keeps its tools in `kTools[]`: its name, the
 function that runs it, its help line and its options. The argument parser is built
-from the table; a new command is a row here and a `cmd_*` function in
-`project_cmds` (it works on a project's targets) or `store_cmds` (on the store).
+from the table; a new command is a row here and a `cmd_*` function in `build_cmds`
+(it builds), `project_cmds` (it works on a project's targets) or `store_cmds` (on the
+store).
 
-A row names its function as text ('project_cmds.cmd_build'), imported when the command
+A row names its function as text ('build_cmds.cmd_build'), imported when the command
 runs, as pip's command table does: `kbuild --help` loads no command's module.
 Options are data too (`Opt` takes what `add_argument` takes); the sets several
 commands share (targets and --arch, the remote cache, failure handling) are named.
@@ -43,7 +44,8 @@ class Either:
 
 
 class Command:
-    """A row of the table. `run`: 'module.function' of this package, (args) -> exit code;
+    """A row of the table. `run`: 'module.function' of this package,
+    (args, opened: common.Opened) -> exit code;
     `defaults`: set on the parsed arguments, options or not; `store_options`: it takes
     --config and --store."""
 
@@ -105,7 +107,7 @@ REMOTE = (
              "[store] remote_timeout, else 5)"))
 
 COMMANDS = (
-    Command("build", "project_cmds.cmd_build", "build what is out of date", (
+    Command("build", "build_cmds.cmd_build", "build what is out of date", (
         *TARGETS_AND_ARCH, JSON_ONE,
         Opt("-k", "--keep-going", action="store_true",
             help="build the other targets when one fails"),
@@ -128,7 +130,7 @@ COMMANDS = (
                  "the bytes: a target that differs fails and its entry is replaced "
                  "(--verify=10%%: a random share of them; default: $KBUILD_VERIFY)"),
         _loudness("print only failed targets (first line of the error) and the summary"))),
-    Command("verify", "project_cmds.cmd_verify",
+    Command("verify", "build_cmds.cmd_verify",
             "rebuild what the store holds for the current targets, from source, and compare "
             "(a mismatch fails, and its entry is replaced)", (
                 *TARGETS_AND_ARCH, JSON, JOBS,
@@ -137,7 +139,7 @@ COMMANDS = (
                 _loudness("print only targets that differ and the summary")),
             defaults={"full": True, "keep_going": True, "read_only": False, "whole_program": False,
                       "target_timeout": None, "retry_failed": False}),
-    Command("watch", "project_cmds.cmd_watch",
+    Command("watch", "build_cmds.cmd_watch",
             "stay resident and rebuild when a project file is saved", (
                 *TARGETS_AND_ARCH, JOBS,
                 Opt("--whole-program", action="store_true",
@@ -285,11 +287,11 @@ def _store_options(default) -> argparse.ArgumentParser:
 
 
 def handler(run: str):
-    """The function a row's `run` names ('project_cmds.cmd_build'), imported now (by name,
+    """The function a row's `run` names ('build_cmds.cmd_build'), imported now (by name,
     so that the import graph shows it; both modules import their heavy parts lazily)."""
-    from . import config_cmd, project_cmds, remote_cmds, store_cmds
+    from . import build_cmds, config_cmd, project_cmds, remote_cmds, store_cmds
 
     module, _, name = run.partition(".")
-    modules = {"config_cmd": config_cmd, "project_cmds": project_cmds,
+    modules = {"build_cmds": build_cmds, "config_cmd": config_cmd, "project_cmds": project_cmds,
                "remote_cmds": remote_cmds, "store_cmds": store_cmds}
     return getattr(modules[module], name)

@@ -38,24 +38,39 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
-def warnings(args) -> list[str]:
+class Opened:
+    """What a command opened, handed to it by the entry point with its parsed options: the
+    store whose warnings are printed when the command ends (however it ends), and the
+    project file read for it (None: none)."""
+
+    def __init__(self):
+        self.store = None
+        self.config = None
+
+
+def warnings(opened: Opened) -> list[str]:
     """The warnings of the store the command opened, each once, in the order given."""
-    store = getattr(args, "_store", None)
+    return store_warnings(opened.store)
+
+
+def store_warnings(store) -> list[str]:
+    """`store`'s warnings (none when it is None), each once, in the order given."""
     return list(dict.fromkeys(store.warnings)) if store is not None else []
 
 
-def flush_warnings(args) -> None:
-    for message in warnings(args):
+def flush_warnings(opened: Opened) -> None:
+    for message in warnings(opened):
         print(f"kbuild: warning: {message}", file=sys.stderr)
 
 
-def remember(args, project):
-    """Note the project's store on `args`, whose warnings the command prints at its end."""
-    args._store = project.store
+def remember(opened: Opened, project):
+    """Note the project's store as the one the command opened (its warnings are printed
+    at the command's end); the project."""
+    opened.store = project.store
     return project
 
 
-def store_only(args, read_only: bool = False):
+def store_only(args, opened: Opened, read_only: bool = False):
     """The store a command names, for commands that need no project (cat, import, stats).
 
     A kbuild.toml is read only for its `store` setting; a broken or missing one is
@@ -63,18 +78,18 @@ def store_only(args, read_only: bool = False):
     """
     from ..config import default_store, load_config
     from ..errors import ConfigError
-    from ..store.local import Store
+    from ..store.storage import open_storage
 
     try:
         cfg = load_config(args.config) if args.config or not args.store else None
     except ConfigError:
         cfg = None
-    args._config = cfg
-    args._store = Store(default_store(cfg, args.store), read_only=read_only)
-    return args._store
+    opened.config = cfg
+    opened.store = open_storage(default_store(cfg, args.store), read_only=read_only)
+    return opened.store
 
 
-def project_or_store(args, open_project, needs_project: bool = True):
+def project_or_store(args, opened: Opened, open_project, needs_project: bool = True):
     """(project, its store) for gc and clean; (None, the store) when no project file is
     found and none is named, and the command can do without one (`gc`, `clean --all` on
     the store of --store, $KBUILD_STORE or the per-user cache: a zero-config user's)."""
@@ -82,23 +97,55 @@ def project_or_store(args, open_project, needs_project: bool = True):
     from ..errors import ConfigError
 
     if args.config or needs_project:
-        project = remember(args, open_project(args.config, args.store))
+        project = remember(opened, open_project(args.config, args.store))
         return project, project.store
     try:
         find_config()
     except ConfigError:
-        return None, store_only(args)
-    project = remember(args, open_project(args.config, args.store))
+        return None, store_only(args, opened)
+    project = remember(opened, open_project(args.config, args.store))
     return project, project.store
 
 
-def planned(args, read_only: bool = True):
-    """(project, plan of the command's targets and --arch) for commands that key targets."""
+def planned(args, opened: Opened, read_only: bool = True, remote: dict | None = None):
+    """(project, plan of the command's targets and --arch) for commands that key targets;
+    `remote`: the options that choose its remote (`project.open_project`), None for none."""
     from ..build import parse_archs
     from ..project import open_project
 
-    project = remember(args, open_project(args.config, args.store, read_only=read_only))
+    project = remember(opened, open_project(args.config, args.store, read_only=read_only,
+                                          remote=remote))
     return project, project.plan(getattr(args, "targets", None), parse_archs(args.arch))
+
+
+def light_project(args, opened: Opened, read_only: bool):
+    """The project file and the local store a command names (see `light_config`)."""
+    config = light_config(args)
+    return config, command_store(args, opened, config, read_only)
+
+
+def light_config(args):
+    """The project file, its architectures checked by their spelling only (direct mode
+    imports no toolchain)."""
+    from ..config import load_config
+
+    return load_config(args.config, check_toolchain=False)
+
+
+def command_store(args, opened: Opened, config, read_only: bool, remote: bool = False):
+    """The storage a command names: with the remote a build uses (CLI > env > kbuild.toml)
+    when `remote`, else the local store alone."""
+    from ..config import default_store
+    from ..store.remote import remote_settings
+    from ..store.storage import open_storage
+
+    settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,
+                               read_only=args.remote_read_only,
+                               timeout=args.remote_timeout) if remote else None
+    store = open_storage(default_store(config, args.store), read_only=read_only,
+                         remote=settings)
+    opened.store = store
+    return store
 
 
 def max_size_of(args, config):

@@ -13,7 +13,7 @@ import os
 from .common import EXIT_OK, print_json
 
 
-def cmd_config(args) -> int:
+def cmd_config(args, opened) -> int:
     rows = effective_settings(args)
     if args.json:
         print_json({"settings": rows})

@@ -16,8 +16,8 @@ import sys
 from .. import __version__
 from ..errors import KbuildError
 from .commands import handler, parser
-from .common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error, flush_warnings, print_json,
-                     warnings)
+from .common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Opened, error, flush_warnings,
+                     print_json, warnings)
 
 
 def main(argv=None) -> int:
@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     stand_down()  # KBUILD_ENABLE is for programs, not for kbuild's own commands
     argv = sys.argv[1:] if argv is None else list(argv)
     args = argparse.Namespace(json="--json" in argv)  # what an error before parsing knows
+    opened = Opened()
     try:
         the_parser = parser()
         args = the_parser.parse_args(argv)
@@ -38,11 +39,11 @@ def main(argv=None) -> int:
             os.environ["NUMBA_ENABLE_CUDASIM"] = simulated  # `kbuild run` runs CMD as asked
         if not getattr(args, "command", None):  # `kbuild --version`, or a bare `kbuild`
             return _print_versions() if args.version else _usage(the_parser)
-        return handler(args.run)(args)
+        return handler(args.run)(args, opened)
     except KbuildError as exc:
-        return _fail(args, str(exc), exc.exit_code, type(exc).__name__)
+        return _fail(args, opened, str(exc), exc.exit_code, type(exc).__name__)
     except KeyboardInterrupt:
-        return _fail(args, "interrupted", EXIT_INTERRUPTED, "Interrupted")
+        return _fail(args, opened, "interrupted", EXIT_INTERRUPTED, "Interrupted")
     except BrokenPipeError:
         # `kbuild status | head`: the reader left; say nothing more on a closed pipe.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -50,11 +51,11 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, not a traceback
         if os.environ.get("KBUILD_TRACEBACK"):
             raise
-        return _fail(args, f"internal error: {type(exc).__name__}: {exc} (set "
+        return _fail(args, opened, f"internal error: {type(exc).__name__}: {exc} (set "
                            "KBUILD_TRACEBACK=1 for the traceback, and please report it)",
                      EXIT_USAGE, "InternalError")
     finally:
-        flush_warnings(args)
+        flush_warnings(opened)
 
 
 def _usage(the_parser) -> int:
@@ -62,12 +63,12 @@ def _usage(the_parser) -> int:
     return EXIT_USAGE
 
 
-def _fail(args, message: str, code: int, kind: str) -> int:
+def _fail(args, opened: Opened, message: str, code: int, kind: str) -> int:
     """Report an error: one line on stderr, or with --json one object on stdout (and
     nothing on stderr: a machine reads one stream, a person sees no echo of it)."""
     if getattr(args, "json", False):
         print_json({"error": message, "kind": kind, "exit_code": code,
-                    "warnings": warnings(args)})
+                    "warnings": warnings(opened)})
     else:
         error(message)
     return code

@@ -1,335 +1,22 @@
-"""The commands that work on a project's targets: build, watch, init, status, explain,
-clean, keys, graph, show and bundle. Each parses nothing itself (the table in
-`commands` did), calls the project API, prints, and returns an exit code.
+"""The commands that work on a project's targets: init, status, explain, clean, keys,
+graph, show, bundle and run (build, verify and watch are `build_cmds`). Each parses
+nothing itself (the table in `commands` did), calls the project API, prints, and returns
+an exit code.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 
 from ..errors import KbuildError
 from ..model import RowStatus, TargetState
-from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError, error, flush_warnings,
-                     max_size_of, planned, print_json, remember, size, warnings)
-from .report import BuildReport, error_location
-
-
-# -- build and watch ----------------------------------------------------------------------------
-
-def cmd_build(args) -> int:
-    from ..direct import Direct
-    from ..targets import parse_archs
-
-    config, store = _light_project(args, read_only=args.read_only)
-    parse_archs(args.arch, check_toolchain=False)  # misspelt: said before anything else
-    max_size = max_size_of(args, config)
-    store.remote, executor = _remote_and_executor(args, config, store)
-    if not args.read_only:
-        store.check_root()  # before keying imports numba and the project
-        store.claim()  # a folder that is not kbuild's is refused before anything runs
-    start = time.perf_counter()
-    args.verify = _verify_setting(args)
-    # Verifying rebuilds what the store serves: every target keyed, none answered blind.
-    direct = Direct(config, store, enabled=not args.full and args.verify is None,
-                    may_write=not args.read_only)
-    rows = direct.answer(args.targets, args.arch, "fresh", hold=lambda: _shared(store))
-    if rows is not None and getattr(args, "retry_failed", False) and \
-            any(r.failed is not None for r in rows):
-        rows = direct.fall_back("--retry-failed: a recorded failure compiles again")
-    if rows is not None:
-        return _direct_build(args, direct, config, store, rows, max_size, start)
-    direct.begin_full()
-    return _full_build(args, direct, store, executor, max_size, start)
-
-
-def _light_project(args, read_only: bool):
-    """The project file (architectures checked by their spelling: direct mode imports no
-    toolchain) and the store a command names."""
-    from ..config import default_store, load_config
-    from ..store.local import Store
-
-    config = load_config(args.config, check_toolchain=False)
-    store = Store(default_store(config, args.store), read_only=read_only)
-    args._store = store
-    return config, store
-
-
-def _shared(store):
-    """The store held shared (gc and clean wait) while a no-op checks its entries."""
-    import contextlib
-
-    if store.read_only or not store.exists():
-        return contextlib.nullcontext()
-    return store.shared()
-
-
-def _direct_build(args, direct, config, store, rows, max_size, start) -> int:
-    """A no-op build answered from the journal: every target cached, as a full run says."""
-    from ..build.row import Row
-    from ..store.maintenance import record_build
-
-    selection = _Selection(config, [r.target for r in rows])
-    report = BuildReport(args, selection, store)
-    report.mode = direct.describe()
-    done = []
-    for row in rows:
-        if row.failed is not None:  # a failure recorded under its key, reported at once
-            done.append(Row.of(row.target, row.key, RowStatus.FAILED, error=row.failed,
-                               recorded=True, where=row.where))
-        else:
-            done.append(Row.of(row.target, row.key, RowStatus.CACHED, artifacts=row.artifacts))
-        report(done[-1], len(done), len(rows))
-    record_build(store, {s.value: sum(r.status == s for r in done) for s in RowStatus},
-                 project=config.name)
-    return report.finish(done, time.perf_counter() - start)  # nothing added: no eviction
-
-
-class _Selection:
-    """What a report needs of a plan, for rows the journal answered (no module failed
-    to import; a failed compile is a row of its own)."""
-
-    def __init__(self, config, targets):
-        self.config, self.targets = config, targets
-        self.failed, self.kernels = {}, {}
-
-    @property
-    def total(self) -> int:
-        return len(self.targets)
-
-
-def _full_build(args, direct, store, executor, max_size, start) -> int:
-    """Every target keyed from its sources, built if out of date; the journal written."""
-    from ..build import default_jobs, parse_archs
-    from ..config import load_config
-    from ..project import Project
-
-    project = remember(args, Project(load_config(args.config), direct.attach(store)))
-    archs = parse_archs(args.arch)
-    the_plan = project.plan(args.targets, archs)
-    report = BuildReport(args, the_plan, project.store)
-    report.mode = direct.describe()
-    verifying = getattr(args, "verify", None) is not None
-    if verifying:
-        report.stream = False  # rows are final only once checked: printed at the end
-    jobs = args.jobs or default_jobs()
-    try:
-        rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
-                             executor=executor, **_settings(args, jobs))
-        if verifying and not args.read_only:
-            rows = project.verify(rows, args.targets, archs, sample=args.verify, jobs=jobs,
-                                  target_timeout=args.target_timeout)
-    except KeyboardInterrupt:
-        # Finished rows are committed; what was compiling is dropped, its locks released.
-        return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
-    _evict(project.store, max_size, the_plan, rows)
-    _journal_build(direct, project, the_plan, rows)
-    report.mode = direct.describe()
-    return report.finish(rows, time.perf_counter() - start)
-
-
-def _verify_setting(args):
-    """The share of served targets `--verify` checks ("" for all), None for no check:
-    the option, else $KBUILD_VERIFY (`1`: all; `10%`: a share; `0` or empty: none)."""
-    text = args.verify
-    if text is None:
-        env = os.environ.get("KBUILD_VERIFY", "").strip()
-        if env.lower() in ("", "0", "false", "no", "off"):
-            return None  # before importing the build: a no-op imports no numba
-        text = "" if env.lower() in ("1", "true", "yes", "on") else env
-    from ..build import parse_sample
-
-    try:
-        return parse_sample(text)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def cmd_verify(args) -> int:
-    """Rebuild what the store holds for the current targets and compare the bytes."""
-    from ..build import default_jobs, launchable, parse_archs, parse_sample
-    from ..build.row import Row
-    from ..config import load_config
-    from ..project import Project
-
-    config, store = _light_project(args, read_only=False)
-    try:
-        sample = parse_sample(args.sample)
-    except ValueError as exc:
-        raise UsageError(str(exc).replace("--verify=", "--sample ")) from None
-    start = time.perf_counter()
-    project = remember(args, Project(load_config(args.config), store))
-    archs = parse_archs(args.arch)
-    the_plan = project.plan(args.targets, archs)
-    report = BuildReport(args, the_plan, store)
-    report.stream = False
-    rows = []
-    for target in the_plan.targets:
-        held = project.fresh_entry(the_plan, target)
-        key = the_plan.keys[target].digest
-        rows.append(Row.of(target, key, RowStatus.CACHED, artifacts=launchable(held))
-                    if held is not None else
-                    Row.of(target, key, RowStatus.SKIPPED, error="not in the store: nothing "
-                           "to verify (kbuild build builds it)"))
-    rows += [Row.of(t, None, RowStatus.FAILED, error=str(e)) for t, e in the_plan.failed.items()]
-    rows = project.verify(rows, args.targets, archs, sample=sample,
-                          jobs=args.jobs or default_jobs())
-    return report.finish(rows, time.perf_counter() - start)
-
-
-def _journal_build(direct, project, the_plan, rows) -> None:
-    """The journal of this build: every target's entry, looked up again where it was
-    just built (so it is checked as a later lookup would check it)."""
-    from ..build.entries import expected
-    from ..build.failures import recorded_error
-    from ..store import failures
-
-    if the_plan.failed or len(rows) != len(the_plan.targets):
-        direct.journal_note = "not written: a target's module failed to import"
-        return
-    if any(row.verified == "differs" for row in rows):
-        # Entries replaced after their look-ups: the next run keys in full and sees them.
-        direct.journal_note = "not written: --verify replaced entries"
-        return
-    done = []
-    for target, row in zip(the_plan.targets, rows):
-        if row.status == RowStatus.BUILT and project.fresh_entry(the_plan, target) is None:
-            direct.journal_note = f"not written: {target.label} is not fresh after its build"
-            return
-        error = None
-        if row.status == RowStatus.FAILED and row.key is not None:
-            # Journaled when its failure is recorded under its key: a later build
-            # reports that record (the journal checks it is still there, unchanged).
-            failure = failures.recorded(project.store, row.key, expected(target))
-            # A compile stopped at a time limit is tried again under a longer one, which
-            # a command line can give: never answered from the journal.
-            error = None if failure is None or failure.limit is not None \
-                else recorded_error(failure.error)
-        where = error_location(row.error, the_plan.kernels.get(row.target),
-                               the_plan.config.root) if error is not None else None
-        done.append((target, row.key, row.status.value, error, where))
-    direct.journal_build(done)
-
-
-def _evict(store, max_size, the_plan, rows) -> None:
-    """After a build that added to the store: gc down to the size cap when over it,
-    keeping the current targets (`maintenance.evict_after_build`)."""
-    from ..store.maintenance import evict_after_build
-
-    evict_after_build(store, max_size, [the_plan.keys[t].digest for t in the_plan.targets],
-                      added=any(r.status == RowStatus.BUILT for r in rows))
-
-
-def _settings(args, jobs: int) -> dict:
-    """`Project.build`'s settings from the options build and watch share."""
-    return {"jobs": jobs, "separate": not args.whole_program,
-            "target_timeout": args.target_timeout, "retry_failed": args.retry_failed}
-
-
-def cmd_watch(args) -> int:
-    """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
-    A round that fails (a config error, a module that does not import) is reported and
-    the watch goes on; every round keeps going past failed targets."""
-    from ..build import default_jobs, parse_archs
-    from ..discover import forget_project_modules
-
-    archs = parse_archs(args.arch)
-    jobs = args.jobs or default_jobs()
-    rounds = 0
-    try:
-        while True:
-            roots, extra = _watch_round(args, archs, jobs)
-            rounds += 1
-            if args.rounds is not None and rounds >= args.rounds:
-                return EXIT_OK
-            _wait_for_a_save(roots, extra)
-            forget_project_modules()
-    except KeyboardInterrupt:
-        # Ctrl-C is how a watch is meant to end (the build in progress, if any, with it).
-        print("\nkbuild watch: stopped", flush=True)
-        return EXIT_OK
-
-
-def _wait_for_a_save(roots, extra) -> None:
-    """Wait until a file under `roots`, or one of `extra`, changes; say which."""
-    from ..backend.backends import loaded
-    from ..watch import snapshot, wait_for_change
-
-    def prepare():
-        for backend in loaded():  # numba-cuda's, and numba-cuda-mlir's when its kernels are used
-            backend.prepare()
-
-    seen = snapshot(roots, extra)
-    print(f"watching {len(seen)} files; Ctrl-C to stop", flush=True)
-    _, what = wait_for_change(roots, extra, seen, idle=[prepare])
-    print(f"changed: {', '.join(os.path.relpath(p) for p in what[:5])}"
-          + (f" and {len(what) - 5} more" if len(what) > 5 else ""), flush=True)
-
-
-def _watch_round(args, archs, jobs):
-    """One build; (the folders and files to watch for the next one)."""
-    try:
-        roots, extra = _watched_build(args, archs, jobs)
-    except KbuildError as exc:
-        error(str(exc))
-        roots, extra = _config_folder(args)
-    flush_warnings(args)
-    if getattr(args, "_store", None) is not None:
-        args._store.warnings.clear()
-    sys.stdout.flush()
-    return roots, extra
-
-
-def _watched_build(args, archs, jobs):
-    """A watch round's build; (the project's folders, [its kbuild.toml])."""
-    from ..project import open_project
-
-    start = time.perf_counter()
-    project = remember(args, open_project(args.config, args.store))
-    project.store.warnings.clear()
-    the_plan = project.plan(args.targets, archs)
-    report = BuildReport(args, the_plan, project.store)
-    rows = project.build(args.targets, archs, keep_going=True, progress=report,
-                         **_settings(args, jobs))
-    report.finish(rows, time.perf_counter() - start)
-    return project.config.paths, [project.config.path]
-
-
-def _config_folder(args):
-    """What a round that could not build watches: the kbuild.toml's folder, and the file."""
-    from ..config import find_config
-
-    config = args.config or _nearest_config(find_config)
-    return [os.path.dirname(os.path.abspath(config)) if config else os.getcwd()], \
-        [config] if config else []
-
-
-def _nearest_config(find_config):
-    try:
-        return str(find_config())
-    except KbuildError:
-        return None
-
-
-def _remote_and_executor(args, config, store):
-    """The remote tier (CLI > env > kbuild.toml) and the executor (None: local) of a build."""
-    from ..store.remote import open_remote, remote_settings, remote_timeout
-
-    settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,
-                               read_only=args.remote_read_only, timeout=args.remote_timeout)
-    executor = None
-    if args.executor not in (None, "", "local"):
-        from ..execute.distributed import parse_executor
-
-        executor = parse_executor(args.executor, warnings=store.warnings,
-                                  timeout=remote_timeout(config, args.remote_timeout))
-    return open_remote(settings), executor
+from .common import (EXIT_FAILED, EXIT_OK, light_project, planned, print_json, remember, size,
+                     warnings)
 
 
 # -- init -------------------------------------------------------------------------------------
 
-def cmd_init(args) -> int:
+def cmd_init(args, opened) -> int:
     from pathlib import Path
 
     from ..build import parse_archs
@@ -350,15 +37,15 @@ def cmd_init(args) -> int:
 
 # -- status and explain -------------------------------------------------------------------------
 
-def cmd_status(args) -> int:
+def cmd_status(args, opened) -> int:
     from ..direct import Direct
 
-    config, store = _light_project(args, read_only=True)
+    config, store = light_project(args, opened, read_only=True)
     direct = Direct(config, store, enabled=not args.full)
     found = direct.answer(args.targets, args.arch, "status")
     if found is None:
         direct.begin_full()  # before anything imports numba
-    rows = _full_status(args, direct, store) if found is None else [
+    rows = _full_status(args, opened, direct, store) if found is None else [
         _direct_status_row(r) for r in found]
     mode = direct.describe()
     if args.json:
@@ -385,7 +72,7 @@ def _direct_status_row(found) -> dict:
                 reasons=[], built_at=found.built_at, newest=found.newest)
 
 
-def _full_status(args, direct, store) -> list[dict]:
+def _full_status(args, opened, direct, store) -> list[dict]:
     """Every target keyed from its sources and compared with the store; the journal
     written."""
     from ..build import parse_archs
@@ -393,7 +80,7 @@ def _full_status(args, direct, store) -> list[dict]:
     from ..direct import entry_dirs
     from ..project import Project
 
-    project = remember(args, Project(load_config(args.config), direct.attach(store)))
+    project = remember(opened, Project(load_config(args.config), direct.attach(store)))
     archs = parse_archs(args.arch)
     dirs = entry_dirs(store)  # before status reads the history they hold
     rows = project.status(args.targets, archs)
@@ -401,11 +88,11 @@ def _full_status(args, direct, store) -> list[dict]:
     return rows
 
 
-def cmd_explain(args) -> int:
+def cmd_explain(args, opened) -> int:
     from ..build import parse_archs
     from ..project import open_project
 
-    project = remember(args, open_project(args.config, args.store, read_only=True))
+    project = remember(opened, open_project(args.config, args.store, read_only=True))
     archs = parse_archs(args.arch)
     rows = project.status([args.target], archs, diffs=True)
     code = EXIT_FAILED if any(r["status"] == TargetState.FAILED for r in rows) else EXIT_OK
@@ -455,12 +142,12 @@ def _same_text(change) -> str:
 
 # -- clean and keys -----------------------------------------------------------------------------
 
-def cmd_clean(args) -> int:
+def cmd_clean(args, opened) -> int:
     from ..project import open_project
     from ..store.maintenance import clean_store
     from .common import project_or_store
 
-    project, store = project_or_store(args, open_project, needs_project=not args.all)
+    project, store = project_or_store(args, opened, open_project, needs_project=not args.all)
     store.claim()  # a folder that is not kbuild's is refused, not cleaned
     if not store.exists():
         if not args.json:
@@ -479,11 +166,11 @@ def cmd_clean(args) -> int:
     return EXIT_OK
 
 
-def cmd_keys(args) -> int:
+def cmd_keys(args, opened) -> int:
     from ..direct import Direct
     from ..keying.encode import digest_of
 
-    config, store = _light_project(args, read_only=True)
+    config, store = light_project(args, opened, read_only=True)
     found = Direct(config, store, enabled=not args.full, may_write=False).answer(
         args.targets, args.arch, "keys")
     if found is not None:
@@ -491,7 +178,7 @@ def cmd_keys(args) -> int:
                  "arch": r.target.arch, "key": r.key} for r in found]
         failed = []
     else:
-        rows, failed = _planned_keys(args)
+        rows, failed = _planned_keys(args, opened)
     # A digest missing some targets' keys would name a cache that is not the project's.
     combined = None if failed else digest_of(tuple(sorted(r["key"] for r in rows)))
     if args.json:
@@ -501,8 +188,8 @@ def cmd_keys(args) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _planned_keys(args):
-    _, the_plan = planned(args)
+def _planned_keys(args, opened):
+    _, the_plan = planned(args, opened)
     rows = [{"target": t.name, "signature": t.signature, "arch": t.arch,
              "key": the_plan.keys[t].digest} for t in the_plan.targets]
     failed = [{"target": t.name, "signature": t.signature, "arch": t.arch, "key": None,
@@ -522,10 +209,10 @@ def _print_keys(rows, failed, combined) -> None:
 
 # -- graph, show and bundle ---------------------------------------------------------------------
 
-def cmd_graph(args) -> int:
+def cmd_graph(args, opened) -> int:
     from .. import graph as graphs
 
-    project, the_plan = planned(args)
+    project, the_plan = planned(args, opened)
     graph = graphs.target_graph(the_plan, lambda key: project.store.lookup(key) is not None)
     if args.format == "png":
         try:
@@ -543,8 +230,8 @@ def cmd_graph(args) -> int:
     return EXIT_OK
 
 
-def cmd_show(args) -> int:
-    project, the_plan = planned(args)
+def cmd_show(args, opened) -> int:
+    project, the_plan = planned(args, opened)
     for exc in the_plan.failed.values():
         raise exc
     rows, missing = [], []
@@ -558,7 +245,7 @@ def cmd_show(args) -> int:
         project.store.warnings.append(f"{label} is not built (or stale): run kbuild build "
                                       f"{args.target} first")
     if args.json:
-        print_json({"targets": rows, "warnings": warnings(args)})
+        print_json({"targets": rows, "warnings": warnings(opened)})
     else:
         for row in rows:
             _print_shown(row, args.show, several=len(rows) > 1)
@@ -607,7 +294,7 @@ def _print_shown(row, what: str, several: bool) -> None:
         sys.stdout.write("\n")
 
 
-def cmd_bundle(args) -> int:
+def cmd_bundle(args, opened) -> int:
     from ..build import parse_archs
     from ..bundle import write_bundle
     from ..project import open_project
@@ -624,7 +311,7 @@ def cmd_bundle(args) -> int:
 
 # -- run: a program with zero-config caching ------------------------------------------------
 
-def cmd_run(args) -> int:
+def cmd_run(args, opened) -> int:
     from ..zeroconf.run import handle
 
     return handle(args)

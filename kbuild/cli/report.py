@@ -11,7 +11,7 @@ import shutil
 import sys
 
 from ..model import Cutoff, LinkMode, RowStatus
-from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error, print_json, warnings
+from .common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, error, print_json, store_warnings
 
 _COLOURS = {RowStatus.BUILT: "32", RowStatus.CACHED: "2", RowStatus.FAILED: "1;31",
             RowStatus.SKIPPED: "33"}
@@ -96,7 +96,7 @@ class BuildReport:
     def _answer(self, rows, summary: dict, interrupted: bool) -> dict:
         """The one JSON object of `build --json`."""
         answer = {"targets": [self._json_row(r) for r in rows], "summary": summary,
-                  "store": str(self.store.root), "warnings": warnings(self.args)}
+                  "store": str(self.store.root), "warnings": store_warnings(self.store)}
         if self.mode is not None:
             answer["mode"] = self.mode
         if interrupted:

@@ -13,12 +13,12 @@ from .common import (EXIT_FAILED, EXIT_OK, UsageError, error, max_size_of, plann
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what store/archive.py writes
 
 
-def cmd_gc(args) -> int:
+def cmd_gc(args, opened) -> int:
     from ..project import open_project
     from ..store.maintenance import gc
     from .common import project_or_store
 
-    project, store = project_or_store(args, open_project, needs_project=False)
+    project, store = project_or_store(args, opened, open_project, needs_project=False)
     max_size = max_size_of(args, project.config if project else None)
     keep = _current_keys(project) if project else []
     result = gc(store, max_size, keep)
@@ -28,7 +28,7 @@ def cmd_gc(args) -> int:
         result.update(over_limit=max_size is not None and result["bytes"] > max_size,
                       pinned_entries=0, pinned_bytes=0)
     if args.json:
-        result["warnings"] = warnings(args)
+        result["warnings"] = warnings(opened)
         print_json(result)
     else:
         _print_gc(result)
@@ -79,17 +79,17 @@ def _print_gc(result: dict) -> None:
         print(f"  ... and {len(shown) - _EVICTED_SHOWN} more (--json lists them all)")
 
 
-def cmd_stats(args) -> int:
+def cmd_stats(args, opened) -> int:
     from ..store.maintenance import stats, zero_stats
 
     if args.zero:
-        zeroed = zero_stats(store_only(args))
+        zeroed = zero_stats(store_only(args, opened))
         if args.json:
-            print_json({"store": str(args._store.root), "zeroed": zeroed})
+            print_json({"store": str(opened.store.root), "zeroed": zeroed})
         else:
-            print(f"statistics of store {args._store.root} zeroed")
+            print(f"statistics of store {opened.store.root} zeroed")
         return EXIT_OK
-    result = stats(store_only(args, read_only=True))
+    result = stats(store_only(args, opened, read_only=True))
     if args.json:
         print_json(result)
     else:
@@ -131,10 +131,10 @@ def _hit_rate(counts: dict) -> str:
             f"built, {counts['failures']} failed, {counts['fallbacks']} left to numba)")
 
 
-def cmd_cat(args) -> int:
+def cmd_cat(args, opened) -> int:
     from ..store.local import CorruptBlob
 
-    store = store_only(args, read_only=True)
+    store = store_only(args, opened, read_only=True)
     try:
         data = store.read_blob(args.hash)
     except CorruptBlob as exc:
@@ -145,14 +145,14 @@ def cmd_cat(args) -> int:
     return EXIT_OK
 
 
-def cmd_export(args) -> int:
+def cmd_export(args, opened) -> int:
     from ..store.archive import export_archive
     from ..store.signing import signing_key
 
     if not args.file.endswith(ARCHIVE_SUFFIXES):
         raise UsageError(f"export: cannot write {args.file!r}: kbuild writes tar archives; "
                          f"name it {', '.join(ARCHIVE_SUFFIXES)}")
-    project, the_plan = planned(args)
+    project, the_plan = planned(args, opened)
     for exc in the_plan.failed.values():
         raise exc  # an archive missing targets would look complete to whoever imports it
     result = export_archive(project.store, [the_plan.keys[t].digest for t in the_plan.targets],
@@ -165,12 +165,12 @@ def cmd_export(args) -> int:
     return EXIT_OK
 
 
-def cmd_import(args) -> int:
+def cmd_import(args, opened) -> int:
     from ..store.archive import import_archive
     from ..store.signing import signing_key
 
-    store = store_only(args)
-    result = import_archive(store, args.file, key=signing_key(args._config))
+    store = store_only(args, opened)
+    result = import_archive(store, args.file, key=signing_key(opened.config))
     if args.json:
         print_json(result)
     else:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 
 from ..config import ProjectConfig, load_config
-from ..discover import Target
+from ..model import Target
 from ..keying.encode import digest
 from ..keying.launch import launch_json, launch_of
 from ..sources import changed_since_import, imported_sources
@@ -36,7 +36,7 @@ from ..store.history import History, explained
 from ..store.local import LAYOUT, Ledger, Store, is_target, store_root_problem
 from ..targets import parse_archs, requested, select_specs
 from .inputs import Check, Paths, Unjournalable, racy, refreshed, snapshot, start_state
-from .recorder import Recorder, watched_environment
+from .recorder import ReadRecorder, watched_environment
 
 FULL, DIRECT = "full", "direct"
 # An entry a no-op finds is marked used (its mtime: gc evicts the least recently used
@@ -46,7 +46,7 @@ ENTRY_MAX_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
-class Row:
+class JournalAnswer:
     """A target as the journal answers for it."""
 
     target: Target
@@ -73,7 +73,7 @@ class Direct:
         self.mode = FULL
         self.reason = "--full" if not enabled else \
             "[build] direct = false" if not config.direct else "not tried"
-        self.recorder: Recorder | None = None
+        self.recorder: ReadRecorder | None = None
         self.ledger = Ledger()
         self._state = None
         self._journal = None
@@ -84,7 +84,7 @@ class Direct:
 
     # -- answering from the journal ---------------------------------------------------------
 
-    def answer(self, names, arch_text, need: str, hold=None) -> list[Row] | None:
+    def answer(self, names, arch_text, need: str, hold=None) -> list[JournalAnswer] | None:
         """The rows of the targets `names` / `--arch arch_text` name, from the journal, or
         None (then `reason` says why). `need`: "keys" (keys only), "fresh" (a no-op
         build: every target up to date, its entry still the one journaled) or "status"
@@ -102,7 +102,7 @@ class Direct:
             self.store.warnings.append(f"journal {self._where()} is damaged; keying in full")
             return None
 
-    def _answer(self, targets, need: str) -> list[Row] | None:
+    def _answer(self, targets, need: str) -> list[JournalAnswer] | None:
         found = self._load()
         if found is None:
             return None
@@ -134,8 +134,9 @@ class Direct:
         newest = self._newest(body, rows, store_check) if need == "status" else {}
         self.mode, self.reason = DIRECT, "nothing the journal names changed"
         self._refresh(found, check, store_check, newest)
-        return [Row(t, r["key"], r.get("artifacts") or {}, r.get("built_at"),
-                    newest.get(_tid(t)), r.get("failed"), r.get("where")) for t, r in rows]
+        return [JournalAnswer(t, r["key"], r.get("artifacts") or {}, r.get("built_at"),
+                              newest.get(_tid(t)), r.get("failed"), r.get("where"))
+                for t, r in rows]
 
     def _newest(self, body: dict, rows, store_check) -> dict:
         """tid -> the newer build of other inputs (None: none) of each row, from the
@@ -173,7 +174,7 @@ class Direct:
 
     def _start_state(self) -> dict:
         if self._state is None:
-            recorder = Recorder()
+            recorder = ReadRecorder()
             recorder.watched = watched_environment()
             self._state = start_state(recorder, self.paths)
         return self._state
@@ -208,13 +209,13 @@ class Direct:
     def begin_full(self) -> None:
         """Record what the full run reads, from now (before it imports numba or the
         project) until its journal is written."""
-        self.recorder = Recorder().start()
+        self.recorder = ReadRecorder().start()
         self._state = start_state(self.recorder, self.paths)
 
     def attach(self, store: Store) -> Store:
-        """The full run's store (opened again by the project), telling the ledger what
-        it verifies."""
-        store.ledger = self.ledger
+        """The full run's store (opened again by the project), its ledger (what it verifies
+        from now on) the one the journal is written from."""
+        self.ledger = store.keep_ledger()
         return store
 
     def journal_build(self, rows) -> bool:
@@ -272,7 +273,7 @@ class Direct:
             return self._not_journaled(str(exc))
         return self._write(body)
 
-    def _body(self, recorder: Recorder, entries, history) -> dict:
+    def _body(self, recorder: ReadRecorder, entries, history) -> dict:
         changed = changed_since_import()
         if changed:
             raise Unjournalable(f"{changed[0]} changed while the run read it")
@@ -556,4 +557,4 @@ def _same_inputs(old, new) -> bool:
     return same_file and all(old["dirs"][d][5:] == new["dirs"][d][5:] for d in new["dirs"])
 
 
-__all__ = ["DIRECT", "FULL", "Direct", "Row", "entry_dirs"]
+__all__ = ["DIRECT", "FULL", "Direct", "JournalAnswer", "entry_dirs"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from ..keying.encode import digest
 from ..store.tree import identity
-from .recorder import Recorder, combined, watched_environment
+from .recorder import ReadRecorder, combined, watched_environment
 
 # How far apart two changes of a file may be and still get one time stamp: the kernel
 # stamps files from a clock that moves in ticks (1-10 ms); a file system that keeps only
@@ -81,7 +81,7 @@ class Paths:
         return path
 
 
-def start_state(recorder: Recorder, paths: Paths) -> dict:
+def start_state(recorder: ReadRecorder, paths: Paths) -> dict:
     """What the command found before it imported anything of the project's: compared
     whole with what the next command finds at the same point."""
     return {"python": _python(), "cwd": paths.rel(os.getcwd()),
@@ -91,8 +91,8 @@ def start_state(recorder: Recorder, paths: Paths) -> dict:
             "watched": _env_digest(recorder.watched)}
 
 
-def snapshot(recorder: Recorder, paths: Paths, state: dict, *, exact: dict, skip: tuple,
-             previous: dict | None = None, previous_mtime: int = 0) -> dict:
+def snapshot(recorder: ReadRecorder, paths: Paths, state: dict, *, exact: dict,
+             skip: tuple, previous: dict | None = None, previous_mtime: int = 0) -> dict:
     """The inputs of a run that `recorder` recorded (stopped), `state` being its
     `start_state`. `exact`: absolute path -> digest of the bytes the run used, checked
     against the file now (a module source edited during the run is no input of it);
@@ -134,7 +134,7 @@ def snapshot(recorder: Recorder, paths: Paths, state: dict, *, exact: dict, skip
             "files": files, "dirs": dirs, "absent": sorted(absent - set(dirs) - set(files))}
 
 
-def _unchanged_since_read(path: str, now: list, recorder: Recorder) -> None:
+def _unchanged_since_read(path: str, now: list, recorder: ReadRecorder) -> None:
     """Unjournalable unless the file is as the run found it: a file the run opened has
     the identity it had then and had not just been changed (within a tick: a change
     after the open could have kept that identity); any other (a module loaded from its
@@ -162,7 +162,7 @@ def _file_record(path: str, used: str | None) -> list:
     return identity(info) + [found]
 
 
-def _input_files(recorder: Recorder, skip: tuple) -> set:
+def _input_files(recorder: ReadRecorder, skip: tuple) -> set:
     found = set(recorder.opened)
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
@@ -199,7 +199,7 @@ def _mapped_files() -> set:
     return found
 
 
-def _listed(recorder: Recorder, skip: tuple) -> dict:
+def _listed(recorder: ReadRecorder, skip: tuple) -> dict:
     """Folder -> how its names matter: every folder the import system has a finder for
     (listed before the recorder started, too) and every folder the run listed."""
     found = {}

@@ -3,8 +3,8 @@ for, the files it opened for reading and the folders it listed.
 
 Module-level code can read anything at import (`SCALE = float(os.environ["SCALE"])`,
 `TABLE = np.load("table.npy")`, `glob` over a data folder), and a key computed from such a
-value is only as current as what was read. A `Recorder` is running from the start of the
-command until its journal is written: an audit hook (PEP 578) sees every `open` for
+value is only as current as what was read. A `ReadRecorder` is running from the start of
+the command until its journal is written: an audit hook (PEP 578) sees every `open` for
 reading and every `os.listdir` / `os.scandir`, and `os.environ` is replaced by a mapping
 that notes each variable read by name (and every module compiled from its source is
 noted with the digest of the bytes compiled) with the value it had before this process changed
@@ -33,7 +33,7 @@ WATCHED_NAMES = frozenset({"LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHO
                            "PYTHONOPTIMIZE", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
                            "PYTHONUSERBASE", "PYTHONPLATLIBDIR"})
 
-_ACTIVE: Recorder | None = None
+_ACTIVE: ReadRecorder | None = None
 _HOOKED = False
 _IMPORT_FRAMES = frozenset({"<frozen importlib._bootstrap_external>",
                             "<frozen importlib._bootstrap>"})
@@ -53,7 +53,7 @@ def watched_environment(environ=None) -> dict:
     return {k: v for k, v in environ.items() if watched(k)}
 
 
-class Recorder:
+class ReadRecorder:
     """What this process reads, from `start()` to `stop()`.
 
     `clean` says whether the run can be journaled at all: nothing of numba was imported
@@ -77,7 +77,7 @@ class Recorder:
         self._environb = None
         self._stats = None
 
-    def start(self) -> Recorder:
+    def start(self) -> ReadRecorder:
         global _ACTIVE
         self.started_ns = time.time_ns()
         self.clean = not any(name == "numba" or name.startswith("numba.")
@@ -233,7 +233,7 @@ def _support(old, new) -> None:
                 group.add(after)
 
 
-def _recording_stat(original, recorder: Recorder):
+def _recording_stat(original, recorder: ReadRecorder):
     def stat(path, *args, **kwargs):
         try:
             found = original(path, *args, **kwargs)
@@ -329,7 +329,7 @@ class _RecordingEnviron(_ScanNotSeen, WatchedEnviron):
     """`os.environ`, noting each variable read by name (scans and copies read no one
     variable: the watched ones are journaled as a whole)."""
 
-    def __init__(self, environ, recorder: Recorder):
+    def __init__(self, environ, recorder: ReadRecorder):
         super().__init__(environ)
         self.recorder = recorder
 
@@ -347,7 +347,7 @@ class _RecordingEnvironb(_ScanNotSeen, WatchedEnviron):
     """`os.environb`: a variable read by name is noted as `os.environ`'s are; a scan is
     something the journal cannot check."""
 
-    def __init__(self, environb, recorder: Recorder):
+    def __init__(self, environb, recorder: ReadRecorder):
         super().__init__(environb)
         self.recorder = recorder
 

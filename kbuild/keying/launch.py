@@ -11,16 +11,10 @@ with no launch configuration keys none (its key is unchanged).
 
 from __future__ import annotations
 
+from ..model import launch_text  # noqa: F401 - named here too (keys and rows name launches alike)
 from .tree import KeyNode, LabelKind, branch, leaf
 
 Launch = tuple  # ((grid x, y, z), (block x, y, z), shared memory bytes)
-
-
-def launch_text(launch: Launch) -> str:
-    """`grid 64x1x1 block 128x1x1 shared 0`: how rows and messages name a launch."""
-    grid, block, shared = launch
-    return (f"grid {'x'.join(map(str, grid))} block {'x'.join(map(str, block))} "
-            f"shared {shared}")
 
 
 def launch_json(launch: Launch | None):

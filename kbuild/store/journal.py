@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..keying.encode import digest
 from . import tree
-from .local import LAYOUT
+from .layout import LAYOUT
 
 FORMAT = "kbuild journal"
 JOURNAL_VERSION = 1

@@ -7,6 +7,8 @@ Layout (the version is in the path; an unknown layout is never read)::
     STORE/v1/entries/ab/<target key>.json
     STORE/v1/locks/  STORE/v1/tmp/  STORE/v1/facts/  STORE/v1/failures/ (see `failures`)
 
+(paths and the root check in `layout`, the ledger in `ledger`; both importable from here)
+
 Blobs are written first, the entry file last (its rename is the commit). The
 entry files are the only truth: there is no index beside them that could
 disagree or name a file to delete. Everything below the root is read and
@@ -33,32 +35,21 @@ from ..artifacts import RECORD_KIND, BinaryError, artifact_facts
 from ..errors import StoreError
 from ..keying.encode import digest
 from . import blobformat, tree
+from .layout import (_CACHEDIR_TAG, LAYOUT, MAX_BLOB, _regular, _umask, atomic_write,
+                     blob_relpath, entry_relpath, store_root_problem)
+from .ledger import LEDGER_FIELDS, Ledger
 from .locks import StoreLock
 from .trust import check_owner
 from .manifest import (HEX32, MANIFEST_SCHEMA, EntryProblem, artifact_problem, is_object,
                        is_output, is_target, load_json, parse_manifest)
 
-LAYOUT = "v1"
-MAX_BLOB = 256 << 20  # a blob whose entry records no size is read up to this
 _LAYOUT_DIRS = ("blobs", "entries", "tmp")
-_CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
-                 b"# This file is a cache directory tag created by kbuild.\n"
-                 b"# For information about cache directory tags see https://bford.info/cachedir/\n")
 _FACTS: dict = {}  # (store, blob name, kind) -> Facts: the blobs this process verified
 _RECORD_BYTES = "observation record bytes"  # a `_FACTS` kind: the record itself
 
-__all__ = ["LAYOUT", "MANIFEST_SCHEMA", "CorruptBlob", "Ledger", "Store", "atomic_write",
-           "blob_relpath", "entry_relpath", "is_object", "is_output", "is_target"]
-
-
-def blob_relpath(name: str) -> str:
-    """Where a blob lives under the layout folder (here and in a remote tier)."""
-    return f"blobs/{name[:2]}/{name[2:4]}/{name}"
-
-
-def entry_relpath(key: str) -> str:
-    """Where an entry's manifest lives under the layout folder (here and in a remote tier)."""
-    return f"entries/{key[:2]}/{key}.json"
+__all__ = ["LAYOUT", "LEDGER_FIELDS", "MANIFEST_SCHEMA", "MAX_BLOB", "CorruptBlob", "Ledger",
+           "Store", "atomic_write", "blob_relpath", "entry_relpath", "is_object", "is_output",
+           "is_target", "store_root_problem"]
 
 
 class CorruptBlob(Exception):
@@ -76,43 +67,15 @@ class CorruptBlob(Exception):
         return f"names {self.state} blob {self.name}" + (f" ({self.detail})" if self.detail else "")
 
 
-LEDGER_FIELDS = ("target", "signature", "arch", "launch", "kind", "artifacts", "built_at")
-
-
-class Ledger:
-    """The entries and blobs a store verified (read and checked, or wrote) in this process,
-    each with the identity (`tree.identity`) of the file that held them then: what the
-    journal (`direct`) records, so that a later process that finds the same files can
-    trust them without reading them again.
-
-    `entries`: key -> (store-relative path, identity, digest of the file's bytes, what the
-    manifest says of its target: `LEDGER_FIELDS`); `blobs`: name -> (store-relative path,
-    identity).
-    """
-
-    def __init__(self):
-        self.entries: dict = {}
-        self.blobs: dict = {}
-
-    def entry(self, key: str, info, text: str, manifest: dict) -> None:
-        rel = f"{LAYOUT}/{entry_relpath(key)}"
-        said = {k: manifest[k] for k in LEDGER_FIELDS if k in manifest}
-        self.entries[key] = (rel, tree.identity(info), digest(text.encode("utf-8")), said)
-
-    def blob(self, name: str, info) -> None:
-        if info is not None:
-            self.blobs[name] = (f"{LAYOUT}/{blob_relpath(name)}", tree.identity(info))
-
-
 class Store:
     """One store directory. `warnings` collects problems healed along the way.
 
-    `remote` (a `remote.RemoteTier`, set by whoever opens the store for a build) is asked
-    on a local miss and sent every entry this store commits. `ledger` (a `Ledger`, set by
-    whoever wants one) is told every entry and blob the store verified or wrote.
+    It knows nothing of remote caches: `storage.Storage` is this store with the remote
+    tier behind it (what commands, zero-config and `Project.load` open). `ledger` (a
+    `Ledger`, None until `keep_ledger` starts one) is told every entry and blob the store
+    verified or wrote.
     """
 
-    remote = None
     ledger: Ledger | None = None
 
     def __init__(self, root, *, read_only: bool = False):
@@ -192,6 +155,17 @@ class Store:
 
     def close(self) -> None:
         """Nothing stays open between calls; kept for callers that close what they open."""
+
+    def keep_ledger(self) -> Ledger:
+        """The ledger of what this store verifies or writes from now on (started once)."""
+        if self.ledger is None:
+            self.ledger = Ledger()
+        return self.ledger
+
+    def tier_counts(self) -> dict:
+        """What tiers behind the store did since the last call (`remote_*` fields): none
+        here (see `storage.Storage`)."""
+        return {}
 
     def shared(self):
         """Held by a build: gc and clean wait until it ends. A store that cannot be
@@ -324,12 +298,9 @@ class Store:
     def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
         `expect` holds fields it must have (target, signature, arch; kind for objects).
-        A local miss is asked of the remote tier (unless `remote` is false), whose verified
-        hit is committed here first."""
-        manifest = self._lookup_local(key, expect)
-        if manifest is None and remote and self.remote is not None and not self.read_only:
-            manifest = self.remote.fetch(self, key, expect)
-        return manifest
+        `remote`: whether a tier behind the store may be asked on a miss (`Storage`); a
+        local store has none."""
+        return self._lookup_local(key, expect)
 
     def _lookup_local(self, key: str, expect: dict | None) -> dict | None:
         """The entry file is read and checked; its blobs are hashed and their facts read
@@ -409,9 +380,10 @@ class Store:
             except OSError as exc:
                 self._cannot_write = exc.strerror or str(exc)
 
-    def commit(self, key: str, manifest: dict, *, push: bool = True) -> None:
-        """Write the manifest (after its blobs) atomically, then push it to the remote.
-        It records each blob's size, so a later read never reads more."""
+    def commit(self, key: str, manifest: dict, *, push: bool = True) -> str:
+        """Write the manifest (after its blobs) atomically; the text written. It records
+        each blob's size, so a later read never reads more. `push`: whether a tier behind
+        the store is sent it (`Storage`); a local store has none."""
         manifest = {k: v for k, v in manifest.items() if k != "hmac"}
         sizes = {}
         for kind, name in manifest["artifacts"].items():
@@ -429,8 +401,7 @@ class Store:
             info = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
             if info is not None:
                 self.ledger.entry(key, info, text, manifest)
-        if push and self.remote is not None:
-            self.remote.push(self, key, text)
+        return text
 
     def _blob_length(self, name: str, info) -> int:
         """The uncompressed length of blob `name` (whose file's stat is `info`)."""
@@ -567,46 +538,6 @@ class Store:
                              f"{hint}") from None
 
 
-def store_root_problem(root: Path, home: Path | None = None) -> str | None:
-    """Why kbuild must not make or change a store at `root`, else None.
-
-    A store is made in a folder kbuild creates, or an empty one; it is used where kbuild's
-    marker is (see `_marked`).
-    The file system's root and the home directory are never a store, and neither is a
-    folder holding other files: `store = ".."` or `--store ~` would put CACHEDIR.TAG there
-    (backup tools then skip the whole folder), and gc or clean would delete in it.
-    """
-    home = Path.home() if home is None else Path(home)
-    try:
-        resolved = Path(root).resolve()
-        if resolved == Path(resolved.anchor):
-            return "it is the file system's root"
-        if resolved == home.resolve():
-            return "it is the home directory"
-        names = os.listdir(root)
-    except (FileNotFoundError, NotADirectoryError, RuntimeError):
-        return None  # made fresh (or refused by check_root / the writes, with their message)
-    except OSError as exc:
-        return f"it cannot be read: {exc.strerror or exc}"
-    if _marked(Path(root), names):
-        return None
-    return "it holds other files and no kbuild store marker"
-
-
-def _marked(root: Path, names) -> bool:
-    """Whether `root` is empty or kbuild's: it holds kbuild's CACHEDIR.TAG, or nothing but
-    the layout folder (a first build stopped before the tag), or the layout's entries (a
-    store older than the tag)."""
-    if not names or (names == [LAYOUT] and tree.plain_dir(root, LAYOUT)):
-        return True
-    try:
-        tag, _ = tree.read_file(root, "CACHEDIR.TAG", 4096)
-    except OSError:
-        tag = b""
-    return (tag.startswith(_CACHEDIR_TAG.split(b"\n", 1)[0]) and b"created by kbuild" in tag) \
-        or tree.plain_dir(root, f"{LAYOUT}/entries")
-
-
 _BLOB_GONE = ("names missing blob", "names corrupt blob", "names unreadable blob")
 
 
@@ -615,42 +546,3 @@ def _named(manifest: dict) -> str:
     if is_output(manifest):
         return f"early-cutoff record of {manifest.get('entry')}"
     return str(manifest.get("target") or manifest.get("function"))
-
-
-def _regular(info) -> bool:
-    return info is not None and (info.st_mode & 0o170000) == 0o100000
-
-
-def _umask() -> int:
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: Path, data: bytes, tmp_dir: Path, prefix: str | None = None, *,
-                 root: Path | None = None) -> None:
-    """Write via a temp file in `tmp_dir` (same file system; named `prefix`..., default
-    after `path`) and a rename: readers never see half a file. Missing folders are made.
-
-    For kbuild's files outside a store's own writes (keying facts, a file:// remote).
-    Like the store's files it goes through `tree.write_atomic`: every folder below
-    `root` is opened without following a link, and a link there is refused (NotPlain,
-    an OSError), never written through nor replaced. `root` defaults to the folder that
-    holds the layout folder (`LAYOUT`) on `path` (a store's or a remote's root: the
-    user's choice, which may be a link), else `path`'s own folder.
-
-    No fsync: a process killed mid-write leaves only a temp file, and what a power loss
-    could tear is caught on read (blobs are verified against their names, manifests
-    validated) and rebuilt. An fsync per file cost a 64-kernel build about 0.6 s.
-    """
-    path, tmp_dir = Path(path), Path(tmp_dir)
-    if root is None:
-        layout = [i for i, part in enumerate(path.parts[:-1]) if part == LAYOUT]
-        root = Path(*path.parts[:layout[-1]]) if layout else path.parent
-    rel, tmp = path.relative_to(root).as_posix(), tmp_dir.relative_to(root).as_posix()
-    tmp = "" if tmp == "." else tmp
-    try:
-        tree.write_atomic(root, rel, data, tmp, 0o666 & ~_umask(), prefix=prefix, replace=False)
-    except FileNotFoundError:  # the first file under a root not made yet
-        root.mkdir(parents=True, exist_ok=True)
-        tree.write_atomic(root, rel, data, tmp, 0o666 & ~_umask(), prefix=prefix, replace=False)

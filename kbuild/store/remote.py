@@ -2,9 +2,10 @@
 
 Read-through: a key the local store lacks is asked of the remote, and a hit
 fills the local store (blobs first, manifest last) before it is used.
-Write-back: an entry a build commits is pushed. Backends are existing engines,
-never a server of our own, each a module of `remotes/` behind one small
-interface (`remotes.base.Remote`: get, put, remove):
+Write-back: an entry a build commits is pushed. Both are done by `storage.Storage`,
+which owns the local store and this tier; the tier never touches the store.
+Backends are existing engines, never a server of our own, each a module of
+`remotes/` behind one small interface (`remotes.base.Remote`: get, put, remove):
 
     redis://[:password@]host:port/db[?prefix=kbuild:]   (rediss:// for TLS)
     s3://bucket/prefix[?endpoint_url=...&region=...], gs://..., file:///path (fsspec)
@@ -57,23 +58,25 @@ class RemoteSettings:
 
 
 def remote_settings(config=None, *, url=None, no_remote=False, read_only=False, timeout=None,
-                    env=None) -> RemoteSettings | None:
+                    budget=None, env=None) -> RemoteSettings | None:
     """The remote named by `url` (--remote), else $KBUILD_REMOTE, else `[store] remote`.
 
     None when none is named or `no_remote`. Read-only comes from --remote-read-only
-    or KBUILD_REMOTE_READ_ONLY=1, the timeout from `remote_timeout`.
+    or KBUILD_REMOTE_READ_ONLY=1, the timeout from `remote_timeout`, the budget from
+    `budget` (a command's own), else $KBUILD_REMOTE_BUDGET, else the default.
     """
     env = os.environ if env is None else env
     chosen = _first((url, "--remote"), (env.get("KBUILD_REMOTE"), "KBUILD_REMOTE"),
                     (getattr(config, "remote", None), f"{_toml(config)} remote"))
     if no_remote or chosen is None:
         return None
-    budget = env.get("KBUILD_REMOTE_BUDGET")
+    if budget is None:
+        budget = env.get("KBUILD_REMOTE_BUDGET")
+        budget = parse_timeout(budget, "KBUILD_REMOTE_BUDGET") if budget else DEFAULT_BUDGET
     return RemoteSettings(url=chosen[0], where=chosen[1],
                           read_only=read_only or env.get("KBUILD_REMOTE_READ_ONLY") == "1",
                           timeout=remote_timeout(config, timeout, env),
-                          budget=parse_timeout(budget, "KBUILD_REMOTE_BUDGET") if budget
-                          else DEFAULT_BUDGET,
+                          budget=budget,
                           signing_key=signing_key(config, env),
                           paths=tuple(str(p) for p in getattr(config, "paths", ()) or ()))
 
@@ -107,25 +110,30 @@ def parse_timeout(value, where: str) -> float:
     return seconds
 
 
-def open_remote(settings: RemoteSettings | None) -> RemoteTier | None:
-    """The tier for `settings`; a URL no backend takes is a ConfigError (nothing is contacted)."""
+def open_remote(settings: RemoteSettings | None, warnings: list | None = None) -> RemoteTier | None:
+    """The tier for `settings`, saying its problems into `warnings`; a URL no backend
+    takes is a ConfigError (nothing is contacted)."""
     if settings is None:
         return None
     backend = open_backend(settings)
     return RemoteTier(backend, timeout=settings.timeout, read_only=settings.read_only,
                       budget=settings.budget, signing_key=settings.signing_key,
-                      secrets=url_secrets(settings.url))
+                      secrets=url_secrets(settings.url), warnings=warnings)
 
 
 # -- the tier -----------------------------------------------------------------------------
 
 class RemoteTier:
-    """A backend, its timeout, this build's time budget and counts; what `Store.remote` holds."""
+    """A backend, its timeout, this build's time budget and counts; what `Storage.remote`
+    holds. Everything it fetches is verified before it is returned; its problems are
+    appended to `warnings` (the storage's), each remote failure once."""
 
     def __init__(self, backend, *, timeout: float = DEFAULT_TIMEOUT, read_only: bool = False,
-                 budget: float = DEFAULT_BUDGET, signing_key: bytes | None = None, secrets=()):
+                 budget: float = DEFAULT_BUDGET, signing_key: bytes | None = None, secrets=(),
+                 warnings: list | None = None):
         self.backend, self.timeout, self.read_only = backend, timeout, read_only
         self.budget, self.signing_key, self.secrets = budget, signing_key, tuple(secrets)
+        self.warnings = [] if warnings is None else warnings
         self.name = backend.name
         self.down = False  # set by the first failure: the remote is not asked again
         self.spent = 0.0  # seconds waited on the remote so far
@@ -133,30 +141,25 @@ class RemoteTier:
         self._counts = dict.fromkeys(("hits", "misses", "rejected", "errors",
                                       "bytes_fetched", "bytes_pushed"), 0)
 
-    def fetch(self, store, key: str, expect: dict | None = None) -> dict | None:
-        """The remote's entry for `key`, verified (bound to `expect`, signed when a key is
-        set, its artifacts its own) and committed to `store`; else None."""
+    def fetch(self, key: str, expect: dict | None, check) -> tuple[dict, dict] | None:
+        """(manifest, blobs: name -> bytes) of the remote's entry for `key`, verified: bound
+        to `expect`, signed when a key is set, every blob its hash, and `check(manifest,
+        blobs)` (the local store's `artifacts_problem`) finding nothing; else None."""
         if self.down or key in self._absent:
             return None
-        raw = self._bytes(store, self._call(store, "read", self.backend.get, ENTRY, key,
-                                            MAX_JSON_BYTES))
-        manifest = None if raw is _FAILED or not raw else self._manifest(store, key, raw, expect)
-        blobs = self._verified_blobs(store, key, manifest) if manifest is not None else None
+        raw = self._bytes(self._call("read", self.backend.get, ENTRY, key, MAX_JSON_BYTES))
+        manifest = None if raw is _FAILED or not raw else self._manifest(key, raw, expect)
+        blobs = self._verified_blobs(key, manifest, check) if manifest is not None else None
         if blobs is None:
             if not self.down:
                 self._absent.add(key)
                 self._counts["misses"] += 1
             return None
-        store.ensure_writable()
-        for data in blobs.values():
-            store.put_blob(data)
-        store.commit(key, {k: v for k, v in manifest.items() if k not in ("schema", "key")},
-                     push=False)
         self._counts["hits"] += 1
         self._counts["bytes_fetched"] += len(raw) + sum(map(len, blobs.values()))
-        return manifest
+        return manifest, blobs
 
-    def _manifest(self, store, key: str, raw: bytes, expect) -> dict | None:
+    def _manifest(self, key: str, raw: bytes, expect) -> dict | None:
         try:
             manifest = parse_manifest(key, raw.decode("utf-8"), expect)
             problem = signature_problem(manifest, self.signing_key)
@@ -165,51 +168,55 @@ class RemoteTier:
         except EntryProblem as exc:
             problem = str(exc)
         if problem:
-            self._reject(store, f"entry {key} is invalid ({problem})")
+            self._reject(f"entry {key} is invalid ({problem})")
             return None
         return manifest
 
-    def _verified_blobs(self, store, key: str, manifest: dict) -> dict | None:
+    def _verified_blobs(self, key: str, manifest: dict, check) -> dict | None:
         sizes = manifest.get("sizes", {})
         wanted = {name: sizes.get(kind, MAX_BLOB) for kind, name in manifest["artifacts"].items()}
         names = sorted(wanted)
-        found = self._call(store, "read", self.backend.get_blobs, names,
+        found = self._call("read", self.backend.get_blobs, names,
                            [min(wanted[n], MAX_BLOB) for n in names])
         if not isinstance(found, dict) or \
-                _FAILED in (self._bytes(store, found.get(n)) for n in names):
+                _FAILED in (self._bytes(found.get(n)) for n in names):
             found = _FAILED
         if found is _FAILED or any(not found.get(name) for name in names):
             return None  # evicted behind its manifest: a plain miss
         for name in names:
             if digest(found[name]) != name:
-                self._reject(store, f"blob {name} of entry {key} "
+                self._reject(f"blob {name} of entry {key} "
                                     f"({str(manifest.get('target'))[:80]}) does not match its hash")
                 return None
-        problem = store.artifacts_problem(manifest, found)
+        problem = check(manifest, found)
         if problem:
-            self._reject(store, f"entry {key} ({str(manifest.get('target'))[:80]}) {problem}")
+            self._reject(f"entry {key} ({str(manifest.get('target'))[:80]}) {problem}")
             return None
         return {name: found[name] for name in names}
 
-    def _bytes(self, store, value):
+    def _bytes(self, value):
         """`value` when it is what a backend's read may give (bytes or None), else _FAILED
         after the one warning: a plugin that returns text is a broken remote."""
         if value is _FAILED or value is None or isinstance(value, bytes):
             return value
-        self._give_up(store, "read", f"answered a read with a {type(value).__name__}, "
+        self._give_up("read", f"answered a read with a {type(value).__name__}, "
                                      "not bytes")
         return _FAILED
 
-    def push(self, store, key: str, text: str) -> bool:
-        """Send a committed entry (signed when a key is set): its blobs (read back verified
-        from `store`), then its manifest; whether it was sent."""
-        if self.down or self.read_only:
+    @property
+    def writable(self) -> bool:
+        """Whether a push is sent: the remote is not read-only and has not failed."""
+        return not (self.down or self.read_only)
+
+    def push(self, key: str, text: str, blobs: dict) -> bool:
+        """Send a committed entry (signed when a key is set): its `blobs` (name -> bytes,
+        every one its manifest names, read back verified), then its manifest; whether it
+        was sent."""
+        if not self.writable:
             return False
         manifest = json.loads(text)
-        names = sorted(set(manifest["artifacts"].values()))
-        blobs = {name: store.read_blob(name) for name in names}
         data = json.dumps(sign(manifest, self.signing_key), sort_keys=True, indent=1).encode()
-        if self._call(store, "write", self.backend.put_entry, key, data, blobs) is _FAILED:
+        if self._call("write", self.backend.put_entry, key, data, blobs) is _FAILED:
             return False
         self._absent.discard(key)
         self._counts["bytes_pushed"] += len(data) + sum(map(len, blobs.values()))
@@ -221,12 +228,12 @@ class RemoteTier:
         self._counts = dict.fromkeys(self._counts, 0)
         return counts
 
-    def _reject(self, store, problem: str) -> None:
+    def _reject(self, problem: str) -> None:
         self._counts["rejected"] += 1
-        store.warnings.append(scrub(f"remote {self.name}: {problem}; ignored, building it here",
+        self.warnings.append(scrub(f"remote {self.name}: {problem}; ignored, building it here",
                                     self.secrets))
 
-    def _call(self, store, what: str, fn, *args):
+    def _call(self, what: str, fn, *args):
         """fn(*args) in a thread joined for at most `timeout` (and what is left of the
         build's budget); _FAILED (and one warning) on failure.
 
@@ -254,10 +261,10 @@ class RemoteTier:
         self.spent += time.monotonic() - started
         if "value" in box:
             if self.spent >= self.budget:
-                self._give_up(store, what, f"used up this build's budget of {self.budget:g}s")
+                self._give_up(what, f"used up this build's budget of {self.budget:g}s")
             return box["value"]
         if isinstance(box.get("error"), Tampered):  # one bad object, not a bad remote
-            self._reject(store, _first_line(box["error"]))
+            self._reject(_first_line(box["error"]))
             return _FAILED
         # A reader that stopped at the deadline itself is a timeout too, not a failure.
         late = thread.is_alive() or isinstance(box.get("error"), TimeoutError)
@@ -267,13 +274,13 @@ class RemoteTier:
             problem = f"did not answer within {self.timeout:g}s"
         else:
             problem = f"failed: {type(box['error']).__name__}: {_first_line(box['error'])}"
-        self._give_up(store, what, problem)
+        self._give_up(what, problem)
         return _FAILED
 
-    def _give_up(self, store, what: str, problem: str) -> None:
+    def _give_up(self, what: str, problem: str) -> None:
         self.down = True
         self._counts["errors"] += 1
-        store.warnings.append(scrub(f"remote {self.name} {problem} (on {what}); "
+        self.warnings.append(scrub(f"remote {self.name} {problem} (on {what}); "
                                     "building with the local store only", self.secrets))
 
 
@@ -282,22 +289,29 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else "no message"
 
 
-def push_entries(tier: RemoteTier, store, keys) -> dict:
-    """Seed the remote with the entries `keys` of `store` and the objects they link from
-    (ccache's --reshare): each as a build's write-back sends it, signed when a key is set.
-    Counts of what was sent and of `keys` the store lacks; stops at the remote's first
-    failure (`tier.down`)."""
+def entry_blobs(store, manifest: dict) -> dict:
+    """name -> bytes of every blob `manifest` names, read from `store` verified: what a push
+    sends before the manifest."""
+    return {name: store.read_blob(name) for name in sorted(set(manifest["artifacts"].values()))}
+
+
+def push_entries(storage, keys) -> dict:
+    """Seed the remote of `storage` (a `storage.Storage`) with its entries `keys` and the
+    objects they link from (ccache's --reshare): each as a build's write-back sends it,
+    signed when a key is set. Counts of what was sent and of `keys` the store lacks; stops
+    at the remote's first failure (`tier.down`)."""
+    tier = storage.remote
     sent, missing, queue, seen = {"entries": 0, "objects": 0}, [], list(keys), set()
     while queue and not tier.down:
         key = queue.pop(0)
         if key in seen:
             continue
         seen.add(key)
-        manifest = store.lookup(key, remote=False)
+        manifest = storage.lookup(key, remote=False)
         if manifest is None:
             missing.append(key)
             continue
-        if tier.push(store, key, store.entry_path(key).read_text()):
+        if storage.push(key):
             sent["objects" if is_object(manifest) else "entries"] += 1
         queue += [k for k in (manifest.get("link") or {}).get("objects", ())
                   if isinstance(k, str)]

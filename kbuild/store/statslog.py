@@ -24,8 +24,7 @@ def record_build(store: Store, summary: dict, *, project: str | None = None,
     the project they are of (a single small O_APPEND write)."""
     if store.read_only:
         return
-    if store.remote is not None:
-        summary = {**summary, **store.remote.take_counts()}  # remote_hits, remote_bytes_fetched...
+    summary = {**summary, **store.tier_counts()}  # remote_hits, remote_bytes_fetched...
     line = json.dumps({"time": round(time.time(), 3), "project": project, "source": source,
                        **summary}, sort_keys=True) + "\n"
     try:

@@ -64,11 +64,9 @@ class Session:
 
     def __init__(self, settings, journal: bool | None = None):
         from ..config import ProjectConfig
-        from ..store.local import Store
 
         self.settings = settings
-        self.store = Store(settings.store)
-        self.store.remote = self._remote(settings)
+        self.store = self._storage(settings)
         project = settings.config
         self.config = ProjectConfig(
             path=settings.root / "kbuild.toml", name=settings.name, paths=settings.roots,
@@ -127,17 +125,19 @@ class Session:
         atexit.register(found.save)
         return found
 
-    def _remote(self, settings):
-        from ..store.remote import open_remote, remote_settings
+    def _storage(self, settings):
+        """The store and its remote (`storage`); a remote that cannot be opened is one
+        warning at the first compile, and the store is used alone."""
+        from ..store.remote import remote_settings
+        from ..store.storage import open_storage
 
         try:
-            return open_remote(remote_settings(settings.config,
-                                               url=settings.remote or None,
-                                               no_remote=settings.remote is False))
+            return open_storage(settings.store, remote=remote_settings(
+                settings.config, url=settings.remote or None, no_remote=settings.remote is False))
         except KbuildError as exc:
             self.__dict__.setdefault("_pending", []).append(
                 f"kbuild: no remote cache ({exc})")
-            return None
+            return open_storage(settings.store)
 
     # -- the hook -------------------------------------------------------------------
 

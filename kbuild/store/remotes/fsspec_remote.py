@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ...errors import ConfigError
 from .. import tree
-from ..local import LAYOUT, atomic_write, blob_relpath, entry_relpath
+from ..layout import LAYOUT, atomic_write, blob_relpath, entry_relpath
 from .base import ENTRY, Deadline, Remote
 from .urls import redact
 

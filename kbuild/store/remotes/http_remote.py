@@ -32,7 +32,7 @@ import threading
 from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigError
-from ..local import LAYOUT
+from ..layout import LAYOUT
 from ..manifest import HEX32, EntryProblem, load_json
 from .base import BLOB, ENTRY, Deadline, Remote, Tampered, check_deadline
 from .urls import redact

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...errors import ConfigError
 from .. import resp
-from ..local import LAYOUT
+from ..layout import LAYOUT
 from .base import BLOB, ENTRY, Remote
 from .urls import redact
 
