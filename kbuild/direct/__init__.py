@@ -305,7 +305,7 @@ class Direct:
         return _merged(previous, body)
 
     def _fresh_row(self, target: Target, key: str, built: bool, built_at, store: dict,
-                   exact: dict, recorder: Recorder) -> dict:
+                   exact: dict, recorder: ReadRecorder) -> dict:
         """The journal row of an up-to-date target: the entries its freshness rests on
         (its static key's, and the variant of another observation set it used, which
         `build.fresh_entry` looks up only when the newest set no longer holds; a target
@@ -346,7 +346,7 @@ class Direct:
         store[rel] = tree.identity(info) + [digest(data)]
         return {"key": key, "fresh": False, "failed": error, "where": where, "files": [rel]}
 
-    def _observed_inputs(self, static: dict, variant: str | None, recorder: Recorder) -> dict:
+    def _observed_inputs(self, static: dict, variant: str | None, recorder: ReadRecorder) -> dict:
         """What the observation set a fresh target rests on names, as journal inputs:
         absolute path -> digest of the files it names (link files, headers, files read
         while compiling: the set matched its digests taken in this run, so they are the
