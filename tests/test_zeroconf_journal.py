@@ -96,6 +96,32 @@ def test_a_warm_start_is_answered_by_the_journal(program):
     assert "journal" not in off and off["served"] == first["served"]
 
 
+def _cubin_of(store, target):
+    """The cubin blob file of `target`'s entry in the store."""
+    for entry in (store / "v1" / "entries").glob("*/*.json"):
+        manifest = json.loads(entry.read_text())
+        if manifest.get("target") == target and "cubin" in manifest.get("artifacts", {}):
+            name = manifest["artifacts"]["cubin"]
+            return store / "v1" / "blobs" / name[:2] / name[2:4] / name
+    raise AssertionError(f"no entry of {target}")
+
+
+def test_a_damaged_binary_is_rebuilt_not_launched(program):
+    """The journal answers from the entry it checked before, and the binary it loads is
+    verified against its hash as it is read: a damaged one is refused, and the compile
+    goes to the full look-up, which rebuilds that entry (not numba's own compile)."""
+    root, store, first = program
+    cubin = _cubin_of(store, "app_kernels:gained")
+    cubin.chmod(0o644)
+    cubin.write_bytes(b"\0" * cubin.stat().st_size)
+    done = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    assert done["counts"] == {"hits": 4, "built": 1, "served": 5}, done["counts"]
+    assert done["served"] == first["served"]
+    assert done["journal"]["answered"] == 4
+    again = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    assert again["journal"]["answered"] == 5 and again["nvvm"] == 0
+
+
 def _edit(path, old, new):
     text = path.read_text()
     assert old in text

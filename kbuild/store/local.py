@@ -331,15 +331,6 @@ class Store:
         self._touch(key)
         return found[0].encode("utf-8")
 
-    def has_blob(self, name: str) -> bool:
-        """Whether blob `name`'s file is there (a regular file; its bytes unread)."""
-        if not HEX32.match(name):
-            return False
-        try:  # one lstat, as `_blob_facts` takes it: the file is not read through it
-            return _regular(os.lstat(self.blob_path(name)))
-        except (OSError, ValueError):
-            return False
-
     def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
         `expect` holds fields it must have (target, signature, arch; kind for objects).

@@ -217,18 +217,17 @@ def checked_entry(store, held: Held, current) -> dict | None:
     compile read is unchanged (`current(kind, name)`: a digest now), else None (look it
     up in full). Its file's bytes hash to the digest held: the same bytes `lookup`
     checked (its fields, the facts of its blobs, its record), which name the same blobs
-    by their hashes; each blob is there, and the one loaded is verified against its hash
-    when read (`Store.read_blob`); the observations of its record's newest set still
-    have their digests, as `build.fresh_entry` requires."""
+    by their hashes. The binary loaded is verified against its hash when it is read
+    (`Store.read_blob`; one that is gone or damaged sends the compile to the full
+    look-up, which rebuilds the entry); the others are not read to serve it. The
+    observations of its record's newest set still have their digests, as
+    `build.fresh_entry` requires."""
     if held.entry is None:
         return None
     data = store.entry_bytes(held.key)
     if data is None or digest(data) != held.entry:
         return None
     manifest = json.loads(data)
-    if not all(kind == "cubin" or store.has_blob(name)
-               for kind, name in manifest["artifacts"].items()):
-        return None
     for kind, name, found in held.observed:
         if current(kind, name) != found:
             return None

@@ -292,6 +292,7 @@ class Session:
         every kernel is keyed in full, and so checked."""
         from ..build import new_keyer
         from ..discover import Target
+        from ..store.local import CorruptBlob
         from .journal import live_digest, target_id
 
         self._live = None
@@ -318,9 +319,14 @@ class Session:
         if manifest is None:
             self.journal.counts["missed"] += 1
             return None
+        try:
+            kernel = self._load(manifest, target, request, device_arch, backend, key)
+        except CorruptBlob:  # its binary is gone or damaged (said once): the full look-up
+            self.journal.counts["missed"] += 1  # finds the entry broken and rebuilds it
+            return None
         self.counts["hits"] += 1
         self.journal.counts["answered"] += 1
-        return self._load(manifest, target, request, device_arch, backend, key)
+        return kernel
 
     def _journal_entry(self, held, target, request, backend, keyer):
         """`build.fresh_entry` for a key the journal gave: the entry the journal checked
