@@ -68,30 +68,36 @@ class Held:
     look-up that served it could be written down, its entry's identity (as ccache's
     direct mode holds a result's): `entry`, the digest of the entry file's bytes that
     look-up checked, and `observed`, the observations of its record's newest set,
-    ((kind, name, digest), ...), the set `build.fresh_entry` matches first."""
+    ((kind, name, digest), ...), the set `build.fresh_entry` matches first; `fields`,
+    the entry's fields but the inputs of its key (kept for `kbuild explain`): what
+    loading it reads, held so that a hit parses no entry."""
 
     key: str
     entry: str | None = None
     observed: tuple = ()
+    fields: dict | None = None
 
     def as_json(self):
         if self.entry is None:
             return self.key
-        return [self.key, self.entry, [[k.value, n, d] for k, n, d in self.observed]]
+        return [self.key, self.entry, [[k.value, n, d] for k, n, d in self.observed],
+                self.fields]
 
     @staticmethod
     def from_json(value) -> "Held | None":
         if isinstance(value, str):
             return Held(value)
         try:
-            key, entry, observed = value
+            key, entry, observed, fields = value
             observed = tuple((Kind(k), n, d) for k, n, d in observed)
         except (TypeError, ValueError):
             return None
         if not (isinstance(key, str) and isinstance(entry, str)
-                and all(isinstance(n, str) and isinstance(d, str) for _, n, d in observed)):
+                and all(isinstance(n, str) and isinstance(d, str) for _, n, d in observed)
+                and isinstance(fields, dict) and isinstance(fields.get("artifacts"), dict)
+                and isinstance(fields.get("entry"), str)):
             return None
-        return Held(key, entry, observed)
+        return Held(key, entry, observed, fields)
 
 
 def program_identity(settings) -> dict:
@@ -209,7 +215,8 @@ def held_entry(store, key: str, manifest: dict) -> Held:
     except ValueError:
         return Held(key)
     observed = tuple((o.kind, o.name, o.digest) for o in record.sets[0].observations)
-    return Held(key, digest(data), observed)
+    fields = {k: v for k, v in manifest.items() if k != "inputs"}
+    return Held(key, digest(data), observed, fields)
 
 
 def checked_entry(store, held: Held, current) -> dict | None:
@@ -221,17 +228,17 @@ def checked_entry(store, held: Held, current) -> dict | None:
     (`Store.read_blob`; one that is gone or damaged sends the compile to the full
     look-up, which rebuilds the entry); the others are not read to serve it. The
     observations of its record's newest set still have their digests, as
-    `build.fresh_entry` requires."""
+    `build.fresh_entry` requires. The entry's fields are the journal's copy of those
+    bytes' (the inputs of its key left out)."""
     if held.entry is None:
         return None
     data = store.entry_bytes(held.key)
     if data is None or digest(data) != held.entry:
         return None
-    manifest = json.loads(data)
     for kind, name, found in held.observed:
         if current(kind, name) != found:
             return None
-    return manifest
+    return dict(held.fields)
 
 
 def target_id(name: str, text: str, arch: str) -> str:
