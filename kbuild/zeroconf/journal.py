@@ -264,10 +264,15 @@ class LiveDigest:
             raise NotVouched("not a kernel")
         signature = _remembered(_SIGNATURES, text, tuple(argtypes), lambda: signature_node(
             argtypes, text, self.objects).digest)
-        settings = digest_of(("toolchain", tuple((k, canonical(v)) for k, v in
-                                                 backend.toolchain().items()),
-                              tuple((k, canonical(v)) for k, v in
-                                    backend.codegen_config().items())))
+        toolchain, config = backend.toolchain(), backend.codegen_config()
+        slot = _settings_slot(toolchain, config)
+        settings = _SETTINGS.get(slot) if slot is not None else None
+        if settings is None:
+            settings = digest_of(("toolchain", tuple((k, canonical(v)) for k, v in
+                                                     toolchain.items()),
+                                  tuple((k, canonical(v)) for k, v in config.items())))
+            if slot is not None:
+                _SETTINGS[slot] = settings
         return digest_of(("zeroconf live", VERSION, self.function(dispatcher), signature,
                           arch, settings))
 
@@ -331,6 +336,23 @@ _IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), Libra
 _CHAINS: dict = {}  # code object -> the names it reads
 _LEAVES: dict = {}  # (kind, name, type, exact value) -> (label, digest) of its leaf
 _SIGNATURES: dict = {}  # (text, argument types) -> the signature's digest
+
+
+_SETTINGS: dict = {}  # the toolchain and codegen settings (`_settings_slot`) -> their digest
+
+
+def _settings_slot(*found):
+    """Settings whose values are all strings, booleans, None or integers (each canonical
+    as it is, and encoded by its type and value) as a dictionary key, told apart by
+    type (`0`, `False`); None for anything else (digested every time)."""
+    out = []
+    for items in found:
+        for name, value in items.items():
+            if not isinstance(value, (str, int, type(None))):
+                return None
+            out.append((name, type(value), value))
+        out.append(None)
+    return tuple(out)
 
 
 def _exact(value):
