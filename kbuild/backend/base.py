@@ -211,7 +211,7 @@ def eval_signature(text: str, names: TypeNamespace):
     so that result is kept for the process (the same types: the very objects)."""
     found = _SIGNATURES.get(text)
     if found is None:
-        found = _SIGNATURES[text] = (compile(text, "<signature>", "eval"), {})
+        found = _SIGNATURES[text] = (compile(text, "<string>", "eval"), {})
     code, results = found
     values = tuple(names.get(name, _ABSENT) for name in code.co_names)
     pure = all(names.is_type(v) for v in values)
