@@ -273,15 +273,16 @@ class LiveDigest:
                                   tuple((k, canonical(v)) for k, v in config.items())))
             if slot is not None:
                 _SETTINGS[slot] = settings
-        return digest_of(("zeroconf live", VERSION, self.function(dispatcher), signature,
+        return digest_of(("zeroconf live", VERSION, self.function(dispatcher, fn), signature,
                           arch, settings))
 
-    def function(self, obj) -> str:
-        """The digest of a kernel or device function as a compile now would read it."""
+    def function(self, obj, fn=None) -> str:
+        """The digest of a kernel or device function as a compile now would read it
+        (`fn`: its `Function`, when the caller has just asked for it)."""
         done = self._done.get(id(obj))
         if done is not None and done[0] is obj:
             return done[1]
-        fn = self.objects.function_of(obj)
+        fn = fn or self.objects.function_of(obj)
         if fn is None or fn.role is Role.FUNCTION:
             raise NotVouched("it reaches a jitable or @overload'ed function")
         if any(f is obj for f in self._stack):
@@ -318,8 +319,9 @@ class LiveDigest:
                     _LEAVES[slot] = self._leaf(kind, name, value, where)
                 parts += ["value", *_LEAVES[slot]]
                 continue
-            if keyer.is_callee(value):
-                parts += ["callee", kind.label(name), self.function(value)]
+            fn = keyer.callee(value)
+            if fn is not None:
+                parts += ["callee", kind.label(name), self.function(value, fn)]
                 continue
             parts += ["value", *self._leaf(kind, name, value, where)]
         return parts
