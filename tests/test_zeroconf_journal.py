@@ -122,6 +122,29 @@ def test_a_damaged_binary_is_rebuilt_not_launched(program):
     assert again["journal"]["answered"] == 5 and again["nvvm"] == 0
 
 
+def test_a_journal_naming_another_kernels_entry_is_not_served_from(program):
+    """The entry fields the journal holds must name the kernel being served (its target,
+    signature, arch and entry symbol), as a look-up requires: a journal whose row for
+    `gained` holds `scale`'s fields is looked up in full instead, and every kernel
+    loads its own binary."""
+    from kbuild.store import journal
+
+    root, store, first = program
+    warm = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    [path] = (store / "v1" / "journal").glob("*.json")
+    found = journal.read(store, path.stem)
+    rows = found.body["rows"]
+    [gained] = [t for t in rows if t.startswith("app_kernels:gained\n")]
+    [scale] = [t for t in rows if t.startswith("app_kernels:scale\n")]
+    other = next(iter(rows[scale].values()))[3]
+    for held in rows[gained].values():
+        held[3] = other
+    journal.write(store, path.stem, found.body)
+    done = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    assert sorted(done["loads"]) == sorted(warm["loads"])
+    assert done["served"] == first["served"] and done["nvvm"] == 0
+
+
 def _edit(path, old, new):
     text = path.read_text()
     assert old in text

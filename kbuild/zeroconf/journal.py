@@ -219,7 +219,7 @@ def held_entry(store, key: str, manifest: dict) -> Held:
     return Held(key, digest(data), observed, fields)
 
 
-def checked_entry(store, held: Held, current) -> dict | None:
+def checked_entry(store, held: Held, current, expect: dict) -> dict | None:
     """The entry `held` names, when it is the one a full look-up checked and what its
     compile read is unchanged (`current(kind, name)`: a digest now), else None (look it
     up in full). Its file's bytes hash to the digest held: the same bytes `lookup`
@@ -229,8 +229,11 @@ def checked_entry(store, held: Held, current) -> dict | None:
     look-up, which rebuilds the entry); the others are not read to serve it. The
     observations of its record's newest set still have their digests, as
     `build.fresh_entry` requires. The entry's fields are the journal's copy of those
-    bytes' (the inputs of its key left out)."""
-    if held.entry is None:
+    bytes' (the inputs of its key left out), and must name what `expect` asks for (this
+    target, signature and arch, this kernel's entry symbol), as a look-up requires."""
+    from ..store.manifest import binding_problem
+
+    if held.entry is None or binding_problem(held.fields, expect):
         return None
     data = store.entry_bytes(held.key)
     if data is None or digest(data) != held.entry:

@@ -338,11 +338,11 @@ class Session:
         from .journal import checked_entry
 
         current = Current(keyer.sources, self.config.root)
-        manifest = checked_entry(self.store, held, current)
+        bound = expected(target, request.dispatcher, backend)
+        manifest = checked_entry(self.store, held, current, bound)
         if manifest is not None:
             return manifest
         key = held.key
-        bound = expected(target, request.dispatcher, backend)
         manifest = self.store.lookup(key, bound)
         record = manifest and observed_record(self.store, manifest)
         if not record or record.static_key != key:
