@@ -96,6 +96,55 @@ def test_a_warm_start_is_answered_by_the_journal(program):
     assert "journal" not in off and off["served"] == first["served"]
 
 
+def _cubin_of(store, target):
+    """The cubin blob file of `target`'s entry in the store."""
+    for entry in (store / "v1" / "entries").glob("*/*.json"):
+        manifest = json.loads(entry.read_text())
+        if manifest.get("target") == target and "cubin" in manifest.get("artifacts", {}):
+            name = manifest["artifacts"]["cubin"]
+            return store / "v1" / "blobs" / name[:2] / name[2:4] / name
+    raise AssertionError(f"no entry of {target}")
+
+
+def test_a_damaged_binary_is_rebuilt_not_launched(program):
+    """The journal answers from the entry it checked before, and the binary it loads is
+    verified against its hash as it is read: a damaged one is refused, and the compile
+    goes to the full look-up, which rebuilds that entry (not numba's own compile)."""
+    root, store, first = program
+    cubin = _cubin_of(store, "app_kernels:gained")
+    cubin.chmod(0o644)
+    cubin.write_bytes(b"\0" * cubin.stat().st_size)
+    done = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    assert done["counts"] == {"hits": 4, "built": 1, "served": 5}, done["counts"]
+    assert done["served"] == first["served"]
+    assert done["journal"]["answered"] == 4
+    again = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    assert again["journal"]["answered"] == 5 and again["nvvm"] == 0
+
+
+def test_a_journal_naming_another_kernels_entry_is_not_served_from(program):
+    """The entry fields the journal holds must name the kernel being served (its target,
+    signature, arch and entry symbol), as a look-up requires: a journal whose row for
+    `gained` holds `scale`'s fields is looked up in full instead, and every kernel
+    loads its own binary."""
+    from kbuild.store import journal
+
+    root, store, first = program
+    warm = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    [path] = (store / "v1" / "journal").glob("*.json")
+    found = journal.read(store, path.stem)
+    rows = found.body["rows"]
+    [gained] = [t for t in rows if t.startswith("app_kernels:gained\n")]
+    [scale] = [t for t in rows if t.startswith("app_kernels:scale\n")]
+    other = next(iter(rows[scale].values()))[3]
+    for held in rows[gained].values():
+        held[3] = other
+    journal.write(store, path.stem, found.body)
+    done = run(root, "kbuild", EVERYTHING, enable={"store": str(store)})
+    assert sorted(done["loads"]) == sorted(warm["loads"])
+    assert done["served"] == first["served"] and done["nvvm"] == 0
+
+
 def _edit(path, old, new):
     text = path.read_text()
     assert old in text
@@ -200,10 +249,13 @@ def test_a_global_changed_between_launches_in_one_process(tmp_path):
 # -- the work of a journal-answered start, counted ----------------------------------------
 
 SMALL, LARGE = 4, 16
-# Its entry, its three blobs verified by the look-up (PTX, cubin, observation record) and
-# the observation record read back to match what its compile read.
-MAX_STORE_READS_PER_KERNEL = 5
-MAX_DIGESTS_PER_KERNEL = 24  # its live digest's parts, and its three store files verified
+# Its entry (the digest of its bytes checked against the journal's) and the cubin loaded
+# (verified against its hash): the PTX and the observation record are not read, the
+# observations to match are the journal's.
+MAX_STORE_READS_PER_KERNEL = 2
+# Its live digest's own parts (its code, the kernel's and each device function's digest,
+# the whole), the two store files, and the observations matched (one each).
+MAX_DIGESTS_PER_KERNEL = 12
 
 COUNTING_APP = dedent("""\
     import collections, json, os, sys
@@ -225,11 +277,15 @@ COUNTING_APP = dedent("""\
 
 
     def main(device_array, which):
+        from kbuild.backend import base, numbacuda
         from kbuild.keying import keyer, encode
-        from kbuild.store import tree
+        from kbuild.store import local, tree
         import xxhash
         _count(keyer.Keyer, "target_node", "keyed")
         _count(keyer.Keyer, "function_node", "function trees")
+        _count(base, "type_namespace", "signature namespaces")
+        _count(numbacuda, "type_namespace", "signature namespaces")
+        _count(local.Store, "_validated", "entries checked in full")
         _count(tree, "read_file", "store files read")
         _count(xxhash, "xxh3_128_hexdigest", "digests")
         before = set(sys.modules)
@@ -267,14 +323,19 @@ def _answered_start(tmp_path, n) -> dict:
 
 
 def test_the_work_of_a_journal_answered_start_is_bounded_per_kernel(tmp_path):
-    """No key tree is built, each kernel reads at most its entry and blobs once (and its
-    observation record twice), the
-    digests taken grow by a bounded number per kernel, and the modules imported while
-    launching do not grow with the number of kernels."""
+    """No key tree is built, no entry checked in full, no signature namespace made; each
+    kernel reads its entry and its cubin, the digests taken grow by a bounded number per
+    kernel, and the modules imported while launching do not grow with the number of
+    kernels."""
     small, large = _answered_start(tmp_path, SMALL), _answered_start(tmp_path, LARGE)
     added = LARGE - SMALL
     for counts in (small, large):
         assert counts.get("keyed", 0) == 0 and counts.get("function trees", 0) == 0, counts
+        # The entry checked before is not checked in full again.
+        assert counts.get("entries checked in full", 0) == 0, counts
+    # A signature is parsed name by name, never in a namespace of the module's every
+    # global made per kernel (one is made per process, for the types' own names).
+    assert large["signature namespaces"] == small["signature namespaces"] <= 1, (small, large)
     assert large["store files read"] - small["store files read"] \
         <= MAX_STORE_READS_PER_KERNEL * added, (small, large)
     assert large["digests"] - small["digests"] <= MAX_DIGESTS_PER_KERNEL * added, \

@@ -68,6 +68,29 @@ def test_signature_text_names_records_by_their_global_and_refuses_the_unnamed():
     assert sigtext.checked_text(argtypes, _module()) is None  # no global names the record
 
 
+def test_a_signature_sees_the_module_as_it_is_now():
+    """Signatures are parsed name by name from the module's globals now (not a namespace
+    kept from an earlier parse): a record defined, or redefined, after a first parse is
+    the one a later parse names."""
+    from numba import typeof
+    from numba.core.typing.typeof import Purpose
+
+    from kbuild.backend.backends import DEFAULT, get
+    from kbuild.zeroconf import sigtext
+
+    module, parse = _module(), get(DEFAULT).parse_signature
+    first = np.dtype([("x", np.float32)], align=True)
+    argtypes = (typeof(np.zeros(4, first), Purpose.argument),)
+    assert sigtext.checked_text(argtypes, module) is None
+    module.POINT = first
+    assert sigtext.checked_text(argtypes, module) == "void(POINT[::1])"
+    assert parse("void(POINT[::1])", module)[0] == argtypes
+    module.POINT = np.dtype([("y", np.float64)], align=True)
+    assert parse("void(POINT[::1])", module)[0] != argtypes
+    module.float32 = np.dtype([("z", np.int8)])  # the module's own type wins, as in numba
+    assert parse("void(float32)", module)[0] != parse("void(float32)", _module())[0]
+
+
 def test_matching_text_finds_a_declared_spelling_of_the_same_types():
     from numba.core import types
 

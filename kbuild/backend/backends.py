@@ -71,7 +71,9 @@ def get(name: str, who: str = "the project"):
     known = KNOWN[name]
     if not installed(name):
         raise MissingBackend(missing_message(name, who))
-    return importlib.import_module(known.module).BACKEND
+    # Asked for every object keyed: a module imported already is read, not imported again.
+    module = sys.modules.get(known.module)
+    return (module if module is not None else importlib.import_module(known.module)).BACKEND
 
 
 def loaded() -> list:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -152,6 +153,90 @@ def type_namespace(module, types_module, from_dtype) -> dict:
             namespace[name] = value
     namespace.update(vars(types_module))
     namespace.update(own_types)
-    namespace["from_dtype"] = lambda value: value if isinstance(value, types_module.Type) \
-        else from_dtype(value)  # `from_dtype(POINT)[::1]` when POINT is already a type
+    namespace["from_dtype"] = _from_dtype_of(types_module, from_dtype)
     return namespace
+
+
+def _from_dtype_of(types_module, from_dtype):
+    # `from_dtype(POINT)[::1]` when POINT is already a type
+    return lambda value: value if isinstance(value, types_module.Type) else from_dtype(value)
+
+
+class TypeNamespace(Mapping):
+    """`type_namespace(module, ...)` read name by name, as a signature's `eval` reads it:
+    each name resolved from the module's globals when it is asked for, with the same
+    precedence. Parsing a signature then costs the names it holds, not the module's
+    size, and always sees the module as it is now (a type defined after an earlier
+    parse is named by it)."""
+
+    def __init__(self, module, types_module, from_dtype):
+        self._globals = vars(module)
+        self._types_module, self._from_dtype = types_module, from_dtype
+
+    def __getitem__(self, name):
+        if name == "from_dtype":
+            return _from_dtype_of(self._types_module, self._from_dtype)
+        value = self._globals.get(name, _ABSENT)
+        if isinstance(value, np_dtype()):
+            try:
+                return self._from_dtype(value)
+            except Exception:  # noqa: BLE001 - a dtype with no type: not a type here
+                pass
+        elif isinstance(value, self._types_module.Type):
+            return value
+        found = vars(self._types_module).get(name, _ABSENT)
+        if found is not _ABSENT:
+            return found
+        if value is _ABSENT:
+            raise KeyError(name)
+        return value
+
+    def is_type(self, value) -> bool:
+        """A type of the compiler's, or a class of them (`Array`, `UniTuple`)."""
+        kind = self._types_module.Type
+        return isinstance(value, kind) or isinstance(value, type) and issubclass(value, kind)
+
+    def __iter__(self):
+        return iter(type_namespace(_Globals(self._globals), self._types_module,
+                                   self._from_dtype))
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+
+def eval_signature(text: str, names: TypeNamespace):
+    """`eval(text)` in `names` (a signature's namespace). Its names are read now every
+    time; a text whose names are all the compiler's types (the types module's, a
+    module's own type or record) evaluates to the same signature for the same types,
+    so that result is kept for the process (the same types: the very objects)."""
+    found = _SIGNATURES.get(text)
+    if found is None:
+        found = _SIGNATURES[text] = (compile(text, "<string>", "eval"), {})
+    code, results = found
+    values = tuple(names.get(name, _ABSENT) for name in code.co_names)
+    pure = all(names.is_type(v) for v in values)
+    if pure:
+        kept = results.get(tuple(map(id, values)))
+        if kept is not None and all(a is b for a, b in zip(kept[0], values)):
+            return kept[1]
+    value = eval(code, {"__builtins__": {}}, names)  # noqa: S307
+    if pure:
+        results[tuple(map(id, values))] = (values, value)
+    return value
+
+
+_SIGNATURES: dict = {}  # text -> (its code, {ids of its names' values: (values, result)})
+
+
+class _Globals:
+    def __init__(self, found: dict):
+        self.__dict__ = found
+
+
+_ABSENT = object()
+
+
+def np_dtype():
+    import numpy as np
+
+    return np.dtype

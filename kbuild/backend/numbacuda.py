@@ -9,7 +9,7 @@ the interface the build, the launcher and keying ask.
 from __future__ import annotations
 
 from .backends import NUMBA_CUDA_NAME
-from .base import Backend, Features, type_namespace
+from .base import Backend, Features, TypeNamespace, eval_signature, type_namespace
 
 
 class NumbaCuda(Backend):
@@ -47,9 +47,12 @@ class NumbaCuda(Backend):
         return targeting(cc)
 
     def parse_signature(self, text: str, module) -> tuple:
+        from numba import from_dtype
         from numba.core import sigutils, types
 
-        sig = eval(text, {"__builtins__": {}}, self.signature_namespace(module))  # noqa: S307
+        # Read name by name: the same namespace as `signature_namespace(module)`.
+        names = TypeNamespace(module, types, from_dtype)
+        sig = eval_signature(text, names)
         argtypes, restype = sigutils.normalize_signature(sig)
         return tuple(argtypes), None if restype in (None, types.void, types.none) else restype
 

@@ -26,6 +26,24 @@ def make_packer(argtypes, kinds, field_maker=None):
     `field_maker(type, kind)` lays one argument out (default: numba-cuda's ABI; another
     backend passes its own, see `_field_maker` for what it returns)."""
     field_maker = field_maker or _field_maker
+    try:
+        return _PACKERS[(tuple(argtypes), kinds, field_maker)]
+    except KeyError:
+        pass
+    except TypeError:  # kinds that cannot be a dictionary key: made for this launch only
+        return _packer(argtypes, kinds, field_maker)
+    found = _packer(argtypes, kinds, field_maker)
+    if len(_PACKERS) < 4096:
+        _PACKERS[(tuple(argtypes), kinds, field_maker)] = found
+    return found
+
+
+# (argument types, kinds, field maker) -> its packer: kernels of one signature (a program's
+# many kernels over the same arrays) share one, made once per process.
+_PACKERS: dict = {}
+
+
+def _packer(argtypes, kinds, field_maker):
     names, exprs = {}, []
     for i, (ty, kind) in enumerate(zip(argtypes, kinds)):
         fn, spread = field_maker(ty, kind)

@@ -168,6 +168,10 @@ class Keyer:
         """Whether a value a function reads is keyed as a callee (by its own tree)."""
         return self._callee(value) is not None
 
+    def callee(self, value) -> Function | None:
+        """A value a function reads as the function it is keyed as (a callee), or None."""
+        return self._callee(value)
+
     def value_leaf(self, kind: LabelKind, name: str, value, where: str) -> KeyNode | None:
         """The node a value a function reads gets in its tree (KeyingError when it cannot
         be keyed), or None when it holds callees (their trees are the function's too)."""

@@ -42,10 +42,11 @@ class LibraryRef:
     path: str
 
 
-def referenced_values(py_func, sources: Sources, objects: ObjectModel):
+def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=None):
     """(kind, dotted name, value) for every global, closure cell and default it reads;
-    `kind` is `LabelKind.GLOBAL`, `CLOSURE`, `DEFAULT` or `BUILTIN`."""
-    names = _load_chains(py_func, sources)
+    `kind` is `LabelKind.GLOBAL`, `CLOSURE`, `DEFAULT` or `BUILTIN`. `chains`: the
+    names it reads (`load_chains`), when the caller holds them already."""
+    names = _load_chains(py_func, sources) if chains is None else chains
     closure = dict(zip(py_func.__code__.co_freevars, py_func.__closure__ or ()))
     for chain in sorted(names):
         base = chain[0]
@@ -176,6 +177,11 @@ def remembered(sources: Sources, py_func, kind: str, compute):
     (`ProjectSources.remembered`: by the digest of the source numba compiles)."""
     keep = getattr(sources, "remembered", None)
     return compute() if keep is None else keep(py_func, kind, compute)
+
+
+def load_chains(py_func, sources: Sources) -> frozenset:
+    """The dotted names `py_func` reads (see `_load_chains`): for `referenced_values`."""
+    return frozenset(_load_chains(py_func, sources))
 
 
 def _load_chains(py_func, sources: Sources) -> set[tuple[str, ...]]:

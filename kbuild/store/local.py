@@ -295,6 +295,16 @@ class Store:
     def has_entry(self, key: str) -> bool:
         return _regular(tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}"))
 
+    def entry_bytes(self, key: str) -> bytes | None:
+        """Entry `key`'s file as stored, unchecked, and marked used (`kbuild gc`); None
+        when absent. For a reader that holds the digest of the bytes `lookup` checked
+        (the program journal): the same bytes are the same checked entry."""
+        found = self._read_entry(key)
+        if found is None:
+            return None
+        self._touch(key)
+        return found[0].encode("utf-8")
+
     def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
         `expect` holds fields it must have (target, signature, arch; kind for objects).

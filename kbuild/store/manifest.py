@@ -190,6 +190,11 @@ def _output_problem(manifest: dict) -> str | None:
     return None
 
 
+def binding_problem(manifest: dict, expect: dict) -> str | None:
+    """Why `manifest` is not the entry `expect` asks for (see `_binding_problem`), or None."""
+    return _binding_problem(manifest, expect)
+
+
 def _binding_problem(manifest: dict, expect: dict) -> str | None:
     """`expect`: fields the manifest must hold, and `entry_prefix` (the kernel's mangled
     module and name, see `backend.binaries.entry_prefix`) its entry symbol must start with."""

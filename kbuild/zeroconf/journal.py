@@ -43,11 +43,15 @@ import marshal
 import os
 import sys
 
+from dataclasses import dataclass
+
 from ..errors import KeyingError
 from ..keying.encode import digest, digest_of
 from ..keying.interfaces import Role
+from ..keying.observed import Kind
+from ..keying.references import LibraryRef
 
-VERSION = 1
+VERSION = 2
 # Live digests kept per (kernel, signature, arch): a program run in a few states (an
 # environment variable set one way or another) finds each.
 STATES_PER_TARGET = 4
@@ -56,6 +60,44 @@ MAX_TARGETS = 8192
 
 class NotVouched(Exception):
     """The journal cannot say what this kernel's key rests on: it is keyed in full."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """What the journal holds for one state of a target: its key and, when the full
+    look-up that served it could be written down, its entry's identity (as ccache's
+    direct mode holds a result's): `entry`, the digest of the entry file's bytes that
+    look-up checked, and `observed`, the observations of its record's newest set,
+    ((kind, name, digest), ...), the set `build.fresh_entry` matches first; `fields`,
+    the entry's fields but the inputs of its key (kept for `kbuild explain`): what
+    loading it reads, held so that a hit parses no entry."""
+
+    key: str
+    entry: str | None = None
+    observed: tuple = ()
+    fields: dict | None = None
+
+    def as_json(self):
+        if self.entry is None:
+            return self.key
+        return [self.key, self.entry, [[k.value, n, d] for k, n, d in self.observed],
+                self.fields]
+
+    @staticmethod
+    def from_json(value) -> "Held | None":
+        if isinstance(value, str):
+            return Held(value)
+        try:
+            key, entry, observed, fields = value
+            observed = tuple((Kind(k), n, d) for k, n, d in observed)
+        except (TypeError, ValueError):
+            return None
+        if not (isinstance(key, str) and isinstance(entry, str)
+                and all(isinstance(n, str) and isinstance(d, str) for _, n, d in observed)
+                and isinstance(fields, dict) and isinstance(fields.get("artifacts"), dict)
+                and isinstance(fields.get("entry"), str)):
+            return None
+        return Held(key, entry, observed, fields)
 
 
 def program_identity(settings) -> dict:
@@ -88,22 +130,22 @@ class ProgramJournal:
     def __init__(self, store, settings):
         self.store = store
         self.slot = slot(program_identity(settings))
-        self.rows: dict | None = None  # tid -> {live digest: key}, as read
-        self.added: dict = {}  # tid -> {live digest: key} keyed in full by this process
+        self.rows: dict | None = None  # tid -> {live digest: Held}, as read
+        self.added: dict = {}  # tid -> {live digest: Held} keyed in full by this process
         # answered (served under the journal's key), missed (no key for this state, or its
         # entry not fresh), not vouched (no live digest): for tests and reports
         self.counts = {"answered": 0, "missed": 0, "not vouched": 0}
 
-    def key_for(self, tid: str, live: str) -> str | None:
-        """The key the journal holds for `tid` in the state `live`, or None."""
+    def held_for(self, tid: str, live: str) -> Held | None:
+        """What the journal holds for `tid` in the state `live`, or None."""
         rows = self._rows()
         found = self.added.get(tid, {}).get(live) or rows.get(tid, {}).get(live)
         if found is None:
             self.counts["missed"] += 1
         return found
 
-    def remember(self, tid: str, live: str, key: str) -> None:
-        self.added.setdefault(tid, {})[live] = key
+    def remember(self, tid: str, live: str, held: Held) -> None:
+        self.added.setdefault(tid, {})[live] = held
 
     def _rows(self) -> dict:
         if self.rows is None:
@@ -121,9 +163,14 @@ class ProgramJournal:
         if not isinstance(body, dict) or body.get("zeroconf") != VERSION \
                 or not isinstance(body.get("rows"), dict):
             return {}
-        return {tid: states for tid, states in body["rows"].items()
-                if isinstance(tid, str) and isinstance(states, dict)
-                and all(isinstance(k, str) and isinstance(v, str) for k, v in states.items())}
+        rows = {}
+        for tid, states in body["rows"].items():
+            if not isinstance(tid, str) or not isinstance(states, dict):
+                continue
+            held = {k: Held.from_json(v) for k, v in states.items() if isinstance(k, str)}
+            if len(held) == len(states) and None not in held.values():
+                rows[tid] = held
+        return rows
 
     def save(self) -> bool:
         """Write what this process keyed in full into the journal (with what other runs
@@ -143,11 +190,58 @@ class ProgramJournal:
         if len(rows) > MAX_TARGETS:
             rows = dict(list(rows.items())[-MAX_TARGETS:])
         try:
-            journal.write(self.store.root, self.slot, {"zeroconf": VERSION, "rows": rows})
+            journal.write(self.store.root, self.slot, {
+                "zeroconf": VERSION, "rows": {tid: {k: v.as_json() for k, v in states.items()}
+                                              for tid, states in rows.items()}})
         except OSError:
             return False  # a store that cannot be written is only slower next time
         self.rows, self.added = rows, {}
         return True
+
+
+def held_entry(store, key: str, manifest: dict) -> Held:
+    """What the journal holds for `key` served as `manifest` by a full look-up: with its
+    identity when `manifest` is the entry file of `key` itself (not another observation
+    set's entry) and its record names what its compile read."""
+    from ..build.entries import observed_record
+
+    data = store.entry_bytes(key)
+    record = observed_record(store, manifest)
+    if data is None or record is None or record.static_key != key or not record.sets:
+        return Held(key)
+    try:
+        if json.loads(data) != manifest:
+            return Held(key)
+    except ValueError:
+        return Held(key)
+    observed = tuple((o.kind, o.name, o.digest) for o in record.sets[0].observations)
+    fields = {k: v for k, v in manifest.items() if k != "inputs"}
+    return Held(key, digest(data), observed, fields)
+
+
+def checked_entry(store, held: Held, current, expect: dict) -> dict | None:
+    """The entry `held` names, when it is the one a full look-up checked and what its
+    compile read is unchanged (`current(kind, name)`: a digest now), else None (look it
+    up in full). Its file's bytes hash to the digest held: the same bytes `lookup`
+    checked (its fields, the facts of its blobs, its record), which name the same blobs
+    by their hashes. The binary loaded is verified against its hash when it is read
+    (`Store.read_blob`; one that is gone or damaged sends the compile to the full
+    look-up, which rebuilds the entry); the others are not read to serve it. The
+    observations of its record's newest set still have their digests, as
+    `build.fresh_entry` requires. The entry's fields are the journal's copy of those
+    bytes' (the inputs of its key left out), and must name what `expect` asks for (this
+    target, signature and arch, this kernel's entry symbol), as a look-up requires."""
+    from ..store.manifest import binding_problem
+
+    if held.entry is None or binding_problem(held.fields, expect):
+        return None
+    data = store.entry_bytes(held.key)
+    if data is None or digest(data) != held.entry:
+        return None
+    for kind, name, found in held.observed:
+        if current(kind, name) != found:
+            return None
+    return dict(held.fields)
 
 
 def target_id(name: str, text: str, arch: str) -> str:
@@ -171,20 +265,27 @@ class LiveDigest:
         fn = self.objects.function_of(dispatcher)
         if fn is None or fn.role is not Role.KERNEL:
             raise NotVouched("not a kernel")
-        signature = signature_node(argtypes, text, self.objects).digest
-        settings = digest_of(("toolchain", tuple((k, canonical(v)) for k, v in
-                                                 backend.toolchain().items()),
-                              tuple((k, canonical(v)) for k, v in
-                                    backend.codegen_config().items())))
-        return digest_of(("zeroconf live", VERSION, self.function(dispatcher), signature,
+        signature = _remembered(_SIGNATURES, text, tuple(argtypes), lambda: signature_node(
+            argtypes, text, self.objects).digest)
+        toolchain, config = backend.toolchain(), backend.codegen_config()
+        slot = _settings_slot(toolchain, config)
+        settings = _SETTINGS.get(slot) if slot is not None else None
+        if settings is None:
+            settings = digest_of(("toolchain", tuple((k, canonical(v)) for k, v in
+                                                     toolchain.items()),
+                                  tuple((k, canonical(v)) for k, v in config.items())))
+            if slot is not None:
+                _SETTINGS[slot] = settings
+        return digest_of(("zeroconf live", VERSION, self.function(dispatcher, fn), signature,
                           arch, settings))
 
-    def function(self, obj) -> str:
-        """The digest of a kernel or device function as a compile now would read it."""
+    def function(self, obj, fn=None) -> str:
+        """The digest of a kernel or device function as a compile now would read it
+        (`fn`: its `Function`, when the caller has just asked for it)."""
         done = self._done.get(id(obj))
         if done is not None and done[0] is obj:
             return done[1]
-        fn = self.objects.function_of(obj)
+        fn = fn or self.objects.function_of(obj)
         if fn is None or fn.role is Role.FUNCTION:
             raise NotVouched("it reaches a jitable or @overload'ed function")
         if any(f is obj for f in self._stack):
@@ -206,18 +307,79 @@ class LiveDigest:
         return found
 
     def _references(self, py_func, where: str) -> list:
-        from ..keying.references import referenced_values
+        from ..keying.references import load_chains, referenced_values
 
         keyer, parts = self.keyer, []
-        for kind, name, value in referenced_values(py_func, keyer.sources, self.objects):
-            if keyer.is_callee(value):
-                parts += ["callee", kind.label(name), self.function(value)]
+        # The names a code object reads are its own: found once per process (the values
+        # they hold now are read below, every time).
+        chains = _remembered(_CHAINS, None, (py_func.__code__,),
+                             lambda: load_chains(py_func, keyer.sources))
+        for kind, name, value in referenced_values(py_func, keyer.sources, self.objects,
+                                                   chains):
+            if type(value) in _IMMUTABLE:  # never a callee; its leaf is its value's
+                slot = (kind, name, type(value), _exact(value))
+                if slot not in _LEAVES:
+                    _LEAVES[slot] = self._leaf(kind, name, value, where)
+                parts += ["value", *_LEAVES[slot]]
                 continue
-            node = keyer.value_leaf(kind, name, value, where)
-            if node is None:
-                raise NotVouched("device functions held in a container")
-            parts += ["value", node.label, node.digest]
+            fn = keyer.callee(value)
+            if fn is not None:
+                parts += ["callee", kind.label(name), self.function(value, fn)]
+                continue
+            parts += ["value", *self._leaf(kind, name, value, where)]
         return parts
+
+    def _leaf(self, kind, name: str, value, where: str) -> tuple:
+        node = self.keyer.value_leaf(kind, name, value, where)
+        if node is None:
+            raise NotVouched("device functions held in a container")
+        return node.label, node.digest
+
+
+# Values whose leaf is a function of the value alone (its type told apart: 1, 1.0, True).
+_IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), LibraryRef})
+_CHAINS: dict = {}  # code object -> the names it reads
+_LEAVES: dict = {}  # (kind, name, type, exact value) -> (label, digest) of its leaf
+_SIGNATURES: dict = {}  # (text, argument types) -> the signature's digest
+
+
+_SETTINGS: dict = {}  # the toolchain and codegen settings (`_settings_slot`) -> their digest
+
+
+def _settings_slot(*found):
+    """Settings whose values are all strings, booleans, None or integers (each canonical
+    as it is, and encoded by its type and value) as a dictionary key, told apart by
+    type (`0`, `False`); None for anything else (digested every time)."""
+    out = []
+    for items in found:
+        for name, value in items.items():
+            if not isinstance(value, (str, int, type(None))):
+                return None
+            out.append((name, type(value), value))
+        out.append(None)
+    return tuple(out)
+
+
+def _exact(value):
+    """A plain value as a dictionary key that tells apart what `==` does not (0.0, -0.0)."""
+    if type(value) is float:
+        return value.hex()
+    if type(value) is complex:
+        return value.real.hex(), value.imag.hex()
+    return value
+
+
+def _remembered(memo: dict, key, objects: tuple, compute):
+    """`compute()`, kept in `memo` for the process under `key` and the identities of
+    `objects` (immutable: code objects, numba types), checked on the way out: an
+    identity decides only when to compute again, never what goes into a digest."""
+    slot = (key, *map(id, objects))
+    found = memo.get(slot)
+    if found is not None and all(a is b for a, b in zip(found[0], objects)):
+        return found[1]
+    value = compute()
+    memo[slot] = (objects, value)
+    return value
 
 
 _PLAIN = (bool, int, float, str, type(None))
@@ -285,5 +447,6 @@ def live_digest(keyer, objects, request, text: str, arch: str, backend) -> str |
         return None
 
 
-__all__ = ["NotVouched", "ProgramJournal", "code_digest", "enabled_by_environment",
-           "live_digest", "program_identity", "target_id"]
+__all__ = ["Held", "NotVouched", "ProgramJournal", "checked_entry", "code_digest",
+           "enabled_by_environment", "held_entry", "live_digest", "program_identity",
+           "target_id"]

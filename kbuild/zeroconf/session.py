@@ -224,7 +224,7 @@ class Session:
                 if manifest is None:
                     self.counts["fallback"] += 1
                     return None  # a fresh build fails: numba compiles it, and says why
-        self._remember(served, name, text, plan)
+        self._remember(served, name, text, plan, manifest)
         kernel = self._load(manifest, served, request, device_arch,
                             plan.kernels[served.name].backend, plan.keys[served].digest)
         cellwatch.follow(request.dispatcher, plan.keyer)  # a notebook's: see cellwatch
@@ -292,6 +292,7 @@ class Session:
         every kernel is keyed in full, and so checked."""
         from ..build import new_keyer
         from ..discover import Target
+        from ..store.local import CorruptBlob
         from .journal import live_digest, target_id
 
         self._live = None
@@ -307,46 +308,61 @@ class Session:
             return None
         tid = target_id(name, text, arch)
         self._live = (tid, live)
-        key = self.journal.key_for(tid, live)
-        if key is None:
+        held = self.journal.held_for(tid, live)
+        if held is None:
             return None
-        target = Target(name, text, arch)
+        key, target = held.key, Target(name, text, arch)
         try:
-            manifest = self._journal_entry(key, target, request, backend, keyer)
+            manifest = self._journal_entry(held, target, request, backend, keyer)
         except Exception:  # noqa: BLE001 - the full look-up meets it and says what it is
             manifest = None
         if manifest is None:
             self.journal.counts["missed"] += 1
             return None
+        try:
+            kernel = self._load(manifest, target, request, device_arch, backend, key)
+        except CorruptBlob:  # its binary is gone or damaged (said once): the full look-up
+            self.journal.counts["missed"] += 1  # finds the entry broken and rebuilds it
+            return None
         self.counts["hits"] += 1
         self.journal.counts["answered"] += 1
-        return self._load(manifest, target, request, device_arch, backend, key)
+        return kernel
 
-    def _journal_entry(self, key: str, target, request, backend, keyer):
-        """`build.fresh_entry` for a key the journal gave: the entry verified, and the
-        observation set of what its compile read matched against this process now."""
+    def _journal_entry(self, held, target, request, backend, keyer):
+        """`build.fresh_entry` for a key the journal gave: the entry the journal checked
+        before when it is the same (`journal.checked_entry`), else the entry verified in
+        full; and the observation set of what its compile read matched against now."""
         from ..backend.observe import Current
         from ..build.entries import expected, observed_record
         from ..keying import observed as obs
+        from .journal import checked_entry
 
+        current = Current(keyer.sources, self.config.root)
         bound = expected(target, request.dispatcher, backend)
+        manifest = checked_entry(self.store, held, current, bound)
+        if manifest is not None:
+            return manifest
+        key = held.key
         manifest = self.store.lookup(key, bound)
         record = manifest and observed_record(self.store, manifest)
         if not record or record.static_key != key:
             return None
-        found = obs.matching_set(record, Current(keyer.sources, self.config.root))
+        found = obs.matching_set(record, current)
         if found is None:
             return None
         return manifest if found is record.sets[0] else self.store.lookup(found.key, bound)
 
-    def _remember(self, served, name: str, text: str, plan) -> None:
+    def _remember(self, served, name: str, text: str, plan, manifest) -> None:
         """A compile keyed in full and served from its static key: the journal keeps its
-        key for the live digest taken before keying."""
+        key, and its entry's identity, for the live digest taken before keying."""
+        from .journal import held_entry
+
         live, self._live = self._live, None
         if live is None or served.launch is not None or served.name != name \
                 or served.signature != text or served not in plan.keys:
             return
-        self.journal.remember(live[0], live[1], plan.keys[served].digest)
+        key = plan.keys[served].digest
+        self.journal.remember(live[0], live[1], held_entry(self.store, key, manifest))
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..build import Plan, new_keyer, target_key

@@ -27,7 +27,8 @@ def text(argtypes, namespace=None) -> str | None:
 def checked_text(argtypes, module, backend=None) -> str | None:
     """`text()`, when it evaluates in `module`'s signature namespace (of `backend`, default
     numba-cuda) back to `argtypes`."""
-    found = text(argtypes, {k: v for k, v in (vars(module) if module else {}).items()})
+    # The globals are read (copied) only when a type is named by one (`_global_name`).
+    found = text(argtypes, vars(module) if module else {})
     if found is None:
         return None
     return found if _parsed(found, module, backend) == tuple(argtypes) else None
@@ -126,6 +127,7 @@ def _array(t, namespace: dict) -> str:
 
 
 def _global_name(namespace: dict, matches) -> str:
+    namespace = dict(namespace)  # a module's globals, as they are now
     for name in sorted(namespace):
         if name.isidentifier() and not name.startswith("__"):
             try:

@@ -7,7 +7,7 @@ from numba_cuda_mlir.numba_cuda import types as mtypes
 
 from ...keying.values import add_type_vocabulary
 from ..backends import MLIR_NAME
-from ..base import Backend, Features, type_namespace
+from ..base import Backend, Features, TypeNamespace, eval_signature, type_namespace
 from .objects import MLIR_OBJECTS, registries
 
 add_type_vocabulary(mtypes)
@@ -46,8 +46,11 @@ class NumbaCudaMlir(Backend):
 
     def parse_signature(self, text: str, module) -> tuple:
         from numba_cuda_mlir.numba_cuda.core import sigutils
+        from numba_cuda_mlir.numba_cuda.np.numpy_support import from_dtype
 
-        sig = eval(text, {"__builtins__": {}}, self.signature_namespace(module))  # noqa: S307
+        # Read name by name: the same namespace as `signature_namespace(module)`.
+        names = TypeNamespace(module, mtypes, from_dtype)
+        sig = eval_signature(text, names)
         argtypes, restype = sigutils.normalize_signature(sig)
         return tuple(argtypes), None if restype in (None, mtypes.void, mtypes.none) else restype
 
