@@ -752,8 +752,6 @@ BACKEND_REACH = {
         "the session's fast launch path (the zero-config builder; issue 33)",
     ("kbuild.zeroconf.session", "kbuild.backend.loader"):
         "the session rebuilds numba's _Kernel itself (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.observe"):
-        "`Current`: the program journal matches an entry's observations (as build.entries)",
     ("kbuild.build.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
     ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):

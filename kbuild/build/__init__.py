@@ -9,7 +9,8 @@ One room per concern:
 | `entries` | a target's entry: is the stored one fresh (static key, then observations); `commit` |
 | `failures` | failed compiles recorded by key, failing an unchanged target at once |
 | `compile` | one target's job here: compile it, or link it from stored objects |
-| `run` | `build()`: locks, the two waves, worker processes or an executor |
+| `service` | `BuildService`: the one path to an entry (look up, lock, look up again, relink or compile, commit) |
+| `run` | `build()`: a row per target through the service; progress, stop after a failure |
 | `cluster` | a target's job as plain data, and its compile on a cluster worker |
 | `verify` | `--verify`: what the store would serve rebuilt from source and compared |
 
@@ -29,7 +30,8 @@ _WHERE = {
     "Plan": "planning", "new_keyer": "planning", "parse_archs": "planning", "plan": "planning",
     "select_specs": "planning", "target_key": "planning",
     "Row": "row",
-    "Workers": "run", "build": "run", "default_jobs": "run", "relink_recipe": "run",
+    "Workers": "run", "build": "run", "default_jobs": "run",
+    "BuildService": "service",
     "check_served": "verify", "parse_sample": "verify",
 }
 
@@ -51,6 +53,8 @@ def _submodule(name: str):
         from . import row as module
     elif name == "run":
         from . import run as module
+    elif name == "service":
+        from . import service as module
     elif name == "verify":
         from . import verify as module
     else:

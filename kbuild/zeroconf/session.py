@@ -193,7 +193,7 @@ class Session:
         return matching_text(spec.signatures, argtypes, module, backend) if spec else None
 
     def _serve(self, request, name: str, text: str):
-        from ..build import current_digests
+        from ..build import BuildService
 
         _check_source(request.py_func, request.options)
         device_arch = self._device_arch()
@@ -203,9 +203,8 @@ class Session:
             return answered
         plan, targets = self._plan(request, name, text, arch)
         self._check_reused_callees(plan)
-        target = targets[0]
-        current = current_digests(plan)
-        manifest, served = self._lookup(plan, target, request, current)
+        service = BuildService(plan, self.store)
+        manifest, served = self._lookup(service, targets[0], request)
         if manifest is None:
             if self.settings.on_miss == "error":
                 raise LaunchError(f"kernel '{name}' {text} is not in store {self.store.root} "
@@ -213,14 +212,14 @@ class Session:
             if self.settings.on_miss == "jit" or not self._writable():
                 self.counts["fallback"] += 1
                 return None
-            manifest, served = self._build(plan, targets, request, current)
+            manifest, served = self._build(service, targets, request)
             if manifest is None:
                 self.counts["fallback"] += 1
                 return None  # kbuild's compile failed: numba compiles, and raises its error
         else:
             self.counts["hits"] += 1
             if self._verify and random.random() < self._verify:
-                manifest, served = self._verified(plan, served, manifest, current)
+                manifest, served = self._verified(service, served, manifest)
                 if manifest is None:
                     self.counts["fallback"] += 1
                     return None  # a fresh build fails: numba compiles it, and says why
@@ -230,24 +229,21 @@ class Session:
         cellwatch.follow(request.dispatcher, plan.keyer)  # a notebook's: see cellwatch
         return kernel
 
-    def _verified(self, plan, served, manifest, current):
+    def _verified(self, service, served, manifest):
         """KBUILD_VERIFY: the entry `served` rebuilt from source here, reusing nothing
         this process or the store made, and compared byte for byte (see build.verify):
         (the entry to load, its target), the fresh build's when the stored one differs,
         (None, None) when a fresh build fails. Checked before the launch, so a binary
         that differs is never launched."""
-        from ..build import commit, compile_target
         from ..keying.encode import digest
 
-        plan.kernels[served.name].backend.forget_compiled(plan.keyer.device_functions)
-        for disp in plan.keyer.device_functions:
+        for disp in service.plan.keyer.device_functions:
             self._compiled.pop(disp.py_func, None)
-        plan.separate = manifest.get("link", {}).get("mode") != "whole"
-        outcome, seconds = compile_target(plan, served)
+        outcome, seconds = service.compile_fresh(served, manifest)
         self.counts["verified"] += 1
         label = f"{served.name} {served.signature} {served.arch}"
         if isinstance(outcome, Exception):
-            self.store.remove_entry(plan.keys[served].digest)
+            self.store.remove_entry(service.key(served))
             self.warn(f"kbuild: {label}: the store holds a binary a fresh build cannot make "
                       f"({str(outcome).splitlines()[0]}); entry removed, numba compiles it "
                       "(please report this)")
@@ -260,8 +256,8 @@ class Session:
                   "keyed nothing that changed (please report this); the entry is replaced "
                   "and the fresh build launched")
         with self.store.shared():
-            commit(self.store, plan, served, outcome, seconds, current, replace_objects=True)
-        return self._fresh(plan, served, current)
+            service.commit(served, outcome, seconds, replace_objects=True)
+        return service.fresh_as_stored(served)
 
     def _check_reused_callees(self, plan) -> None:
         """numba compiles a device function once per argument types in a process and
@@ -323,21 +319,12 @@ class Session:
         return self._load(manifest, target, request, device_arch, backend, key)
 
     def _journal_entry(self, key: str, target, request, backend, keyer):
-        """`build.fresh_entry` for a key the journal gave: the entry verified, and the
-        observation set of what its compile read matched against this process now."""
-        from ..backend.observe import Current
-        from ..build.entries import expected, observed_record
-        from ..keying import observed as obs
+        """The build service's look-up for a key the journal gave: the entry verified,
+        and the observation set of what its compile read matched against this process."""
+        from ..build.service import fresh_at_key
 
-        bound = expected(target, request.dispatcher, backend)
-        manifest = self.store.lookup(key, bound)
-        record = manifest and observed_record(self.store, manifest)
-        if not record or record.static_key != key:
-            return None
-        found = obs.matching_set(record, Current(keyer.sources, self.config.root))
-        if found is None:
-            return None
-        return manifest if found is record.sets[0] else self.store.lookup(found.key, bound)
+        return fresh_at_key(self.store, key, target, request.dispatcher, backend,
+                            keyer.sources, self.config.root)
 
     def _remember(self, served, name: str, text: str, plan) -> None:
         """A compile keyed in full and served from its static key: the journal keeps its
@@ -365,57 +352,19 @@ class Session:
 
     # -- the store --------------------------------------------------------------------
 
-    def _lookup(self, plan, target, request, current):
+    def _lookup(self, service, target, request):
         """(the fresh entry for `target`, the target it was found as), or (None, None):
         its static key, then (in a launch) the key of the current launch configuration."""
         tried = [target]
         if request.launch is not None:
-            tried.append(_launch_target(plan, target, request.launch))
+            tried.append(_launch_target(service.plan, target, request.launch))
             if request.launch_sensitive:
                 tried.reverse()  # numba already knows: its kernels depend on their launch
         for candidate in tried:
-            manifest, found = self._fresh(plan, candidate, current)
+            manifest, found = service.fresh_as_stored(candidate)
             if manifest is not None:
                 return manifest, found
         return None, None
-
-    def _fresh(self, plan, target, current):
-        """(the fresh entry of `target`'s key, the target as it names it) or (None, target)."""
-        from ..build import fresh_entry
-
-        key = plan.keys[target].digest
-        try:
-            held = self.store.has_entry(key)
-        except OSError:  # no store there (a file in its path): nothing held
-            held = False
-        if not held:
-            if self.store.remote is None:
-                return None, target
-            # Fetched from the remote (verified, kept here) whatever text it names.
-            if self.store.lookup(key, {"target": target.name, "arch": target.arch}) is None:
-                return None, target
-        # The same types declared with another text (`f4[::1]`) have the same key: take the
-        # entry's text rather than refuse (and remove) it as another target's.
-        stored = self._stored_signature(key)
-        if stored is not None and stored != target.signature:
-            target = _retexted(plan, target, stored)
-        return fresh_entry(plan, self.store, target, current), target
-
-    def _stored_signature(self, key: str):
-        """The signature text an entry names, read without checking the rest (the look-up
-        that follows checks everything)."""
-        import json
-
-        from ..store import tree
-        from ..store.local import LAYOUT, entry_relpath
-
-        try:
-            data, _ = tree.read_file(self.store.root, f"{LAYOUT}/{entry_relpath(key)}", 4 << 20)
-            found = json.loads(data)
-        except (OSError, ValueError, RecursionError):
-            return None
-        signature = found.get("signature") if isinstance(found, dict) else None
-        return signature if isinstance(signature, str) else None
 
     def _writable(self) -> bool:
         if self._unwritable is None:
@@ -429,57 +378,60 @@ class Session:
                           "and not cached")
         return not self._unwritable
 
-    def _build(self, plan, targets, request, current):
-        """Compile (or relink) and commit the targets, the device's first; (its entry, the
-        target it is stored as), or (None, None) when the compile failed."""
-        from ..store.locks import KeyLock
-
+    def _build(self, service, targets, request):
+        """Build (relink or compile, and commit) the targets through the build service,
+        the device's first; (its entry, the target it is stored as), or (None, None)
+        when the compile failed."""
         first = targets[0]
-        with self.store.shared(), KeyLock(self.store.root, plan.keys[first].digest):
-            manifest, served = self._lookup(plan, first, request, current)
-            if manifest is None:
-                served = self._compile_and_commit(plan, first, request, current)
-                if served is None:
-                    return None, None
-                manifest, served = self._fresh(plan, served, current)
+        manifest, served = self._ensure(service, first, request,
+                                        lambda t: self._lookup(service, t, request))
+        if manifest is None:
+            return None, None
         if len(targets) > 1:
-            self._build_others(plan, targets[1:], served, request, current)
+            self._build_others(service, targets[1:], served, request)
         return manifest, served
 
-    def _build_others(self, plan, others, served, request, current):
+    def _build_others(self, service, others, served, request):
         """The same kernel for the other archs asked for (`archs=`): a store for a fleet."""
         from ..backend import dispatch
-        from ..store.locks import KeyLock
 
         for other in others:
             if served.launch is not None:
-                other = _launch_target(plan, other, served.launch)
-            with self.store.shared(), KeyLock(self.store.root, plan.keys[other].digest):
-                if self._fresh(plan, other, current)[0] is None:
-                    self._compile_and_commit(plan, other, request, current)
+                other = _launch_target(service.plan, other, served.launch)
+            self._ensure(service, other, request)
         # Device functions now hold code for another arch: typed again when next needed.
-        for disp in plan.keyer.device_functions:
+        for disp in service.plan.keyer.device_functions:
             dispatch.forget_compiled(disp)
             self._compiled.pop(disp.py_func, None)
 
-    def _compile_and_commit(self, plan, target, request, current):
+    def _ensure(self, service, target, request, lookup=None):
+        """`service.ensure` as zero-config builds: compiled in this process (numba's
+        compiled device functions kept in step, `_compiled_now`), committed under the
+        key of its launch configuration when the compile depends on it; a failure warns
+        (numba compiles it). (entry, target as stored) or (None, None)."""
         from ..backend import dispatch
-        from ..build import commit, compile_target
 
-        with dispatch.watching(request.config) as marks:
-            outcome, seconds = self._relinked(plan, target, current) or \
-                self._compiled_now(plan, target, compile_target)
-        if isinstance(outcome, Exception):
-            self.warn(f"kbuild: {target.label}: {str(outcome).splitlines()[0]}; "
+        marks = []
+
+        def produce(target):
+            with dispatch.watching(request.config) as watched:
+                marks.append(watched)
+                return service.produce(target, compile=lambda t: self._compiled_now(service, t))
+
+        def place(target, outcome):
+            self.counts["built"] += 1
+            if (marks[-1].sensitive or request.launch_sensitive) and target.launch is None \
+                    and request.launch is not None:
+                self._forget_launch_specific(service.plan, outcome)
+                return _launch_target(service.plan, target, request.launch)
+            return target
+
+        manifest, found = service.ensure(target, lookup=lookup, produce=produce, place=place)
+        if manifest is None and isinstance(found, Exception):
+            self.warn(f"kbuild: {target.label}: {str(found).splitlines()[0]}; "
                       "numba compiles it")
-            return None
-        if (marks.sensitive or request.launch_sensitive) and target.launch is None \
-                and request.launch is not None:
-            target = _launch_target(plan, target, request.launch)
-            self._forget_launch_specific(plan, outcome)
-        commit(self.store, plan, target, outcome, seconds, current)
-        self.counts["built"] += 1
-        return target
+            return None, None
+        return manifest, found
 
     def _forget_launch_specific(self, plan, outcome) -> None:
         """What a compile marked launch-config sensitive made for its launch alone: its
@@ -492,27 +444,18 @@ class Session:
             dispatch.forget_compiled(disp)
             self._compiled.pop(disp.py_func, None)
 
-    def _relinked(self, plan, target, current):
-        """(Artifacts, seconds) linked from stored objects, or None: compile it."""
-        from ..build import link_target, relink_recipe
-
-        if target.launch is not None:
-            return None
-        found = relink_recipe(plan, self.store, target, current)
-        return None if found is None else link_target(plan, self.store, target, found)
-
-    def _compiled_now(self, plan, target, compile_target):
+    def _compiled_now(self, service, target):
         """Compile in this process. A device function numba compiled earlier here holds
         the values it read then: it is typed again if its key has changed since."""
         from ..backend import dispatch
 
-        keyer = plan.keyer
+        keyer = service.plan.keyer
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
             if dispatch.holds_compiled(disp) and node is not None \
                     and self._compiled.get(disp.py_func) != node.digest:
                 dispatch.forget_compiled(disp)
-        outcome = compile_target(plan, target)
+        outcome = service.compile(target, early_cutoff=False)
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
             if node is not None and dispatch.holds_compiled(disp):
@@ -683,11 +626,3 @@ def _launch_target(plan, target, launch):
         plan.targets.append(found)
     return found
 
-
-def _retexted(plan, target, text: str):
-    """`target` under another text of its signature (the types, and the key, are the same)."""
-    resolved = plan.kernels[target.name]
-    resolved.argtypes.setdefault(text, resolved.argtypes[target.signature])
-    found = replace(target, signature=text)
-    plan.keys.setdefault(found, plan.keys[target])
-    return found
