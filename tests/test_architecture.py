@@ -744,14 +744,6 @@ BACKEND_REACH = {
         "enable()/disable() install numba-cuda-mlir's dispatcher hook",
     ("kbuild.zeroconf.session", "kbuild.backend.dispatch"):
         "the session serves numba's dispatcher (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.lto"):
-        "the session relinks stored objects itself (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.debugpaths"):
-        "the session places debug paths at load (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.launcher"):
-        "the session's fast launch path (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.loader"):
-        "the session rebuilds numba's _Kernel itself (the zero-config builder; issue 33)",
     ("kbuild.build.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
     ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):

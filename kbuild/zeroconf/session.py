@@ -86,7 +86,6 @@ class Session:
         self._warned: set = set()
         self._unwritable: str | None = None
         self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
-        self._arch: dict = {}
         self._verify = _verify_share()  # KBUILD_VERIFY: the share of served kernels checked
         self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
         self.journal = self._journal(journal)
@@ -169,7 +168,7 @@ class Session:
             if self.recorder is not None:
                 sensitive = getattr(kernel, "launch_config_sensitive", False)
                 self.recorder.add(request.py_func, request.argtypes, name, text,
-                                  self._device_arch_or_none(),
+                                  self._device_arch_or_none(request),
                                   request.launch if sensitive else None)
 
     def _named(self, request):
@@ -196,7 +195,7 @@ class Session:
         from ..build import BuildService
 
         _check_source(request.py_func, request.options)
-        device_arch = self._device_arch()
+        device_arch = self._device_arch(request)
         arch = self._compile_arch(request, device_arch)
         answered = self._journaled(request, name, text, arch, device_arch)
         if answered is not None:
@@ -422,7 +421,7 @@ class Session:
             self.counts["built"] += 1
             if (marks[-1].sensitive or request.launch_sensitive) and target.launch is None \
                     and request.launch is not None:
-                self._forget_launch_specific(service.plan, outcome)
+                self._forget_launch_specific(service.plan, target, outcome)
                 return _launch_target(service.plan, target, request.launch)
             return target
 
@@ -433,13 +432,14 @@ class Session:
             return None, None
         return manifest, found
 
-    def _forget_launch_specific(self, plan, outcome) -> None:
+    def _forget_launch_specific(self, plan, target, outcome) -> None:
         """What a compile marked launch-config sensitive made for its launch alone: its
         objects, and the device functions numba typed meanwhile (typed again for the next
         launch configuration, as a fresh process types them)."""
-        from ..backend import dispatch, lto
+        from ..backend import dispatch
 
-        lto.forget(o.key for o in outcome.objects)
+        made = [o.key for o in outcome.objects]
+        plan.kernels[target.name].backend.forget_compiled(objects=made)
         for disp in plan.keyer.device_functions:
             dispatch.forget_compiled(disp)
             self._compiled.pop(disp.py_func, None)
@@ -465,35 +465,11 @@ class Session:
     # -- loading ----------------------------------------------------------------------
 
     def _load(self, manifest, served, request, device_arch, backend, key: str):
-        from ..backend import debugpaths, dispatch
-        from ..backend.launcher import serve_fast
-        from ..backend.loader import rebuild_kernel
         from ..config import arch_cc
 
-        blob = manifest["artifacts"]["cubin"]
-        if served.arch == device_arch:
-            stored = self.store.read_blob(blob)
-        else:  # NUMBA_FORCE_CUDA_CC: built for another arch; its PTX assembled for this one
-            from ..backend.launcher import device_binary
-
-            blob = manifest["artifacts"]["ptx"]
-            stored = device_binary(manifest, self.store.read_blob(blob), arch_cc(device_arch))
-            blob = f"{blob}@{device_arch}"
-        # A debug or lineinfo binary names the program's own files (`backend.debugpaths`);
-        # not the stored bytes then, so its modules are cached apart.
-        binary, located = debugpaths.located(stored, self.config.paths)
-        if located:
-            blob = f"{blob}@{located}"
-        launching = backend.launcher()
-        if hasattr(launching, "cached_result"):  # numba-cuda-mlir: its dispatcher loads it
-            kernel = launching.cached_result(request.dispatcher, request.argtypes, binary,
-                                             manifest["entry"], bool(manifest.get("cooperative")))
-            return self._handed_over(kernel, served, key)
-        kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
-                                arch_cc(device_arch), request.options, py_func=request.py_func)
-        kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
-        if served.launch is not None:
-            dispatch.mark_sensitive(kernel)
+        kernel = backend.dispatcher_kernel(request, manifest, self.store.read_blob, device_arch,
+                                           arch_cc(device_arch), self.config.paths,
+                                           for_launch=served.launch is not None)
         return self._handed_over(kernel, served, key)
 
     def _handed_over(self, kernel, served, key: str):
@@ -503,28 +479,19 @@ class Session:
 
     @staticmethod
     def _compile_arch(request, device_arch: str) -> str:
-        """The arch numba compiles the kernel for on this device (NUMBA_FORCE_CUDA_CC may
-        name another); numba-cuda-mlir's kernels are built for the device's."""
-        from ..backend import launcher
-        from ..backend.backends import DEFAULT
+        """The arch the kernel's backend compiles it for on this device (NUMBA_FORCE_CUDA_CC
+        may name another to numba-cuda)."""
+        return _backend_of(request.dispatcher).compile_arch(device_arch)
 
-        if _backend_of(request.dispatcher).name != DEFAULT:
-            return device_arch
-        return launcher.compile_arch(device_arch)
-
-    def _device_arch_or_none(self):
+    def _device_arch_or_none(self, request):
         try:
-            return self._device_arch()
+            return self._device_arch(request)
         except Exception:  # noqa: BLE001 - no driver: numba says so when it compiles
             return None
 
-    def _device_arch(self) -> str:
-        from ..backend import launcher
-
-        device = launcher.current_device()
-        if device not in self._arch:
-            self._arch[device] = launcher.device_arch(device)
-        return self._arch[device]
+    @staticmethod
+    def _device_arch(request) -> str:
+        return _backend_of(request.dispatcher).current_arch()
 
     # -- telling the user --------------------------------------------------------------
 
