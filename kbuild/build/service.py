@@ -46,8 +46,16 @@ class BuildService:
 
     def __init__(self, the_plan: Plan, store: Store, current=None):
         self.plan, self.store = the_plan, store
-        self.current = current if current is not None else current_digests(the_plan)
+        self._current = current
         self.lookups: dict = {}  # arch -> StoredObjects: the build's memo of stored objects
+
+    @property
+    def current(self):
+        """What observed names digest to now (`entries.current_digests`), made when first
+        asked: a bundle's plan, whose entries are not checked by observation, has no keyer."""
+        if self._current is None:
+            self._current = current_digests(self.plan)
+        return self._current
 
     def key(self, target: Target) -> str:
         return self.plan.keys[target].digest
@@ -57,6 +65,15 @@ class BuildService:
     def fresh(self, target: Target) -> dict | None:
         """The entry to launch for `target`, or None when it must be built."""
         return fresh_entry(self.plan, self.store, target, self.current)
+
+    def held(self, target: Target) -> dict | None:
+        """The verified entry under `target`'s key, what its compile observed unchecked: a
+        package's bundle, whose installed sources were checked against it as a whole."""
+        key = self.key(target)
+        if not key:
+            return None
+        resolved = self.plan.kernels[target.name]
+        return self.store.lookup(key, expected(target, resolved.kernel, resolved.backend))
 
     def cached(self, target: Target) -> Row | None:
         """A `cached` row for `target` when the store holds a fresh entry, else None."""
