@@ -26,6 +26,8 @@ from dataclasses import replace
 from ..config import arch_cc
 from ..discover import Target
 from ..execute.parallel import TimedOut, run_in_workers
+from ..keying.encode import digest
+from ..keying.launch import with_launch
 from ..keying.objects import Recipe, Unresolved, resolve
 from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
@@ -103,6 +105,31 @@ class BuildService:
         if isinstance(stored, str) and stored != target.signature:
             target = _retexted(self.plan, target, stored)
         return self.fresh(target), target
+
+    def fresh_in_launch(self, target: Target, launch=None, launch_first: bool = False):
+        """`fresh_as_stored` of `target` or, during a launch with configuration `launch`,
+        of `target` built for that configuration (tried first when `launch_first`: its
+        kernels are known to depend on their launch); (None, None) when neither is fresh."""
+        tried = [target]
+        if launch is not None:
+            tried.append(self.for_launch(target, launch))
+            if launch_first:
+                tried.reverse()
+        for candidate in tried:
+            manifest, found = self.fresh_as_stored(candidate)
+            if manifest is not None:
+                return manifest, found
+        return None, None
+
+    def for_launch(self, target: Target, launch) -> Target:
+        """`target` built for one launch configuration, keyed with it, added to the plan
+        (see keying/launch.py)."""
+        found = replace(target, launch=launch)
+        if found not in self.plan.keys:
+            static = self.plan.keys[replace(target, launch=None)]
+            self.plan.keys[found] = with_launch(static, launch)
+            self.plan.targets.append(found)
+        return found
 
     # -- 2: the locks ------------------------------------------------------------------
 
@@ -274,6 +301,25 @@ class BuildService:
             backend.forget_compiled(self.plan.keyer.device_functions)
         self.plan.separate = manifest.get("link", {}).get("mode") != "whole"
         return compile_target(self.plan, target)
+
+    def compared(self, target: Target, manifest: dict, outcome, seconds: float, *,
+                 record_failure: bool = True):
+        """What a fresh build's `outcome` (`compile_fresh`) says of `target`'s entry
+        `manifest`: (the kinds of bytes that differ, the launchable artifacts now). A
+        fresh build that differs replaces the entry and its objects; one that failed
+        (the exception in place of the kinds) removes it, its failure recorded unless
+        `record_failure` is false (zero-config: numba compiles it then)."""
+        if isinstance(outcome, Exception):
+            if record_failure:
+                remember_failure(self.plan, self.store, target, outcome, seconds, self.current)
+            self.store.remove_entry(self.key(target))
+            return outcome, None
+        stored = manifest["artifacts"]
+        differ = [kind for kind in ("ptx", "cubin")
+                  if stored.get(kind) != digest(getattr(outcome, kind))]
+        if not differ:
+            return differ, launchable(manifest)
+        return differ, self.commit(target, outcome, seconds, replace_objects=True)
 
     # -- 5: the commit -------------------------------------------------------------------
 

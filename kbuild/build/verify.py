@@ -22,10 +22,8 @@ import random
 from dataclasses import dataclass, replace
 
 from ..execute.parallel import TimedOut, run_in_workers
-from ..keying.encode import digest
 from ..model import RowStatus
 from ..store.local import Store
-from .failures import remember_failure
 from .planning import Plan
 from .row import Row
 from .service import BuildService
@@ -91,18 +89,12 @@ def _compared(service, target, manifest, outcome, seconds, row) -> Row:
     if isinstance(outcome, TimedOut):
         return replace(row, verified="unchecked",
                        note=f"verify: the fresh build took longer than {outcome.limit:g}s")
-    if isinstance(outcome, Exception):
-        remember_failure(service.plan, service.store, target, outcome, seconds,
-                         service.current)
-        service.store.remove_entry(service.key(target))
+    differ, artifacts = service.compared(target, manifest, outcome, seconds)
+    if isinstance(differ, Exception):
         error = FAILS.format(error=str(outcome).splitlines()[0] if str(outcome) else outcome)
         return replace(row, status=RowStatus.FAILED, error=error, verified="differs")
-    stored = manifest["artifacts"]
-    differ = [kind for kind in ("ptx", "cubin")
-              if stored.get(kind) != digest(getattr(outcome, kind))]
     if not differ:
         return replace(row, verified="same")
-    artifacts = service.commit(target, outcome, seconds, replace_objects=True)
     what = "the cached " + " and ".join(differ) + (" differ" if len(differ) > 1 else " differs")
     return replace(row, status=RowStatus.FAILED, artifacts=artifacts, verified="differs",
                    error=STALE.format(what=what))

@@ -36,7 +36,6 @@ import random
 import sys
 import warnings
 from collections import Counter
-from dataclasses import replace
 
 from ..errors import KbuildError, KeyingError, LaunchError
 from ..sources import ProjectSources, note_source
@@ -234,28 +233,25 @@ class Session:
         (the entry to load, its target), the fresh build's when the stored one differs,
         (None, None) when a fresh build fails. Checked before the launch, so a binary
         that differs is never launched."""
-        from ..keying.encode import digest
-
         for disp in service.plan.keyer.device_functions:
             self._compiled.pop(disp.py_func, None)
         outcome, seconds = service.compile_fresh(served, manifest)
         self.counts["verified"] += 1
         label = f"{served.name} {served.signature} {served.arch}"
-        if isinstance(outcome, Exception):
-            self.store.remove_entry(service.key(served))
+        with self.store.shared():
+            differ, _ = service.compared(served, manifest, outcome, seconds,
+                                         record_failure=False)
+        if isinstance(differ, Exception):
             self.warn(f"kbuild: {label}: the store holds a binary a fresh build cannot make "
                       f"({str(outcome).splitlines()[0]}); entry removed, numba compiles it "
                       "(please report this)")
             return None, None
-        stored = manifest["artifacts"]
-        if all(stored.get(k) == digest(getattr(outcome, k)) for k in ("ptx", "cubin")):
+        if not differ:
             return manifest, served
         self.counts["differ"] += 1
         self.warn(f"kbuild: {label}: the cached binary differs from a fresh build; kbuild "
                   "keyed nothing that changed (please report this); the entry is replaced "
                   "and the fresh build launched")
-        with self.store.shared():
-            service.commit(served, outcome, seconds, replace_objects=True)
         return service.fresh_as_stored(served)
 
     def _check_reused_callees(self, plan) -> None:
@@ -351,19 +347,12 @@ class Session:
 
     # -- the store --------------------------------------------------------------------
 
-    def _lookup(self, service, target, request):
+    @staticmethod
+    def _lookup(service, target, request):
         """(the fresh entry for `target`, the target it was found as), or (None, None):
-        its static key, then (in a launch) the key of the current launch configuration."""
-        tried = [target]
-        if request.launch is not None:
-            tried.append(_launch_target(service.plan, target, request.launch))
-            if request.launch_sensitive:
-                tried.reverse()  # numba already knows: its kernels depend on their launch
-        for candidate in tried:
-            manifest, found = service.fresh_as_stored(candidate)
-            if manifest is not None:
-                return manifest, found
-        return None, None
+        its static key, then (in a launch) the key of the current launch configuration
+        (first, when numba already knows its kernels depend on their launch)."""
+        return service.fresh_in_launch(target, request.launch, request.launch_sensitive)
 
     def _writable(self) -> bool:
         if self._unwritable is None:
@@ -396,7 +385,7 @@ class Session:
 
         for other in others:
             if served.launch is not None:
-                other = _launch_target(service.plan, other, served.launch)
+                other = service.for_launch(other, served.launch)
             self._ensure(service, other, request)
         # Device functions now hold code for another arch: typed again when next needed.
         for disp in service.plan.keyer.device_functions:
@@ -422,7 +411,7 @@ class Session:
             if (marks[-1].sensitive or request.launch_sensitive) and target.launch is None \
                     and request.launch is not None:
                 self._forget_launch_specific(service.plan, target, outcome)
-                return _launch_target(service.plan, target, request.launch)
+                return service.for_launch(target, request.launch)
             return target
 
         manifest, found = service.ensure(target, lookup=lookup, produce=produce, place=place)
@@ -580,16 +569,4 @@ def _backend_of(dispatcher):
     from ..backend.backends import DEFAULT, get, of_object
 
     return of_object(dispatcher) or get(DEFAULT)
-
-
-def _launch_target(plan, target, launch):
-    """`target` built for one launch configuration, keyed with it, added to the plan."""
-    from ..keying.launch import with_launch
-
-    found = replace(target, launch=launch)
-    if found not in plan.keys:
-        static = plan.keys[replace(target, launch=None)]
-        plan.keys[found] = with_launch(static, launch)
-        plan.targets.append(found)
-    return found
 
