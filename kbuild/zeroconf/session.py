@@ -7,17 +7,20 @@ For a (kernel, argument types) on the current device, `Session.__call__`:
 2. keys it with kbuild's own Keyer and `build.target_key`, the key a declared target
    of that name, signature and arch gets (a fresh Keyer per compile: the program may
    have changed a global since the last one, and the key must say what numba reads now);
-3. looks the key up in the store (and the remote behind it), checking what the
-   compile observed as a build does (`build.fresh_entry`); for a launch-triggered
-   compile, also under the key of the current launch configuration, where a kernel
-   that depends on it is kept (see keying/launch.py);
-4. on a miss (on_miss="build"), takes the key's lock, looks again (another process
-   may have built it meanwhile), relinks it from stored objects or compiles it
-   through kbuild's backend (separate compilation, what numba consulted observed),
-   and commits it; a compile marked launch-config sensitive is committed under the
-   key of its launch configuration, and keeps no objects;
-5. loads the stored cubin as numba-cuda's own kernel object, bound to its key, and
-   hands it to the dispatcher (`backend.dispatch`).
+3. looks the key up through the build service (`build.service`: the store and the
+   remote behind it, checking what the compile observed as a build does); for a
+   launch-triggered compile, also under the key of the current launch configuration,
+   where a kernel that depends on it is kept (see keying/launch.py);
+4. on a miss (on_miss="build"), has the build service take the key's lock, look
+   again (another process may have built it meanwhile), relink it from stored objects
+   or compile it in this process, and commit it (`BuildService.ensure`); a compile
+   marked launch-config sensitive is committed under the key of its launch
+   configuration, and keeps no objects;
+5. has the kernel's backend hand the stored cubin to its dispatcher
+   (`Backend.dispatcher_kernel`: numba-cuda's own kernel object, bound to its key).
+
+What stays here is zero-config's own: naming, the journal, numba's compiled device
+functions kept in step with kbuild's compiles, the other archs asked for, fallbacks.
 
 Before step 2, the program journal (`journal`) may answer: when the live digest of what
 this compile's key rests on is one the journal holds from an earlier run, the key is the
@@ -399,7 +402,7 @@ class Session:
         (numba compiles it). (entry, target as stored) or (None, None)."""
         from ..backend import dispatch
 
-        marks = []
+        marks, placed = [], []
 
         def produce(target):
             with dispatch.watching(request.config) as watched:
@@ -407,7 +410,7 @@ class Session:
                 return service.produce(target, compile=lambda t: self._compiled_now(service, t))
 
         def place(target, outcome):
-            self.counts["built"] += 1
+            placed.append(target)
             if (marks[-1].sensitive or request.launch_sensitive) and target.launch is None \
                     and request.launch is not None:
                 self._forget_launch_specific(service.plan, target, outcome)
@@ -415,6 +418,7 @@ class Session:
             return target
 
         manifest, found = service.ensure(target, lookup=lookup, produce=produce, place=place)
+        self.counts["built"] += len(placed)  # committed (found under the lock: not ours)
         if manifest is None and isinstance(found, Exception):
             self.warn(f"kbuild: {target.label}: {str(found).splitlines()[0]}; "
                       "numba compiles it")
