@@ -17,6 +17,9 @@ Every route that turns a kernel and its types into a binary goes through here:
 
 Nothing else in kbuild commits a target or starts a compile: tests/test_architecture.py
 keeps it so (`ONE_BUILDER`).
+
+The compile side (`compile`, `cluster`, worker processes) is imported on the first miss:
+a warm zero-config process imports this module for its look-ups alone.
 """
 
 from __future__ import annotations
@@ -25,15 +28,13 @@ from dataclasses import replace
 
 from ..config import arch_cc
 from ..discover import Target
-from ..execute.parallel import TimedOut, run_in_workers
 from ..keying.encode import digest
 from ..keying.launch import with_launch
 from ..keying.objects import Recipe, Unresolved, resolve
 from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
-from . import cluster, cutoff
-from .compile import Relink, compile_target, link_target
+from . import cutoff
 from .cutoff import StoredObjects
 from .entries import commit, current_digests, digests_now, entry_at, expected, fresh_entry, \
     launchable
@@ -172,12 +173,16 @@ class BuildService:
         store holds from earlier builds of the same bytes is reused (early cutoff) unless
         `early_cutoff` is false (zero-config's compiles make every step)."""
         if not early_cutoff:
+            from .compile import compile_target
+
             return compile_target(self.plan, target)
         return self.job((target, None))
 
-    def relink_recipe(self, target: Target) -> Relink | None:
+    def relink_recipe(self, target: Target):
         """How to link `target` from stored objects whose observations all hold (a
         `Relink`), or None: it must be compiled."""
+        from .compile import Relink
+
         found = self._recipe(target, self.plan.nodes_by_ident())
         return found if isinstance(found, Relink) else None
 
@@ -207,6 +212,8 @@ class BuildService:
 
     def _waves(self, todo, workers, executor):
         """Compile the targets that make missing objects, then relink (or compile) the rest."""
+        from .compile import Relink
+
         recipes, first, waiting = {}, [], []
         makers = set()
         nodes = self.plan.nodes_by_ident()
@@ -233,6 +240,8 @@ class BuildService:
                              + [(t, None) for t in later], workers, executor)
 
     def _recipe(self, target: Target, nodes: dict):
+        from .compile import Relink
+
         the_plan = self.plan
         if not the_plan.separate:
             return Unresolved("separate compilation is off")
@@ -258,6 +267,9 @@ class BuildService:
     def _run(self, items, workers, executor=None):
         """Run (target, recipe or None) jobs: a link where there is a recipe, else a
         compile. Links read objects from this store, so they always run on this machine."""
+        from ..execute.parallel import TimedOut, run_in_workers
+        from . import cluster
+
         the_plan = self.plan
         if executor is not None:
             compiles = [t for t, recipe in items if recipe is None]
@@ -286,6 +298,8 @@ class BuildService:
 
     def job(self, item):
         """(Artifacts or exception, seconds) of one (target, `Relink` or None) job, here."""
+        from .compile import compile_target, link_target
+
         target, relink = item
         objects = self._objects(target.arch)
         if relink is None:
@@ -300,6 +314,8 @@ class BuildService:
                                             for k in self.plan.kernels.values())}.values():
             backend.forget_compiled(self.plan.keyer.device_functions)
         self.plan.separate = manifest.get("link", {}).get("mode") != "whole"
+        from .compile import compile_target
+
         return compile_target(self.plan, target)
 
     def compared(self, target: Target, manifest: dict, outcome, seconds: float, *,
