@@ -135,10 +135,7 @@ class FromBundle:
     def fresh_entry(self, the_plan, target):
         if not self.bundled:
             return super().fresh_entry(the_plan, target)
-        key = the_plan.keys[target].digest
-        resolved = the_plan.kernels[target.name]
-        bound = _build.expected(target, resolved.kernel, resolved.backend)
-        return self.store.lookup(key, bound) if key else None
+        return _build.BuildService(the_plan, self.store).held(target)
 
     def plan(self, names=None, archs=None):
         if not self.bundled:

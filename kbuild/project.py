@@ -90,11 +90,16 @@ class Project:
     def fresh_entry(self, the_plan, target):
         """The entry a launch of `target` uses, or None (see `build.fresh_entry`; a
         packaged project answers from its bundle)."""
+        return self.service(the_plan).fresh(target)
+
+    def service(self, the_plan):
+        """The build service (`build.BuildService`) for `the_plan` against this project's
+        store: what a launch looks up and a build builds through."""
         # One digest memo per plan: a launcher asks once per declared arch and signature,
         # and the plan's keys, like these digests, are taken once per process.
         if the_plan.launch_digests is None:
             the_plan.launch_digests = _build.current_digests(the_plan)
-        return _build.fresh_entry(the_plan, self.store, target, the_plan.launch_digests)
+        return _build.BuildService(the_plan, self.store, the_plan.launch_digests)
 
     def located(self, binary: bytes) -> tuple[bytes, str]:
         """A stored binary as this checkout loads it: where a debug or lineinfo binary names
@@ -179,15 +184,16 @@ class Project:
         """
         the_plan = self.plan(names, archs)
         history = History(self.store)
-        current = _build.current_digests(the_plan)
-        rows = [self._status_row(the_plan, history, current, target, diffs)
+        service = _build.BuildService(the_plan, self.store)
+        rows = [self._status_row(service, history, target, diffs)
                 for target in the_plan.targets]
         return rows + [_failed_row(target, error) for target, error in the_plan.failed.items()]
 
-    def _status_row(self, the_plan, history, current, target, diffs: bool) -> dict:
+    def _status_row(self, service, history, target, diffs: bool) -> dict:
+        the_plan, current = service.plan, service.current
         node = the_plan.keys[target]
         row = status_head(target, node.digest)
-        fresh = _build.fresh_entry(the_plan, self.store, target, current)
+        fresh = service.fresh(target)
         if fresh is not None:
             # Cached; when a later build was of other inputs (a revert), say which.
             newer = history.newer_than(target, fresh)

@@ -744,16 +744,6 @@ BACKEND_REACH = {
         "enable()/disable() install numba-cuda-mlir's dispatcher hook",
     ("kbuild.zeroconf.session", "kbuild.backend.dispatch"):
         "the session serves numba's dispatcher (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.lto"):
-        "the session relinks stored objects itself (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.debugpaths"):
-        "the session places debug paths at load (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.launcher"):
-        "the session's fast launch path (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.loader"):
-        "the session rebuilds numba's _Kernel itself (the zero-config builder; issue 33)",
-    ("kbuild.zeroconf.session", "kbuild.backend.observe"):
-        "`Current`: the program journal matches an entry's observations (as build.entries)",
     ("kbuild.build.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
     ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):
@@ -834,6 +824,59 @@ def _sorted(uses: list) -> list:
     return sorted(set(uses), key=lambda u: (u.module, u.line, u.what))
 
 
+# -- one builder ----------------------------------------------------------------------------
+# The steps of turning a target into a committed entry, by the module that defines each: only
+# the build service takes them (issue 33: one builder, not three). Reached by importing the
+# name (from its module or from the `kbuild.build` package) or by an attribute of either.
+ONE_BUILDER = "kbuild.build.service"
+BUILDER_STEPS = {
+    "kbuild.build.entries": {"commit", "fresh_entry", "entry_at"},
+    "kbuild.build.compile": {"compile_target", "link_target"},
+    "kbuild.store.locks": {"KeyLock"},
+}
+BUILDER_STEPS_ALLOWED = {
+    ("kbuild.build.cluster", "compile_target"):
+        "a cluster worker's compile (`cluster.run_job`): the job the service hands an executor",
+}
+
+
+def _step(graph: Graph, source: str, name: str) -> str | None:
+    """The defining module of `name` when `source.name` is one of the builder's steps."""
+    for defining, names in BUILDER_STEPS.items():
+        if name in names and source in (defining, defining.rpartition(".")[0]):
+            return defining
+    return None
+
+
+def builder_steps(graph: Graph, allowed=None) -> list[str]:
+    """Every module but the build service (and the steps' own modules) that reaches a step
+    of the one builder, unless `allowed` lists the (module, step) pair."""
+    allowed = BUILDER_STEPS_ALLOWED if allowed is None else allowed
+    found = []
+    for module, path in graph.files.items():
+        if module == ONE_BUILDER or module in BUILDER_STEPS:
+            continue
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        bound = graph.bindings.get(module, {})
+        for node, _, _ in _walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                pairs = [(".".join(base + ([node.module] if node.module else [])), a.name)
+                         for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                pairs = [(node.module or "", a.name) for a in node.names]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and bound.get(node.value.id, (None, False))[1]:
+                pairs = [(bound[node.value.id][0], node.attr)]
+            else:
+                continue
+            for source, name in pairs:
+                if _step(graph, source, name) and (module, name) not in allowed:
+                    found.append(f"{graph.relpath(module)}:{node.lineno} takes {name}, a step "
+                                 f"of the one builder; go through {ONE_BUILDER}")
+    return sorted(set(found))
+
+
 # -- the checks on kbuild -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -900,13 +943,22 @@ def test_outside_the_backend_only_its_interface_is_imported(graph):
     assert not found, _report("imports past the backend's interface", found)
 
 
+def test_only_the_build_service_takes_the_builders_steps(graph):
+    found = builder_steps(graph)
+    assert not found, _report("builder steps taken outside the build service", found)
+    # every allowed pair still happens (a stale entry fails)
+    for module, name in BUILDER_STEPS_ALLOWED:
+        assert any(f"takes {name}," in f and graph.relpath(module) in f
+                   for f in builder_steps(graph, allowed={})), (module, name)
+
+
 def test_the_allow_lists_have_no_stale_entries(graph):
     stale = stale_entries(graph)
     assert not stale, _report("allow-list entries that match nothing (delete them)", stale)
 
 
 def test_every_allow_list_entry_says_why():
-    for table in (COMPUTED_IMPORTS, SYS_MODULES, BACKEND_REACH):
+    for table in (COMPUTED_IMPORTS, SYS_MODULES, BACKEND_REACH, BUILDER_STEPS_ALLOWED):
         assert all(isinstance(why, str) and len(why) > 20 for why in table.values()), table
     assert all(m.split(".")[:2] == ["kbuild", "backend"] for m in BACKEND_INTERFACE)
 
@@ -1223,3 +1275,34 @@ def test_keying_reads_no_compiler_object_shapes(path):
     assert not named, f"keying/{path.name} names numba's objects: {named}"
     private = _private_reads(source)
     assert not private, f"keying/{path.name} reads private attributes: {private}"
+
+
+def test_a_second_builder_is_found_however_it_reaches_the_steps(tmp_path):
+    """A module that commits, compiles or takes a key's lock itself, by any import form,
+    is a second builder; the build service and the steps' own modules are not."""
+    files = {
+        "kbuild/__init__.py": "",
+        "kbuild/store/__init__.py": "",
+        "kbuild/store/locks.py": "class KeyLock:\n    pass\n",
+        "kbuild/build/__init__.py": "",
+        "kbuild/build/entries.py": "def commit():\n    pass\n\n\ndef fresh_entry():\n    pass\n",
+        "kbuild/build/compile.py": "def compile_target():\n    pass\n",
+        "kbuild/build/service.py": "from .entries import commit\nfrom .compile import compile_target\n"
+                                   "from ..store.locks import KeyLock\n",
+        "kbuild/build/run.py": "from .service import BuildService\n",
+        "kbuild/zeroconf.py": "from .build import commit\nfrom .store.locks import KeyLock\n\n\n"
+                              "def serve():\n    from .build.compile import compile_target\n",
+        "kbuild/project.py": "from . import build as _build\nfrom .build import entries\n\n\n"
+                             "def load(plan):\n    return _build.fresh_entry(plan), entries.commit\n",
+    }
+    graph = read_graph(_package(tmp_path, files) / "kbuild")
+    taken = [f.split(", a step")[0] for f in builder_steps(graph, allowed={})]
+    assert taken == ["kbuild/project.py:6 takes commit", "kbuild/project.py:6 takes fresh_entry",
+                     "kbuild/zeroconf.py:1 takes commit", "kbuild/zeroconf.py:2 takes KeyLock",
+                     "kbuild/zeroconf.py:6 takes compile_target"]
+    assert builder_steps(graph, allowed={("kbuild.zeroconf", "commit"): "why",
+                                         ("kbuild.zeroconf", "KeyLock"): "why",
+                                         ("kbuild.zeroconf", "compile_target"): "why",
+                                         ("kbuild.project", "commit"): "why",
+                                         ("kbuild.project", "fresh_entry"): "why"}) == []
+

@@ -17,6 +17,8 @@ interface only, never through a compiler's attribute names:
 - `typing_registries()`: where its `@overload`s live, for observed names' digests;
 - `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
+- `dispatcher_kernel(...)`: a stored entry as the kernel its own dispatcher launches
+  (zero-config), `current_arch()` and `compile_arch(device_arch)`: what it builds for;
 - `prepare()`: its one-time set-up, done before a process forks compile workers;
 - `simulating()`: whether it runs a simulator in this process;
 - `features`: what it supports, by name (see README "Backends").
@@ -119,13 +121,33 @@ class Backend(abc.ABC):
     def launcher(self):
         """The module that launches its stored kernels (see `backend.launcher`)."""
 
+    def dispatcher_kernel(self, request, manifest: dict, read_blob, device_arch: str,
+                          device_cc: tuple, source_roots, for_launch: bool):
+        """The compiled kernel to hand `request.dispatcher` (zero-config's `dispatch.Request`)
+        for the stored entry `manifest` on the current device (`device_arch`, `device_cc`):
+        its binary read with `read_blob`, a debug binary's source paths put back under
+        `source_roots` (see `served`); `for_launch`: built for one launch configuration,
+        so the dispatcher compiles (or fetches) another for other configurations."""
+        raise NotImplementedError(f"backend {self.name} cannot hand a stored kernel to "
+                                  "its dispatcher")
+
+    def current_arch(self) -> str:
+        """The current device's arch (`sm_90`), asked of the driver once per device."""
+        raise NotImplementedError(f"backend {self.name} launches nothing")
+
+    def compile_arch(self, device_arch: str) -> str:
+        """The arch its compile makes for a device of `device_arch` (the device's own
+        unless the compiler is told another)."""
+        return device_arch
+
     def prepare(self) -> None:
         """Its one-time set-up of a process's first compile, done now."""
 
-    def forget_compiled(self, device_functions=()) -> None:
+    def forget_compiled(self, device_functions=(), objects=None) -> None:
         """Drop what this process compiled that a later compile would reuse: separately
-        compiled objects, and the code `device_functions` (dispatchers) hold. A compile
-        after it makes everything from source (`--verify`)."""
+        compiled objects (those keyed `objects`, or all when None), and the code
+        `device_functions` (dispatchers) hold. A compile after it makes everything from
+        source (`--verify`)."""
 
     def simulating(self) -> bool:
         return False

@@ -85,15 +85,42 @@ class NumbaCuda(Backend):
 
         return launcher
 
+    def dispatcher_kernel(self, request, manifest: dict, read_blob, device_arch: str,
+                          device_cc: tuple, source_roots, for_launch: bool):
+        # numba-cuda's own `_Kernel`, rebuilt from the store, launching through kbuild's
+        # launcher (`launcher.serve_fast`).
+        from .dispatch import mark_sensitive
+        from .launcher import serve_fast
+        from .loader import rebuild_kernel
+        from .served import stored_binary
+
+        binary, blob = stored_binary(manifest, read_blob, device_arch, device_cc, source_roots)
+        kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin", device_cc,
+                                request.options, py_func=request.py_func)
+        kernel = serve_fast(kernel, blob, binary, device_cc, request.options)
+        if for_launch:
+            mark_sensitive(kernel)
+        return kernel
+
+    def compile_arch(self, device_arch: str) -> str:
+        from .launcher import compile_arch
+
+        return compile_arch(device_arch)
+
+    def current_arch(self) -> str:
+        from .launcher import current_device, device_arch
+
+        return device_arch(current_device())
+
     def prepare(self) -> None:
         from .compiler import prepare
 
         prepare()
 
-    def forget_compiled(self, device_functions=()) -> None:
+    def forget_compiled(self, device_functions=(), objects=None) -> None:
         from . import dispatch, lto
 
-        lto.forget(lto.made_keys())
+        lto.forget(lto.made_keys() if objects is None else objects)
         for disp in device_functions:
             dispatch.forget_compiled(disp)
 

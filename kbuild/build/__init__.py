@@ -9,27 +9,29 @@ One room per concern:
 | `entries` | a target's entry: is the stored one fresh (static key, then observations); `commit` |
 | `failures` | failed compiles recorded by key, failing an unchanged target at once |
 | `compile` | one target's job here: compile it, or link it from stored objects |
-| `run` | `build()`: locks, the two waves, worker processes or an executor |
+| `service` | `BuildService`: the one path to an entry (look up, lock, again, build, commit) |
+| `run` | `build()`: a row per target through the service; progress, stop after a failure |
 | `cluster` | a target's job as plain data, and its compile on a cluster worker |
 | `verify` | `--verify`: what the store would serve rebuilt from source and compared |
 
-Callers use the names below (`from kbuild.build import plan, build, Row`).
+Callers use the names below (`from kbuild.build import plan, build, Row`). The steps of
+a build (look up, lock, compile or link, commit) are not among them: every caller goes
+through `BuildService` (tests/test_architecture.py: only the service takes them).
 """
 
 # name -> the module of this package that defines it, imported when the name is first
 # used: `kbuild.build.row` (what a direct no-op reports) must not import numba with the
 # compiler (`compile`) and the keyer (`planning`).
 _WHERE = {
-    "compile_target": "compile", "link_target": "compile",
-    "commit": "entries", "current_digests": "entries", "expected": "entries",
-    "fresh_entry": "entries", "launchable": "entries", "observation_changes": "entries",
-    "observed_record": "entries",
+    "current_digests": "entries", "expected": "entries",
+    "launchable": "entries", "observation_changes": "entries", "observed_record": "entries",
     "CompileFailed": "failures", "CompileTimeout": "failures", "forget_failure": "failures",
     "recorded_failure": "failures", "remember_failure": "failures",
     "Plan": "planning", "new_keyer": "planning", "parse_archs": "planning", "plan": "planning",
     "select_specs": "planning", "target_key": "planning",
     "Row": "row",
-    "Workers": "run", "build": "run", "default_jobs": "run", "relink_recipe": "run",
+    "Workers": "run", "build": "run", "default_jobs": "run",
+    "BuildService": "service",
     "check_served": "verify", "parse_sample": "verify",
 }
 
@@ -51,6 +53,8 @@ def _submodule(name: str):
         from . import row as module
     elif name == "run":
         from . import run as module
+    elif name == "service":
+        from . import service as module
     elif name == "verify":
         from . import verify as module
     else:

@@ -31,9 +31,15 @@ def expected(target: Target, kernel=None, backend=None) -> dict:
 
 def current_digests(the_plan: Plan):
     """`(kind, name) -> digest now` for observed names, memoized: make one per build."""
+    return digests_now(the_plan.keyer.sources, the_plan.config.root)
+
+
+def digests_now(sources, root):
+    """`(kind, name) -> digest now` of observed names, for `sources` (a keyer's) under
+    the project `root`, memoized (see `current_digests`)."""
     from ..backend.observe import Current
 
-    return Current(the_plan.keyer.sources, the_plan.config.root)
+    return Current(sources, root)
 
 
 def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> dict | None:
@@ -44,16 +50,22 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     still has its digest gives the full key of the entry built with those. An entry
     with no record (made before observations were kept) is not fresh.
     """
-    key = the_plan.keys[target].digest
     resolved = the_plan.kernels[target.name]
-    bound = expected(target, resolved.kernel, resolved.backend)
+    return entry_at(store, the_plan.keys[target].digest,
+                    expected(target, resolved.kernel, resolved.backend),
+                    current or current_digests(the_plan))
+
+
+def entry_at(store: Store, key: str, bound: dict, current) -> dict | None:
+    """`fresh_entry` for a static `key` whose entry must hold `bound`'s fields: the entry,
+    or the variant its record names for the observation set that holds under `current`."""
     manifest = store.lookup(key, bound)
     if manifest is None:
         return None
     record = observed_record(store, manifest)
     if record is None or record.static_key != key:
         return None
-    found = obs.matching_set(record, current or current_digests(the_plan))
+    found = obs.matching_set(record, current)
     if found is None:
         return None
     return manifest if found is record.sets[0] else store.lookup(found.key, bound)

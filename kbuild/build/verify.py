@@ -22,13 +22,11 @@ import random
 from dataclasses import dataclass, replace
 
 from ..execute.parallel import TimedOut, run_in_workers
-from ..keying.encode import digest
-from ..model import RowStatus, Target
+from ..model import RowStatus
 from ..store.local import Store
-from .entries import commit, current_digests, fresh_entry
-from .failures import remember_failure
 from .planning import Plan
 from .row import Row
+from .service import BuildService
 
 STALE = ("stale: {what} from a fresh build; kbuild keyed nothing that changed "
          "(please report this: the target's sources and what its compile reads). The "
@@ -71,48 +69,32 @@ def check_served(the_plan: Plan, store: Store, rows: list, *, sample: Sample = S
     """`rows` (one per plan target, in plan order) with the cached ones `sample` picks
     checked against a fresh build: each gets `verified` ("same" or "differs"); a
     target whose bytes differ, or whose fresh build fails, becomes a failed row."""
-    current = current_digests(the_plan)
+    service = BuildService(the_plan, store)
     by_target = dict(zip(the_plan.targets, rows))
     served = {}
     for target in sample.pick([t for t, r in by_target.items()
                                if r.status == RowStatus.CACHED]):
-        manifest = fresh_entry(the_plan, store, target, current)
+        manifest = service.fresh(target)
         if manifest is not None:
             served[target] = manifest
-    checked = run_in_workers(lambda target: _fresh_build(the_plan, target, served[target]),
+    checked = run_in_workers(lambda target: service.compile_fresh(target, served[target]),
                              list(served), max(1, jobs), timeout=timeout)
     for target, outcome, seconds in checked:
-        by_target[target] = _compared(the_plan, store, target, served[target], outcome,
-                                      seconds, current, by_target[target])
+        by_target[target] = _compared(service, target, served[target], outcome, seconds,
+                                      by_target[target])
     return [by_target[t] for t in the_plan.targets] + rows[len(the_plan.targets):]
 
 
-def _fresh_build(the_plan: Plan, target: Target, manifest: dict):
-    """(Artifacts or exception, seconds): `target` compiled from its sources in this
-    (worker) process, as its entry was built, reusing nothing."""
-    from .compile import compile_target
-
-    for backend in {b.name: b for b in (k.backend for k in the_plan.kernels.values())}.values():
-        backend.forget_compiled(the_plan.keyer.device_functions)
-    the_plan.separate = manifest.get("link", {}).get("mode") != "whole"
-    return compile_target(the_plan, target)
-
-
-def _compared(the_plan, store, target, manifest, outcome, seconds, current, row) -> Row:
+def _compared(service, target, manifest, outcome, seconds, row) -> Row:
     if isinstance(outcome, TimedOut):
         return replace(row, verified="unchecked",
                        note=f"verify: the fresh build took longer than {outcome.limit:g}s")
-    if isinstance(outcome, Exception):
-        remember_failure(the_plan, store, target, outcome, seconds, current)
-        store.remove_entry(the_plan.keys[target].digest)
+    differ, artifacts = service.compared(target, manifest, outcome, seconds)
+    if isinstance(differ, Exception):
         error = FAILS.format(error=str(outcome).splitlines()[0] if str(outcome) else outcome)
         return replace(row, status=RowStatus.FAILED, error=error, verified="differs")
-    stored = manifest["artifacts"]
-    differ = [kind for kind in ("ptx", "cubin")
-              if stored.get(kind) != digest(getattr(outcome, kind))]
     if not differ:
         return replace(row, verified="same")
-    artifacts = commit(store, the_plan, target, outcome, seconds, current, replace_objects=True)
     what = "the cached " + " and ".join(differ) + (" differ" if len(differ) > 1 else " differs")
     return replace(row, status=RowStatus.FAILED, artifacts=artifacts, verified="differs",
                    error=STALE.format(what=what))

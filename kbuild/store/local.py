@@ -305,6 +305,16 @@ class Store:
         self._touch(key)
         return found[0].encode("utf-8")
 
+    def entry_field(self, key: str, name: str):
+        """Field `name` of entry `key`'s manifest, read without checking the rest (a
+        `lookup` that follows checks everything), or None: absent or unreadable."""
+        try:
+            data, _ = tree.read_file(self.root, f"{LAYOUT}/{entry_relpath(key)}", 4 << 20)
+            found = json.loads(data)
+        except (OSError, ValueError, RecursionError):
+            return None
+        return found.get(name) if isinstance(found, dict) else None
+
     def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
         `expect` holds fields it must have (target, signature, arch; kind for objects).

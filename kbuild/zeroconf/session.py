@@ -7,17 +7,20 @@ For a (kernel, argument types) on the current device, `Session.__call__`:
 2. keys it with kbuild's own Keyer and `build.target_key`, the key a declared target
    of that name, signature and arch gets (a fresh Keyer per compile: the program may
    have changed a global since the last one, and the key must say what numba reads now);
-3. looks the key up in the store (and the remote behind it), checking what the
-   compile observed as a build does (`build.fresh_entry`); for a launch-triggered
-   compile, also under the key of the current launch configuration, where a kernel
-   that depends on it is kept (see keying/launch.py);
-4. on a miss (on_miss="build"), takes the key's lock, looks again (another process
-   may have built it meanwhile), relinks it from stored objects or compiles it
-   through kbuild's backend (separate compilation, what numba consulted observed),
-   and commits it; a compile marked launch-config sensitive is committed under the
-   key of its launch configuration, and keeps no objects;
-5. loads the stored cubin as numba-cuda's own kernel object, bound to its key, and
-   hands it to the dispatcher (`backend.dispatch`).
+3. looks the key up through the build service (`build.service`: the store and the
+   remote behind it, checking what the compile observed as a build does); for a
+   launch-triggered compile, also under the key of the current launch configuration,
+   where a kernel that depends on it is kept (see keying/launch.py);
+4. on a miss (on_miss="build"), has the build service take the key's lock, look
+   again (another process may have built it meanwhile), relink it from stored objects
+   or compile it in this process, and commit it (`BuildService.ensure`); a compile
+   marked launch-config sensitive is committed under the key of its launch
+   configuration, and keeps no objects;
+5. has the kernel's backend hand the stored cubin to its dispatcher
+   (`Backend.dispatcher_kernel`: numba-cuda's own kernel object, bound to its key).
+
+What stays here is zero-config's own: naming, the journal, numba's compiled device
+functions kept in step with kbuild's compiles, the other archs asked for, fallbacks.
 
 Before step 2, the program journal (`journal`) may answer: when the live digest of what
 this compile's key rests on is one the journal holds from an earlier run, the key is the
@@ -36,7 +39,6 @@ import random
 import sys
 import warnings
 from collections import Counter
-from dataclasses import replace
 
 from ..errors import KbuildError, KeyingError, LaunchError
 from ..sources import ProjectSources, note_source
@@ -84,7 +86,6 @@ class Session:
         self._warned: set = set()
         self._unwritable: str | None = None
         self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
-        self._arch: dict = {}
         self._verify = _verify_share()  # KBUILD_VERIFY: the share of served kernels checked
         self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
         self.journal = self._journal(journal)
@@ -169,7 +170,7 @@ class Session:
             if self.recorder is not None:
                 sensitive = getattr(kernel, "launch_config_sensitive", False)
                 self.recorder.add(request.py_func, request.argtypes, name, text,
-                                  self._device_arch_or_none(),
+                                  self._device_arch_or_none(request),
                                   request.launch if sensitive else None)
 
     def _named(self, request):
@@ -193,19 +194,18 @@ class Session:
         return matching_text(spec.signatures, argtypes, module, backend) if spec else None
 
     def _serve(self, request, name: str, text: str):
-        from ..build import current_digests
+        from ..build import BuildService
 
         _check_source(request.py_func, request.options)
-        device_arch = self._device_arch()
+        device_arch = self._device_arch(request)
         arch = self._compile_arch(request, device_arch)
         answered = self._journaled(request, name, text, arch, device_arch)
         if answered is not None:
             return answered
         plan, targets = self._plan(request, name, text, arch)
         self._check_reused_callees(plan)
-        target = targets[0]
-        current = current_digests(plan)
-        manifest, served = self._lookup(plan, target, request, current)
+        service = BuildService(plan, self.store)
+        manifest, served = self._lookup(service, targets[0], request)
         if manifest is None:
             if self.settings.on_miss == "error":
                 raise LaunchError(f"kernel '{name}' {text} is not in store {self.store.root} "
@@ -213,14 +213,14 @@ class Session:
             if self.settings.on_miss == "jit" or not self._writable():
                 self.counts["fallback"] += 1
                 return None
-            manifest, served = self._build(plan, targets, request, current)
+            manifest, served = self._build(service, targets, request)
             if manifest is None:
                 self.counts["fallback"] += 1
                 return None  # kbuild's compile failed: numba compiles, and raises its error
         else:
             self.counts["hits"] += 1
             if self._verify and random.random() < self._verify:
-                manifest, served = self._verified(plan, served, manifest, current)
+                manifest, served = self._verified(service, served, manifest)
                 if manifest is None:
                     self.counts["fallback"] += 1
                     return None  # a fresh build fails: numba compiles it, and says why
@@ -230,38 +230,32 @@ class Session:
         cellwatch.follow(request.dispatcher, plan.keyer)  # a notebook's: see cellwatch
         return kernel
 
-    def _verified(self, plan, served, manifest, current):
+    def _verified(self, service, served, manifest):
         """KBUILD_VERIFY: the entry `served` rebuilt from source here, reusing nothing
         this process or the store made, and compared byte for byte (see build.verify):
         (the entry to load, its target), the fresh build's when the stored one differs,
         (None, None) when a fresh build fails. Checked before the launch, so a binary
         that differs is never launched."""
-        from ..build import commit, compile_target
-        from ..keying.encode import digest
-
-        plan.kernels[served.name].backend.forget_compiled(plan.keyer.device_functions)
-        for disp in plan.keyer.device_functions:
+        for disp in service.plan.keyer.device_functions:
             self._compiled.pop(disp.py_func, None)
-        plan.separate = manifest.get("link", {}).get("mode") != "whole"
-        outcome, seconds = compile_target(plan, served)
+        outcome, seconds = service.compile_fresh(served, manifest)
         self.counts["verified"] += 1
         label = f"{served.name} {served.signature} {served.arch}"
-        if isinstance(outcome, Exception):
-            self.store.remove_entry(plan.keys[served].digest)
+        with self.store.shared():
+            differ, _ = service.compared(served, manifest, outcome, seconds,
+                                         record_failure=False)
+        if isinstance(differ, Exception):
             self.warn(f"kbuild: {label}: the store holds a binary a fresh build cannot make "
                       f"({str(outcome).splitlines()[0]}); entry removed, numba compiles it "
                       "(please report this)")
             return None, None
-        stored = manifest["artifacts"]
-        if all(stored.get(k) == digest(getattr(outcome, k)) for k in ("ptx", "cubin")):
+        if not differ:
             return manifest, served
         self.counts["differ"] += 1
         self.warn(f"kbuild: {label}: the cached binary differs from a fresh build; kbuild "
                   "keyed nothing that changed (please report this); the entry is replaced "
                   "and the fresh build launched")
-        with self.store.shared():
-            commit(self.store, plan, served, outcome, seconds, current, replace_objects=True)
-        return self._fresh(plan, served, current)
+        return service.fresh_as_stored(served)
 
     def _check_reused_callees(self, plan) -> None:
         """numba compiles a device function once per argument types in a process and
@@ -329,28 +323,22 @@ class Session:
         return kernel
 
     def _journal_entry(self, held, target, request, backend, keyer):
-        """`build.fresh_entry` for a key the journal gave: the entry the journal checked
-        before when it is the same (`journal.checked_entry`), else the entry verified in
-        full; and the observation set of what its compile read matched against now."""
+        """The entry for a key the journal gave: the entry the journal checked before when
+        it is the same (`journal.checked_entry`), else the build service's look-up (the
+        entry verified, and the observation set of what its compile read matched against
+        this process)."""
         from ..backend.observe import Current
-        from ..build.entries import expected, observed_record
-        from ..keying import observed as obs
+        from ..build.entries import expected
+        from ..build.service import fresh_at_key
         from .journal import checked_entry
 
         current = Current(keyer.sources, self.config.root)
-        bound = expected(target, request.dispatcher, backend)
-        manifest = checked_entry(self.store, held, current, bound)
+        manifest = checked_entry(self.store, held, current,
+                                 expected(target, request.dispatcher, backend))
         if manifest is not None:
             return manifest
-        key = held.key
-        manifest = self.store.lookup(key, bound)
-        record = manifest and observed_record(self.store, manifest)
-        if not record or record.static_key != key:
-            return None
-        found = obs.matching_set(record, current)
-        if found is None:
-            return None
-        return manifest if found is record.sets[0] else self.store.lookup(found.key, bound)
+        return fresh_at_key(self.store, held.key, target, request.dispatcher, backend,
+                            keyer.sources, self.config.root)
 
     def _remember(self, served, name: str, text: str, plan, manifest) -> None:
         """A compile keyed in full and served from its static key: the journal keeps its
@@ -381,57 +369,12 @@ class Session:
 
     # -- the store --------------------------------------------------------------------
 
-    def _lookup(self, plan, target, request, current):
+    @staticmethod
+    def _lookup(service, target, request):
         """(the fresh entry for `target`, the target it was found as), or (None, None):
-        its static key, then (in a launch) the key of the current launch configuration."""
-        tried = [target]
-        if request.launch is not None:
-            tried.append(_launch_target(plan, target, request.launch))
-            if request.launch_sensitive:
-                tried.reverse()  # numba already knows: its kernels depend on their launch
-        for candidate in tried:
-            manifest, found = self._fresh(plan, candidate, current)
-            if manifest is not None:
-                return manifest, found
-        return None, None
-
-    def _fresh(self, plan, target, current):
-        """(the fresh entry of `target`'s key, the target as it names it) or (None, target)."""
-        from ..build import fresh_entry
-
-        key = plan.keys[target].digest
-        try:
-            held = self.store.has_entry(key)
-        except OSError:  # no store there (a file in its path): nothing held
-            held = False
-        if not held:
-            if self.store.remote is None:
-                return None, target
-            # Fetched from the remote (verified, kept here) whatever text it names.
-            if self.store.lookup(key, {"target": target.name, "arch": target.arch}) is None:
-                return None, target
-        # The same types declared with another text (`f4[::1]`) have the same key: take the
-        # entry's text rather than refuse (and remove) it as another target's.
-        stored = self._stored_signature(key)
-        if stored is not None and stored != target.signature:
-            target = _retexted(plan, target, stored)
-        return fresh_entry(plan, self.store, target, current), target
-
-    def _stored_signature(self, key: str):
-        """The signature text an entry names, read without checking the rest (the look-up
-        that follows checks everything)."""
-        import json
-
-        from ..store import tree
-        from ..store.local import LAYOUT, entry_relpath
-
-        try:
-            data, _ = tree.read_file(self.store.root, f"{LAYOUT}/{entry_relpath(key)}", 4 << 20)
-            found = json.loads(data)
-        except (OSError, ValueError, RecursionError):
-            return None
-        signature = found.get("signature") if isinstance(found, dict) else None
-        return signature if isinstance(signature, str) else None
+        its static key, then (in a launch) the key of the current launch configuration
+        (first, when numba already knows its kernels depend on their launch)."""
+        return service.fresh_in_launch(target, request.launch, request.launch_sensitive)
 
     def _writable(self) -> bool:
         if self._unwritable is None:
@@ -445,90 +388,86 @@ class Session:
                           "and not cached")
         return not self._unwritable
 
-    def _build(self, plan, targets, request, current):
-        """Compile (or relink) and commit the targets, the device's first; (its entry, the
-        target it is stored as), or (None, None) when the compile failed."""
-        from ..store.locks import KeyLock
-
+    def _build(self, service, targets, request):
+        """Build (relink or compile, and commit) the targets through the build service,
+        the device's first; (its entry, the target it is stored as), or (None, None)
+        when the compile failed."""
         first = targets[0]
-        with self.store.shared(), KeyLock(self.store.root, plan.keys[first].digest):
-            manifest, served = self._lookup(plan, first, request, current)
-            if manifest is None:
-                served = self._compile_and_commit(plan, first, request, current)
-                if served is None:
-                    return None, None
-                manifest, served = self._fresh(plan, served, current)
+        manifest, served = self._ensure(service, first, request,
+                                        lambda t: self._lookup(service, t, request))
+        if manifest is None:
+            return None, None
         if len(targets) > 1:
-            self._build_others(plan, targets[1:], served, request, current)
+            self._build_others(service, targets[1:], served, request)
         return manifest, served
 
-    def _build_others(self, plan, others, served, request, current):
+    def _build_others(self, service, others, served, request):
         """The same kernel for the other archs asked for (`archs=`): a store for a fleet."""
         from ..backend import dispatch
-        from ..store.locks import KeyLock
 
         for other in others:
             if served.launch is not None:
-                other = _launch_target(plan, other, served.launch)
-            with self.store.shared(), KeyLock(self.store.root, plan.keys[other].digest):
-                if self._fresh(plan, other, current)[0] is None:
-                    self._compile_and_commit(plan, other, request, current)
+                other = service.for_launch(other, served.launch)
+            self._ensure(service, other, request)
         # Device functions now hold code for another arch: typed again when next needed.
-        for disp in plan.keyer.device_functions:
+        for disp in service.plan.keyer.device_functions:
             dispatch.forget_compiled(disp)
             self._compiled.pop(disp.py_func, None)
 
-    def _compile_and_commit(self, plan, target, request, current):
+    def _ensure(self, service, target, request, lookup=None):
+        """`service.ensure` as zero-config builds: compiled in this process (numba's
+        compiled device functions kept in step, `_compiled_now`), committed under the
+        key of its launch configuration when the compile depends on it; a failure warns
+        (numba compiles it). (entry, target as stored) or (None, None)."""
         from ..backend import dispatch
-        from ..build import commit, compile_target
 
-        with dispatch.watching(request.config) as marks:
-            outcome, seconds = self._relinked(plan, target, current) or \
-                self._compiled_now(plan, target, compile_target)
-        if isinstance(outcome, Exception):
-            self.warn(f"kbuild: {target.label}: {str(outcome).splitlines()[0]}; "
+        marks, placed = [], []
+
+        def produce(target):
+            with dispatch.watching(request.config) as watched:
+                marks.append(watched)
+                return service.produce(target, compile=lambda t: self._compiled_now(service, t))
+
+        def place(target, outcome):
+            placed.append(target)
+            if (marks[-1].sensitive or request.launch_sensitive) and target.launch is None \
+                    and request.launch is not None:
+                self._forget_launch_specific(service.plan, target, outcome)
+                return service.for_launch(target, request.launch)
+            return target
+
+        manifest, found = service.ensure(target, lookup=lookup, produce=produce, place=place)
+        self.counts["built"] += len(placed)  # committed (found under the lock: not ours)
+        if manifest is None and isinstance(found, Exception):
+            self.warn(f"kbuild: {target.label}: {str(found).splitlines()[0]}; "
                       "numba compiles it")
-            return None
-        if (marks.sensitive or request.launch_sensitive) and target.launch is None \
-                and request.launch is not None:
-            target = _launch_target(plan, target, request.launch)
-            self._forget_launch_specific(plan, outcome)
-        commit(self.store, plan, target, outcome, seconds, current)
-        self.counts["built"] += 1
-        return target
+            return None, None
+        return manifest, found
 
-    def _forget_launch_specific(self, plan, outcome) -> None:
+    def _forget_launch_specific(self, plan, target, outcome) -> None:
         """What a compile marked launch-config sensitive made for its launch alone: its
         objects, and the device functions numba typed meanwhile (typed again for the next
         launch configuration, as a fresh process types them)."""
-        from ..backend import dispatch, lto
+        from ..backend import dispatch
 
-        lto.forget(o.key for o in outcome.objects)
+        made = [o.key for o in outcome.objects]
+        plan.kernels[target.name].backend.forget_compiled(objects=made)
         for disp in plan.keyer.device_functions:
             dispatch.forget_compiled(disp)
             self._compiled.pop(disp.py_func, None)
 
-    def _relinked(self, plan, target, current):
-        """(Artifacts, seconds) linked from stored objects, or None: compile it."""
-        from ..build import link_target, relink_recipe
-
-        if target.launch is not None:
-            return None
-        found = relink_recipe(plan, self.store, target, current)
-        return None if found is None else link_target(plan, self.store, target, found)
-
-    def _compiled_now(self, plan, target, compile_target):
+    def _compiled_now(self, service, target):
         """Compile in this process. A device function numba compiled earlier here holds
         the values it read then: it is typed again if its key has changed since."""
         from ..backend import dispatch
 
-        keyer = plan.keyer
+        keyer = service.plan.keyer
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
             if dispatch.holds_compiled(disp) and node is not None \
                     and self._compiled.get(disp.py_func) != node.digest:
                 dispatch.forget_compiled(disp)
-        outcome = compile_target(plan, target)
+        outcome = service.compile(target, early_cutoff=False)
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
             if node is not None and dispatch.holds_compiled(disp):
@@ -538,35 +477,11 @@ class Session:
     # -- loading ----------------------------------------------------------------------
 
     def _load(self, manifest, served, request, device_arch, backend, key: str):
-        from ..backend import debugpaths, dispatch
-        from ..backend.launcher import serve_fast
-        from ..backend.loader import rebuild_kernel
         from ..config import arch_cc
 
-        blob = manifest["artifacts"]["cubin"]
-        if served.arch == device_arch:
-            stored = self.store.read_blob(blob)
-        else:  # NUMBA_FORCE_CUDA_CC: built for another arch; its PTX assembled for this one
-            from ..backend.launcher import device_binary
-
-            blob = manifest["artifacts"]["ptx"]
-            stored = device_binary(manifest, self.store.read_blob(blob), arch_cc(device_arch))
-            blob = f"{blob}@{device_arch}"
-        # A debug or lineinfo binary names the program's own files (`backend.debugpaths`);
-        # not the stored bytes then, so its modules are cached apart.
-        binary, located = debugpaths.located(stored, self.config.paths)
-        if located:
-            blob = f"{blob}@{located}"
-        launching = backend.launcher()
-        if hasattr(launching, "cached_result"):  # numba-cuda-mlir: its dispatcher loads it
-            kernel = launching.cached_result(request.dispatcher, request.argtypes, binary,
-                                             manifest["entry"], bool(manifest.get("cooperative")))
-            return self._handed_over(kernel, served, key)
-        kernel = rebuild_kernel(manifest, request.argtypes, binary, "cubin",
-                                arch_cc(device_arch), request.options, py_func=request.py_func)
-        kernel = serve_fast(kernel, blob, binary, arch_cc(device_arch), request.options)
-        if served.launch is not None:
-            dispatch.mark_sensitive(kernel)
+        kernel = backend.dispatcher_kernel(request, manifest, self.store.read_blob, device_arch,
+                                           arch_cc(device_arch), self.config.paths,
+                                           for_launch=served.launch is not None)
         return self._handed_over(kernel, served, key)
 
     def _handed_over(self, kernel, served, key: str):
@@ -576,28 +491,19 @@ class Session:
 
     @staticmethod
     def _compile_arch(request, device_arch: str) -> str:
-        """The arch numba compiles the kernel for on this device (NUMBA_FORCE_CUDA_CC may
-        name another); numba-cuda-mlir's kernels are built for the device's."""
-        from ..backend import launcher
-        from ..backend.backends import DEFAULT
+        """The arch the kernel's backend compiles it for on this device (NUMBA_FORCE_CUDA_CC
+        may name another to numba-cuda)."""
+        return _backend_of(request.dispatcher).compile_arch(device_arch)
 
-        if _backend_of(request.dispatcher).name != DEFAULT:
-            return device_arch
-        return launcher.compile_arch(device_arch)
-
-    def _device_arch_or_none(self):
+    def _device_arch_or_none(self, request):
         try:
-            return self._device_arch()
+            return self._device_arch(request)
         except Exception:  # noqa: BLE001 - no driver: numba says so when it compiles
             return None
 
-    def _device_arch(self) -> str:
-        from ..backend import launcher
-
-        device = launcher.current_device()
-        if device not in self._arch:
-            self._arch[device] = launcher.device_arch(device)
-        return self._arch[device]
+    @staticmethod
+    def _device_arch(request) -> str:
+        return _backend_of(request.dispatcher).current_arch()
 
     # -- telling the user --------------------------------------------------------------
 
@@ -687,23 +593,3 @@ def _backend_of(dispatcher):
 
     return of_object(dispatcher) or get(DEFAULT)
 
-
-def _launch_target(plan, target, launch):
-    """`target` built for one launch configuration, keyed with it, added to the plan."""
-    from ..keying.launch import with_launch
-
-    found = replace(target, launch=launch)
-    if found not in plan.keys:
-        static = plan.keys[replace(target, launch=None)]
-        plan.keys[found] = with_launch(static, launch)
-        plan.targets.append(found)
-    return found
-
-
-def _retexted(plan, target, text: str):
-    """`target` under another text of its signature (the types, and the key, are the same)."""
-    resolved = plan.kernels[target.name]
-    resolved.argtypes.setdefault(text, resolved.argtypes[target.signature])
-    found = replace(target, signature=text)
-    plan.keys.setdefault(found, plan.keys[target])
-    return found

@@ -80,6 +80,21 @@ class NumbaCudaMlir(Backend):
 
         return launching
 
+    def dispatcher_kernel(self, request, manifest: dict, read_blob, device_arch: str,
+                          device_cc: tuple, source_roots, for_launch: bool):
+        # Its dispatcher loads the cubin itself, as its own cache's result.
+        from ..served import stored_binary
+        from .launching import cached_result
+
+        binary, _ = stored_binary(manifest, read_blob, device_arch, device_cc, source_roots)
+        return cached_result(request.dispatcher, request.argtypes, binary, manifest["entry"],
+                             bool(manifest.get("cooperative")))
+
+    def current_arch(self) -> str:
+        from .launching import current_device, device_arch
+
+        return device_arch(current_device())
+
     def prepare(self) -> None:
         from .compiler import prepare
 
