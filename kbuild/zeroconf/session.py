@@ -327,12 +327,11 @@ class Session:
         it is the same (`journal.checked_entry`), else the build service's look-up (the
         entry verified, and the observation set of what its compile read matched against
         this process)."""
-        from ..backend.observe import Current
-        from ..build.entries import expected
+        from ..build.entries import digests_now, expected
         from ..build.service import fresh_at_key
         from .journal import checked_entry
 
-        current = Current(keyer.sources, self.config.root)
+        current = digests_now(keyer.sources, self.config.root)
         manifest = checked_entry(self.store, held, current,
                                  expected(target, request.dispatcher, backend))
         if manifest is not None:
