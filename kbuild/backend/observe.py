@@ -745,30 +745,10 @@ class _RecordingEnviron(WatchedEnviron):
         if self._observer.read_by_project():
             self._observer.add(Kind.ENV, str(name))
 
-    def _scanned(self) -> None:
+    def scanned(self) -> None:
         # The project's code took every variable (a scan, a copy): all of them are read.
         if self._observer.read_by_project():
             self._observer.add(Kind.ENVIRON, "*")
-
-    def __iter__(self):
-        self._scanned()
-        return super().__iter__()
-
-    def copy(self):
-        self._scanned()
-        return super().copy()
-
-    def keys(self):
-        self._scanned()
-        return super().keys()
-
-    def items(self):
-        self._scanned()
-        return super().items()
-
-    def values(self):
-        self._scanned()
-        return super().values()
 
 
 @contextlib.contextmanager

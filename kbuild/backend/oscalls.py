@@ -27,6 +27,7 @@ import stat as _stat
 import sys
 import threading
 
+from ..environ import stand_in_supports
 from ..keying.observed import Kind
 from .libraries import is_library
 
@@ -65,7 +66,7 @@ def watching(observer, installed):
         if not _WATCHING:
             _STATS.append((os.stat, os.lstat))
             os.stat, os.lstat = _recording_stat(os.stat), _recording_stat(os.lstat)
-            _support(_STATS[-1], (os.stat, os.lstat))
+            stand_in_supports(_STATS[-1], (os.stat, os.lstat))
         _WATCHING.setdefault(me, []).append((observer, installed))
     try:
         yield
@@ -76,7 +77,7 @@ def watching(observer, installed):
                 del _WATCHING[me]
             if not _WATCHING:
                 stats = _STATS.pop()
-                _support((os.stat, os.lstat), stats)
+                stand_in_supports((os.stat, os.lstat), stats)
                 os.stat, os.lstat = stats
 
 
@@ -176,16 +177,6 @@ def _recording_stat(original):
 
     stat.original = original
     return stat
-
-
-def _support(old, new) -> None:
-    # `os.stat in os.supports_fd` (shutil, pathlib) must say the same of the stand-ins.
-    for group in (os.supports_fd, os.supports_dir_fd, os.supports_follow_symlinks,
-                  os.supports_effective_ids):
-        for before, after in zip(old, new):
-            if before in group:
-                group.discard(before)
-                group.add(after)
 
 
 def stat_digest_form(path) -> tuple | None:

@@ -23,7 +23,7 @@ import stat as _stat
 import sys
 import time
 
-from ..environ import WatchedEnviron
+from ..environ import WatchedEnviron, stand_in_supports
 from ..keying.encode import digest
 
 # Environment variables read by C code or by the toolchain's set-up (which library is
@@ -91,7 +91,7 @@ class ReadRecorder:
             os.environb = _RecordingEnvironb(self._environb, self)
         self._stats = (os.stat, os.lstat)
         os.stat, os.lstat = _recording_stat(os.stat, self), _recording_stat(os.lstat, self)
-        _support(self._stats, (os.stat, os.lstat))
+        stand_in_supports(self._stats, (os.stat, os.lstat))
         _ACTIVE = self
         return self
 
@@ -108,7 +108,7 @@ class ReadRecorder:
             os.environb = self._environb
         self._environb = None
         if self._stats is not None and getattr(os.stat, "recorder", None) is self:
-            _support((os.stat, os.lstat), self._stats)
+            stand_in_supports((os.stat, os.lstat), self._stats)
             os.stat, os.lstat = self._stats
         self._stats = None
 
@@ -223,16 +223,6 @@ def by_program(frame) -> bool:
     return False
 
 
-def _support(old, new) -> None:
-    # `os.stat in os.supports_fd` (shutil, pathlib) must say the same of the stand-ins.
-    for group in (os.supports_fd, os.supports_dir_fd, os.supports_follow_symlinks,
-                  os.supports_effective_ids):
-        for before, after in zip(old, new):
-            if before in group:
-                group.discard(before)
-                group.add(after)
-
-
 def _recording_stat(original, recorder: ReadRecorder):
     def stat(path, *args, **kwargs):
         try:
@@ -300,29 +290,9 @@ class _ScanNotSeen:
 
     scanned_name = ""
 
-    def _scanned(self) -> None:
+    def scanned(self) -> None:
         if by_program(sys._getframe(2)):
             self.recorder.not_seen(f"scanned the whole environment ({self.scanned_name})")
-
-    def __iter__(self):
-        self._scanned()
-        return super().__iter__()
-
-    def keys(self):
-        self._scanned()
-        return super().keys()
-
-    def items(self):
-        self._scanned()
-        return super().items()
-
-    def values(self):
-        self._scanned()
-        return super().values()
-
-    def copy(self):
-        self._scanned()
-        return super().copy()
 
 
 class _RecordingEnviron(_ScanNotSeen, WatchedEnviron):
