@@ -280,7 +280,8 @@ ZEROCONF_LAUNCH = """
 import sys
 import numpy as np
 import kbuild
-from kbuild.backend import compiler, fakedriver
+from kbuild.backend import compiler
+from kbuild.backend.testing import fakedriver
 with fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0)):
     session = kbuild.enable(store=sys.argv[1])
     from pkg.k import k
