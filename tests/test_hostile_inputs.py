@@ -35,6 +35,7 @@ from kbuild.store.archive import ArchiveError, import_archive
 from kbuild.store.local import Store, atomic_write
 from kbuild.store.remote import RemoteSettings, open_remote
 from kbuild.store.signing import sign, signature_problem
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 HANG_GUARD = 120  # seconds: only a hang reaches it
 CALM = 60  # seconds a remote call may take where time is not what a test is about

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import blob_bytes
 from test_cli_newcomer import make_project
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 KERNEL = '''from numba import cuda
 
