@@ -124,9 +124,15 @@ def run_in_process(*args, cwd, home, env=None, store=None, bytecode: bool = True
     contents. Keep `run` for a fresh process: start-up, direct mode (the journal answers
     only a run that imported no numba before it started), hash seeds, signals, bytecode,
     a file edited back to its size and mtime. A NUMBA_* or PYTHON* variable in `env` (read
-    when this process started) sends the command to `run`. `timeout` is not enforced here.
+    when this process started) sends the command to `run`, as does a call from another
+    thread. `timeout` is not enforced here.
     """
-    if any(k.startswith(_FIXED_AT_START) for k in (env or {})):
+    import threading
+
+    # The environment and the working directory are the process's: one command at a time,
+    # from the main thread (signal handlers can only be set there).
+    if any(k.startswith(_FIXED_AT_START) for k in (env or {})) or \
+            threading.current_thread() is not threading.main_thread():
         return run(*args, cwd=cwd, home=home, env=env, store=store, bytecode=bytecode,
                    timeout=timeout or 300)
     # NUMBA_CACHE_DIR, PYTHONPATH and the like: as this process has them (and numba read them)
