@@ -23,7 +23,7 @@ interleaved so that the machine's load falls on every way alike:
 
 For each: seconds from process start to the first launch's driver call, to the N-th
 launch's, and the whole process (wall and CPU). With --fake-driver (no GPU) every driver
-call is kbuild's fake (backend/fakedriver.py): nothing runs on a device, so the times are
+call is kbuild's fake (backend/testing/fakedriver.py): nothing runs on a device, so the times are
 the host side down to the driver call; on a GPU (without it) the launches are real and the
 last one is synchronized. `--profile` also runs one warm kbuild process per size under
 cProfile and prints where its time went. Prints a table per size and one JSON object.
@@ -90,7 +90,8 @@ def _main_script() -> str:
         from numba import cuda
         if fake:
             import contextlib
-            from kbuild.backend import compiler, fakedriver
+            from kbuild.backend import compiler
+            from kbuild.backend.testing import fakedriver
             stack = contextlib.ExitStack()
             driver = stack.enter_context(fakedriver.installed((8, 0), record=False))
             stack.enter_context(compiler.targeting((8, 0)))

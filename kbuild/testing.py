@@ -13,7 +13,7 @@ Within the block the program runs as it would on a GPU of that architecture, dow
 calls that would reach the CUDA driver: kernels compile for `arch` without asking a driver,
 the store's binaries are chosen, loaded, their arguments typed and packed, the stream
 converted, and the launch is handed over. Only the driver calls are stand-ins
-(`kbuild/backend/fakedriver.py`), and they check what they are given as the driver and
+(`kbuild/backend/testing/fakedriver.py`), and they check what they are given as the driver and
 cuda.core would: a cuda.core Stream and LaunchConfig, and parameters exactly as many and
 as large as the kernel's PTX `.entry` declares (its ABI, read from the stored PTX: the
 compiler's word, not kbuild's packer's). A launch records what was launched; nothing runs
@@ -79,14 +79,14 @@ class FakeDevice:
 
     def array(self, host: np.ndarray):
         """A numba device array whose "device" memory is `host` (as `cuda.to_device`)."""
-        from .backend import fakedriver
+        from .backend.testing import fakedriver
 
         return fakedriver.device_array(host)
 
     def foreign_array(self, host: np.ndarray, stream: int | None = None):
         """A device array of another library (CuPy's, PyTorch's): only
         `__cuda_array_interface__`, over `host`."""
-        from .backend import fakedriver
+        from .backend.testing import fakedriver
 
         return fakedriver.CudaArray(host, stream)
 
@@ -100,7 +100,7 @@ def fake_device(arch: str = "sm_80", store=None):
     """Stand in for one GPU of `arch` (`"sm_80"`) within the block; yields a `FakeDevice`.
     `store`: the store holding the kernels launched (a folder or a `Store`), for their ABI;
     default: the store of the `kbuild.enable()` session."""
-    from .backend import fakedriver
+    from .backend.testing import fakedriver
     from .backend.backends import DEFAULT, get
 
     try:

@@ -18,6 +18,7 @@ import pytest
 
 from support import REPO_ROOT, SHARED_HOME, Result, Template, shared_dir, template
 from support import run as run_process
+from support import run_in_process
 
 
 # -- the gpu marker ---------------------------------------------------------------
@@ -77,19 +78,46 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def run_kbuild(tmp_path_factory):
-    """`run_kbuild(*args, cwd=..., env=None, store=None, timeout=300)` -> Result.
+def kbuild_home(tmp_path_factory) -> Path:
+    """The HOME of the session's `kbuild` commands, in a subprocess or in process."""
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.fixture(scope="session")
+def kbuild_process(kbuild_home):
+    """`kbuild_process(*args, cwd=..., env=None, store=None, timeout=300)` -> Result: one
+    `kbuild` subprocess.
 
     `store` sets KBUILD_STORE (None: unset, so the default store lands in the temp
     HOME/XDG_CACHE_HOME). `env` adds or overrides variables; a value of None removes one.
     `launcher` replaces `-m kbuild` (support.counting). One HOME for the session; see
     `support.run` for the rest of the environment.
     """
-    home = tmp_path_factory.mktemp("home")
-
     def run(*args, cwd, env=None, store=None, timeout=300, launcher=("-m", "kbuild")) -> Result:
-        return run_process(*args, cwd=cwd, home=home, env=env, store=store, timeout=timeout,
+        return run_process(*args, cwd=cwd, home=kbuild_home, env=env, store=store, timeout=timeout,
                            launcher=launcher)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_kbuild(kbuild_process):
+    """How a test runs `kbuild`: a subprocess (`kbuild_process`), unless its module runs
+    its commands in this process (`support.run_kbuild_in_process`, `kbuild_here`); a test
+    there that needs a fresh process asks for `kbuild_process` itself."""
+    return kbuild_process
+
+
+@pytest.fixture(scope="session")
+def kbuild_here(kbuild_home, kbuild_process):
+    """`kbuild_process`, in this process (`support.run_in_process`): for the tests where a
+    subprocess proves nothing more. A module moves its tests here by importing
+    `support.run_kbuild_in_process`. A `launcher` (support.counting) runs a subprocess."""
+    def run(*args, cwd, env=None, store=None, timeout=300, launcher=None) -> Result:
+        if launcher is not None:
+            return kbuild_process(*args, cwd=cwd, env=env, store=store, timeout=timeout,
+                                  launcher=launcher)
+        return run_in_process(*args, cwd=cwd, home=kbuild_home, env=env, store=store)
 
     return run
 

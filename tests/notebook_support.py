@@ -29,7 +29,8 @@ def _counted_ir(*a, **k):
     _report["nvvm"] += 1
     return _compile_ir(*a, **k)
 _nvvm.compile_ir = _counted_ir
-from kbuild.backend import compiler, fakedriver
+from kbuild.backend import compiler
+from kbuild.backend.testing import fakedriver
 from kbuild.keying.encode import digest
 _installed = [fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0))]
 _fake = _installed[0].__enter__()  # kept: a context left behind is closed when collected
@@ -136,7 +137,7 @@ def add1(x, out):
 SCRIPT = """\
 import numpy as np
 from numba import cuda
-from kbuild.backend.fakedriver import device_array
+from kbuild.backend.testing.fakedriver import device_array
 
 
 @cuda.jit

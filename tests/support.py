@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Inherited variables that change what kbuild does or keys: never passed on.
@@ -91,6 +93,149 @@ def run(*args, cwd, home, env=None, store=None, timeout=300, launcher=("-m", "kb
     parsed = json.loads(stdout) if "--json" in map(str, args) and proc.stdout.strip() else None
     return Result(proc.returncode, stdout, proc.stderr.decode("utf-8", "replace"), parsed,
                   proc.stdout)
+
+
+# -- running kbuild in this process ------------------------------------------------------------
+
+# The warning filters of a fresh interpreter (no -W, no PYTHONWARNINGS): what a `kbuild`
+# process shows on stderr, where pytest would record them instead.
+_FRESH_FILTERS = [("default", None, DeprecationWarning, "__main__", 0),
+                  ("ignore", None, DeprecationWarning, None, 0),
+                  ("ignore", None, PendingDeprecationWarning, None, 0),
+                  ("ignore", None, ImportWarning, None, 0),
+                  ("ignore", None, ResourceWarning, None, 0)]
+
+# What cannot be set for a command run in this process: read once when this process
+# started (numba's configuration, the hash seed, the import path).
+_FIXED_AT_START = ("NUMBA_", "PYTHONHASHSEED", "PYTHONPATH", "PYTHONSAFEPATH", "PYTHONWARNINGS")
+
+
+def run_in_process(*args, cwd, home, env=None, store=None, bytecode: bool = True,
+                   timeout=None) -> Result:
+    """`run`, without a new process: `kbuild.cli.main(args)` here, with the environment
+    `kbuild_env` gives a subprocess, `cwd` as the working directory, and stdout/stderr
+    captured as a pipe would (not a terminal). Everything the command changed in this
+    process is put back afterwards: the environment, the working directory, `sys.path`,
+    the project's modules (as `kbuild watch` drops them between builds), the objects the
+    backend compiled, lock descriptors still open (a process's exit would close them),
+    signal handlers and the warning filters.
+
+    For what a subprocess proves nothing more about: exit codes, messages, JSON, store
+    contents. Keep `run` for a fresh process: start-up, direct mode (the journal answers
+    only a run that imported no numba before it started), hash seeds, signals, bytecode,
+    a file edited back to its size and mtime. A NUMBA_* or PYTHON* variable in `env` (read
+    when this process started) sends the command to `run`, as does a call from another
+    thread. `timeout` is not enforced here.
+    """
+    import threading
+
+    # The environment and the working directory are the process's: one command at a time,
+    # from the main thread (signal handlers can only be set there).
+    if any(k.startswith(_FIXED_AT_START) for k in (env or {})) or \
+            threading.current_thread() is not threading.main_thread():
+        return run(*args, cwd=cwd, home=home, env=env, store=store, bytecode=bytecode,
+                   timeout=timeout or 300)
+    # NUMBA_CACHE_DIR, PYTHONPATH and the like: as this process has them (and numba read them)
+    full = {k: v for k, v in kbuild_env(home, store=store, env=env, bytecode=bytecode).items()
+            if not k.startswith(_FIXED_AT_START)}
+    full.update({k: v for k, v in os.environ.items() if k.startswith(_FIXED_AT_START)})
+    out, err = _captured(), _captured(errors="backslashreplace")
+    with _isolated(full, cwd, bytecode, out, err):
+        from kbuild.cli import main
+
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # what `run()` would exit with
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    stdout_bytes, stderr = _read(out), _read(err).decode("utf-8", "replace")
+    stdout = stdout_bytes.decode("utf-8", "replace")
+    parsed = json.loads(stdout) if "--json" in map(str, args) and stdout.strip() else None
+    return Result(code, stdout, stderr, parsed, stdout_bytes)
+
+
+@pytest.fixture(scope="module", name="run_kbuild")
+def run_kbuild_in_process(kbuild_here):
+    """`run_kbuild` for a module whose commands need no fresh process: imported by name
+    (`from support import run_kbuild_in_process`), it replaces conftest's `run_kbuild`
+    with `kbuild_here` (in this process) for that module's tests and fixtures."""
+    return kbuild_here
+
+
+def _captured(errors: str = "strict"):
+    import io
+
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors=errors, newline=None,
+                            write_through=True)
+
+
+def _read(stream) -> bytes:
+    stream.flush()
+    return stream.buffer.getvalue()
+
+
+@contextmanager
+def _isolated(environ: dict, cwd, bytecode: bool, out, err):
+    import gc
+    import signal
+    import warnings
+
+    saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), list(sys.path)
+    saved_modules = set(sys.modules)
+    saved_streams = (sys.stdout, sys.stderr)
+    saved_bytecode = sys.dont_write_bytecode
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGALRM,
+                                                     signal.SIGTERM)}
+    original_environ = os.environ
+    try:
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+        sys.dont_write_bytecode = not bytecode
+        sys.stdout, sys.stderr = out, err
+        with warnings.catch_warnings():
+            warnings.filters[:] = list(_FRESH_FILTERS)
+            warnings.showwarning = _show_warning
+            yield
+    finally:
+        sys.stdout, sys.stderr = saved_streams
+        os.environ = original_environ  # a journal recorder swaps it while it runs
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.path[:] = saved_path
+        sys.dont_write_bytecode = saved_bytecode
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
+        _forget_what_the_command_left(saved_modules)
+        gc.collect()
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    import warnings
+
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _forget_what_the_command_left(saved_modules: set) -> None:
+    """What a `kbuild` process leaves behind only by exiting: the project's modules, the
+    objects the backend compiled (reused by the next compile of the process), lock
+    descriptors."""
+    from kbuild.discover import forget_project_modules
+    from kbuild.store import locks
+
+    forget_project_modules()
+    ours = (sys.prefix, sys.base_prefix, str(REPO_ROOT / "kbuild"))
+    for name in set(sys.modules) - saved_modules:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None) or ""
+        if where and not where.startswith(ours):  # the project's, or a plugin of a test's
+            del sys.modules[name]
+    lto = sys.modules.get("kbuild.backend.lto")
+    if lto is not None:
+        lto.forget(lto.made_keys())
+    for fd in list(locks.HELD):
+        locks.HELD.discard(fd)
+        os.close(fd)
 
 
 # -- counting work in a kbuild process ----------------------------------------------------------

@@ -736,7 +736,7 @@ BACKEND_REACH = {
         "debug kernels launch through numba's own _Kernel, rebuilt from the store",
     ("kbuild.project", "kbuild.backend.debugpaths"):
         "placing a debug binary's source paths at load",
-    ("kbuild.testing", "kbuild.backend.fakedriver"):
+    ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
     ("kbuild.zeroconf", "kbuild.backend.dispatch"):
         "enable()/disable() install numba-cuda's dispatcher hook",
@@ -793,6 +793,27 @@ def backend_reach(graph: Graph, allowed=None) -> list[str]:
     return [f"{arrow.where(graph)}: only {', '.join(sorted(BACKEND_INTERFACE))} may be "
             f"imported outside backend/" for arrow in _past_the_interface(graph)
             if (arrow.source, arrow.target) not in allowed]
+
+
+# The test doubles (the fake driver) are not the product: nothing kbuild runs imports them.
+# Their one door is `kbuild.testing`, the fake device for users' tests, which nothing of
+# kbuild imports either.
+TEST_DOUBLES = "kbuild.backend.testing"
+TEST_DOUBLES_DOOR = "kbuild.testing"
+
+
+def _is_test_double(module: str) -> bool:
+    return module == TEST_DOUBLES or module.startswith(f"{TEST_DOUBLES}.")
+
+
+def doubles_imported(graph: Graph) -> list[str]:
+    """Every arrow into the test doubles (`backend/testing/`) but from their door and from
+    themselves, and every arrow into the door."""
+    return [f"{arrow.where(graph)}: the product never imports the test doubles; use them "
+            f"through {TEST_DOUBLES_DOOR} in tests" for arrow in graph.arrows
+            if (arrow.target == TEST_DOUBLES_DOOR and arrow.source != TEST_DOUBLES_DOOR)
+            or (_is_test_double(arrow.target) and not _is_test_double(arrow.source)
+                and arrow.source != TEST_DOUBLES_DOOR)]
 
 
 def _public_numba(name: str) -> bool:
@@ -950,6 +971,13 @@ def test_only_the_build_service_takes_the_builders_steps(graph):
     for module, name in BUILDER_STEPS_ALLOWED:
         assert any(f"takes {name}," in f and graph.relpath(module) in f
                    for f in builder_steps(graph, allowed={})), (module, name)
+
+
+def test_the_product_never_imports_the_test_doubles(graph):
+    found = doubles_imported(graph)
+    assert not found, _report("imports of the test doubles", found)
+    assert any(a.source == TEST_DOUBLES_DOOR and _is_test_double(a.target)
+               for a in graph.arrows), "kbuild.testing no longer uses backend/testing/"
 
 
 def test_the_allow_lists_have_no_stale_entries(graph):
@@ -1224,6 +1252,21 @@ def test_only_the_backends_interface_is_imported_outside_it(tmp_path, text, ok):
         "only kbuild.backend, kbuild.backend.backends, kbuild.backend.base may be imported "
         "outside backend/"])
     assert found({("kbuild.cli", "kbuild.backend.lto"): "why"}) == []
+
+
+@pytest.mark.parametrize("path,text,ok", [
+    ("kbuild/cli.py", "from .backend.testing import fakedriver\n", False),
+    ("kbuild/cli.py", "def f():\n    from . import testing\n", False),
+    ("kbuild/backend/lto.py", "from .testing.fakedriver import installed\n", False),
+    ("kbuild/testing.py", "from .backend.testing import fakedriver\n", True),
+    ("kbuild/backend/testing/other.py", "from . import fakedriver\n", True),
+], ids=["product", "the-door", "backend", "from-the-door", "among-themselves"])
+def test_the_test_doubles_are_found_where_the_product_imports_them(tmp_path, path, text, ok):
+    files = {"kbuild/backend/testing/__init__.py": "", "kbuild/backend/testing/fakedriver.py":
+             "def installed():\n    pass\n", "kbuild/testing.py": "", path: text}
+    graph = read_graph(_package(tmp_path, {**SMALL, **files}) / "kbuild")
+    found = [f.split(":")[0] for f in doubles_imported(graph)]
+    assert found == ([] if ok else [path])
 
 
 def test_an_allow_list_entry_that_matches_nothing_is_stale(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import entry_files, store_files
+from support import run_kbuild_in_process  # noqa: F401 - its commands run in process
 from kbuild.store.local import Store
 
 GOOD_KERNEL = '''
@@ -245,7 +246,8 @@ def _by_target(result) -> dict:
 
 
 def test_a_kernel_that_fails_to_type_fails_alone_and_does_not_poison_the_store(
-        failing_project, store, run_kbuild):
+        failing_project, store, kbuild_process):
+    run_kbuild = kbuild_process  # a file edited back to its size and mtime: a fresh process
     marker = failing_project / "pkg" / "k_was_compiled"
     others = ("pkg.probed:k", "pkg.mod:k")
 

@@ -21,6 +21,7 @@ import kbuild
 
 from conftest import blob_bytes, blob_files, entry_files, store_files
 from support import kbuild_env
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 ARCHS = ("sm_80", "sm_90")
 # (target, number of signatures) as declared in the repository's kbuild.toml.

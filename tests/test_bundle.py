@@ -50,7 +50,7 @@ print(json.dumps({"installed": installed, "describe": proj.describe(),
 FAKE_DRIVER = NO_BUILDS + """
 import json, sys, numpy as np
 from kbuild import Project
-from kbuild.backend import fakedriver
+from kbuild.backend.testing import fakedriver
 proj = Project.load(package="kbdemo", on_miss="error")
 cc = tuple(int(c) for c in sys.argv[1])
 with fakedriver.installed(cc, proj.store) as fake:
@@ -159,7 +159,7 @@ def test_fallback_chain_down_to_the_driver(wheel_env, cc, loads, error):
 INSTALLED_FAKE_DRIVER = NO_BUILDS + """
 import json, numpy as np
 from kbuild import Project
-from kbuild.backend import fakedriver
+from kbuild.backend.testing import fakedriver
 proj = Project.load(package="kbdemo", on_miss="error")
 with fakedriver.installed((8, 6), proj.store) as fake:
     proj.install()

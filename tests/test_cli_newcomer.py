@@ -13,6 +13,7 @@ import pytest
 
 from conftest import entry_files
 from support import kbuild_argv, kbuild_env
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 KERNEL = '''from numba import cuda
 

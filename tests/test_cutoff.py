@@ -15,6 +15,7 @@ import pytest
 
 from conftest import blob_files, entry_files
 from support import NVVM_COMPILE, counting, counts
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 LINK_PTX = "kbuild.backend.lto:link_ptx"  # nvJitLink: LTO-IR objects -> PTX
 ASSEMBLE = "numba.cuda.cudadrv.driver:_Linker.complete"  # PTX -> cubin (ours and numba's)

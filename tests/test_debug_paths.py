@@ -86,7 +86,7 @@ FILES = {
 LOAD = """
 import hashlib, json, re, sys
 from kbuild import Project
-from kbuild.backend import fakedriver
+from kbuild.backend.testing import fakedriver
 
 SIGS = {"k_lines": "void(float32[::1], int64)", "k_debug": "void(float32[::1])",
         "k_plain": "void(float32[::1])"}
@@ -239,7 +239,8 @@ import json, os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "src"))
 import numpy as np
 import kbuild
-from kbuild.backend import compiler, fakedriver
+from kbuild.backend import compiler
+from kbuild.backend.testing import fakedriver
 
 loaded = []
 with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 0)):

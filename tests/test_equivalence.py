@@ -103,7 +103,8 @@ SUFFIXES = ["default", "fastmath", "fastflags", "noopt", "maxreg", "lineinfo",
 # numba's JIT under a fake device of CC: for each (module:attr, signature) its PTX.
 NUMBA_JIT = '''
 import json, importlib, sys
-from kbuild.backend import compiler, fakedriver
+from kbuild.backend import compiler
+from kbuild.backend.testing import fakedriver
 from kbuild.backend.backends import DEFAULT, get
 
 wanted = json.loads(sys.argv[1])

@@ -17,6 +17,7 @@ from editmatrix_support import (
     ALL, SOUNDNESS, checkout, make_baseline, manifest, replace, run_kbuild, short,
 )
 from kbuild.keying.explain import diff
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ from kbuild.store.local import Store, atomic_write
 from kbuild.store.remote import RemoteSettings
 from kbuild.store.storage import Storage
 from kbuild.store.signing import sign, signature_problem
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 HANG_GUARD = 120  # seconds: only a hang reaches it
 CALM = 60  # seconds a remote call may take where time is not what a test is about

@@ -20,6 +20,7 @@ import numba
 import pytest
 
 from editmatrix_support import load_module, run_kbuild, target_key, with_status
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 F32 = numba.float32[::1]
 _names = itertools.count()

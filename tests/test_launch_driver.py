@@ -3,7 +3,7 @@
 `Project.load()` on tests/launchproj built into a temp store with the real
 compiler, then `proj.kernel(...)[grid, block, stream, sharedmem](...)`: the key
 check, the artifact choice, loading, argument packing and the stream conversion
-all run; only the driver calls are fakes (kbuild/backend/fakedriver.py) that
+all run; only the driver calls are fakes (kbuild/backend/testing/fakedriver.py) that
 check what they are handed as cuda.core would (a Stream, a LaunchConfig of
 3-tuples, parameters as many and as large as the stored PTX's `.entry`
 declares) and record it. The launch of today's GPUs failed at exactly this
@@ -47,7 +47,7 @@ def _load(root, on_miss="error"):
 @pytest.fixture
 def launch(built):
     """(project, fake driver) for a device of compute capability 8.0."""
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj = _load(built)
     with fakedriver.installed((8, 0), proj.store) as fake:
@@ -97,7 +97,7 @@ STREAMS = [  # (name, make the stream, the CUstream handle the launch must get)
 @pytest.mark.parametrize("target", ["lk.bench:noargs", "lk.bench:saxpy"])
 def test_every_stream_form_reaches_the_driver_as_a_cuda_core_stream(launch, name, make,
                                                                      handle, target):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj, fake = launch
     x = fakedriver.device_array(np.arange(8, dtype=np.float32))
@@ -137,7 +137,7 @@ def _array_fields(a):
 
 
 def _saxpy_with(wrap):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     x, y, out = _host(), _host(), _host()
     wrapped = [wrap(a, fakedriver) for a in (x, y, out)]
@@ -196,7 +196,7 @@ def test_python_scalars_take_the_declared_type(launch):
 
 
 def test_dynamic_shared_memory_and_2d_strided_arrays(launch):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj, fake = launch
     x, sums = fakedriver.device_array(_host(16)), fakedriver.device_array(_host(4))
@@ -211,7 +211,7 @@ def test_dynamic_shared_memory_and_2d_strided_arrays(launch):
 
 
 def test_a_grid_sync_kernel_launches_cooperatively(launch):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj, fake = launch
     x = fakedriver.device_array(_host(64))
@@ -236,7 +236,8 @@ def test_a_wrong_launch_configuration_is_refused(launch, config, error):
 # -- per-launch work ------------------------------------------------------------------
 
 def test_arguments_are_typed_once_per_kind_and_modules_loaded_once(launch, monkeypatch):
-    from kbuild.backend import fakedriver, launcher
+    from kbuild.backend import launcher
+    from kbuild.backend.testing import fakedriver
 
     proj, fake = launch
     typed = []
@@ -259,7 +260,7 @@ def test_arguments_are_typed_once_per_kind_and_modules_loaded_once(launch, monke
     ((8, 9), "ptx", "sm_80"),      # not declared: the highest below
 ])
 def test_the_device_gets_the_cubin_else_the_highest_ptx_below(built, cc, kind, target):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj = _load(built, on_miss="build")  # PTX is usable: nothing is built
     entries = sorted(p.name for p in (built / "store").rglob("*.json"))
@@ -270,7 +271,7 @@ def test_the_device_gets_the_cubin_else_the_highest_ptx_below(built, cc, kind, t
 
 
 def test_a_cooperative_kernels_ptx_is_linked_with_cudadevrt_for_the_device(built):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj = _load(built)
     with fakedriver.installed((9, 0), proj.store) as fake:
@@ -282,7 +283,7 @@ def test_a_cooperative_kernels_ptx_is_linked_with_cudadevrt_for_the_device(built
 
 
 def test_a_device_below_every_declared_arch_is_refused_by_name(built):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
     from kbuild.errors import LaunchError
 
     proj = _load(built)
@@ -297,7 +298,7 @@ def test_a_device_below_every_declared_arch_is_refused_by_name(built):
 # -- debug kernels and install() --------------------------------------------------------
 
 def test_a_debug_kernel_reports_a_device_exception_as_numba_does(launch):
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj, fake = launch
     x = fakedriver.device_array(_host())
@@ -316,7 +317,8 @@ def test_a_debug_kernel_reports_a_device_exception_as_numba_does(launch):
 def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch):
     from numba.cuda import dispatcher
 
-    from kbuild.backend import fakedriver, launcher
+    from kbuild.backend import launcher
+    from kbuild.backend.testing import fakedriver
 
     compiles, packed = [], []
     real = dispatcher.compile_cuda
@@ -395,7 +397,7 @@ def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked, ker
     """sm_80's PTX declares `mul` but the CUDA C code is only in the cubin: on an sm_90
     device the PTX is linked with it again (NVRTC + nvJitLink), not handed to the
     driver, whose JIT fails on an unresolved extern function."""
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     proj = _load(linked)
     launcher = proj.kernel(f"lkfile.ops:{kernel}")
@@ -409,7 +411,7 @@ def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked, ker
 def test_ptx_calling_code_kbuild_cannot_link_is_refused_by_name(linked):
     """A declare_device whose code is an in-memory object: the compile records no file
     and the kernel names no link item, so there is nothing to link the PTX with."""
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
     from kbuild.errors import LaunchError
 
     proj = _load(linked)

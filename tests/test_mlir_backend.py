@@ -2,7 +2,7 @@
 
 Builds run the real `kbuild` CLI with the real numba-cuda-mlir compiler (NVVM, nvJitLink)
 on a machine with no GPU and no driver; launches go down to the driver boundary through
-the fake driver (`kbuild/backend/fakedriver.py`), which checks every parameter against
+the fake driver (`kbuild/backend/testing/fakedriver.py`), which checks every parameter against
 the stored PTX's `.entry` and every array against numba-cuda-mlir's memref descriptor.
 
 Tests that need the package are skipped with the reason where it is not installed; the
@@ -368,7 +368,7 @@ def test_an_entry_of_one_backend_is_never_taken_for_the_others(built):
 def launching(built, monkeypatch):
     """(project, fake driver module): the built project loaded in this process."""
     from kbuild import Project
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     project, store, _ = built
     monkeypatch.syspath_prepend(str(project))
@@ -432,7 +432,7 @@ def test_the_fake_driver_refuses_numba_cuda_s_abi_for_its_kernels(launching):
 @needs_mlir
 def test_a_device_newer_than_every_build_gets_the_ptx_of_the_highest_arch(built, monkeypatch):
     from kbuild import Project
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     project, store, _ = built
     monkeypatch.syspath_prepend(str(project))

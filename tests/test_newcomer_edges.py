@@ -8,6 +8,7 @@ import json
 import textwrap
 
 import pytest
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 KERNELS = """
 from numba import cuda

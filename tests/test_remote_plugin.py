@@ -7,6 +7,7 @@ from __future__ import annotations
 import textwrap
 
 from conftest import copy_examples
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import blob_bytes
 from test_cli_newcomer import make_project
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 KERNEL = '''from numba import cuda
 
@@ -280,7 +281,8 @@ ZEROCONF_LAUNCH = """
 import sys
 import numpy as np
 import kbuild
-from kbuild.backend import compiler, fakedriver
+from kbuild.backend import compiler
+from kbuild.backend.testing import fakedriver
 with fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0)):
     session = kbuild.enable(store=sys.argv[1])
     from pkg.k import k

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import blob_bytes, blob_files, entry_files
 from support import NVVM_COMPILE, counting, counts
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 HELPERS = '''
 from numba import cuda

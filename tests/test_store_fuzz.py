@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 ARCH = "sm_90"
 SEED = int(os.environ.get("KBUILD_FUZZ_SEED", "15"))

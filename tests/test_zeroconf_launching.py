@@ -34,7 +34,8 @@ SCRIPT = """\
 import json, sys
 import numpy as np
 import kbuild
-from kbuild.backend import compiler, driver, fakedriver
+from kbuild.backend import compiler, driver
+from kbuild.backend.testing import fakedriver
 
 store = sys.argv[1]
 session = kbuild.enable(store=store)

@@ -43,7 +43,7 @@ PROGRAM = textwrap.dedent('''
     import json, sys
     import numpy as np
     import kbuild, kbuild.zeroconf
-    from kbuild.backend import fakedriver
+    from kbuild.backend.testing import fakedriver
 
     if sys.argv[2] != "environment":
         kbuild.enable(store=sys.argv[1], on_miss=sys.argv[2])

@@ -156,7 +156,8 @@ def _launch_program(body: str) -> str:
         warnings.simplefilter("always")
         import numpy as np
         from numba import cuda
-        from kbuild.backend import compiler, fakedriver
+        from kbuild.backend import compiler
+        from kbuild.backend.testing import fakedriver
         installed = [fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0))]
         entered = [context.__enter__() for context in installed]
         import kbuild

@@ -170,7 +170,8 @@ def test_pytest_plugin(root, tmp_path, how):
         import json, os
 
         from kbuild import zeroconf
-        from kbuild.backend import compiler, fakedriver
+        from kbuild.backend import compiler
+        from kbuild.backend.testing import fakedriver
 
 
         def test_launch():

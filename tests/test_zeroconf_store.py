@@ -16,7 +16,7 @@ FALLBACK_KERNELS = """\
 import numpy as np
 from numba import cuda
 
-from kbuild.backend import fakedriver
+from kbuild.backend.testing import fakedriver
 
 TABLE = fakedriver.device_array(np.ones(64, np.float32))  # a device pointer: no content
 

@@ -1,7 +1,7 @@
 """A small program with lazy kernels, and a harness that runs it in a fresh process.
 
 The program (`app.py` + `app_kernels.py` + `mathlib.py`, the device function in a file
-of its own) launches its kernels under kbuild's fake driver (backend/fakedriver.py: the
+of its own) launches its kernels under kbuild's fake driver (backend/testing/fakedriver.py: the
 launch path runs for real down to the `cuda.core` call) on an sm_80 "device". The
 harness counts what a run compiled: NVVM compiles (`nvvm.compile_ir`) and links (numba's
 `_Linker.complete`, cuda.core's `Linker.link` and nvJitLink's own `complete`), and records the
@@ -121,7 +121,8 @@ def _counted_nvjitlink(*a, **k):
     return _nvjitlink_complete(*a, **k)
 _nvjitlink.complete = _counted_nvjitlink
 
-from kbuild.backend import compiler, fakedriver
+from kbuild.backend import compiler
+from kbuild.backend.testing import fakedriver
 from kbuild.keying.encode import digest
 
 _cc = tuple(json.loads(os.environ.get("HARNESS_CC", "[8, 0]")))  # the fake device's

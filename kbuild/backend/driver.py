@@ -2,7 +2,7 @@
 
 The launcher (`backend/launcher.py`) loads, packs and launches through the
 names below and nothing else, so a test can swap exactly these for fakes
-(`backend/fakedriver.py`) and run the real launch path down to the call that
+(`backend/testing/fakedriver.py`) and run the real launch path down to the call that
 would reach the GPU. Each function is a thin veneer over cuda.core, or over
 numba-cuda where numba owns the state (its primary context, its host<->device
 copies), so that stored kernels and numba's own share one context and one

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import driver
-from ..artifacts import ptx_unresolved
+from .. import driver
+from ...artifacts import ptx_unresolved
 
 NUMBA_ABI, MLIR_ABI = "numba-cuda", "numba-cuda-mlir"
 _MLIR_MARK = "__numba_cuda_mlir_error_code"  # every numba-cuda-mlir module declares it
@@ -356,7 +356,7 @@ def installed(cc=(8, 0), store=None, record=True):
     from numba.cuda import codegen, dispatcher
     from numba.cuda.cudadrv import driver as numba_driver
 
-    from . import launcher
+    from .. import launcher
 
     fake = FakeDriver(cc=tuple(cc), record=record)
     if store is not None:
