@@ -141,17 +141,20 @@ EDITS = {
     # The tuple's fields in another order: numba's type of it changed, an observed value
     # of what the compile read (namedtuples are keyed by their fields, their order and
     # defaults), so the first caller compiles its objects again, as for any observed
-    # value; the same linked PTX: the callers link again, but nothing is assembled.
+    # value, and the second its own object (its compile read the value through the device
+    # function numba kept from the first: a kept answer's reads are read by every compile
+    # it serves); the same linked PTX: the callers link again, nothing is assembled.
     "a namedtuple's fields swapped, used by keyword": (
         [("consts.py", '["u", "v"]', '["v", "u"]')],
         {"k_a": "cubin", "k_b": "cubin"},
-        {NVVM_COMPILE: 5, LINK_PTX: 2}),
+        {NVVM_COMPILE: 6, LINK_PTX: 2}),
     # A global value read while compiling changed: the first caller compiles all of its
-    # objects again (each records what its compile read), the other links; one PTX.
+    # objects again (each records what its compile read), the other its own object (it
+    # read the value through the kept device function), then links; one PTX.
     "a NaN payload a float32 conversion drops": (
         [("consts.py", "0x7FF8000000000001", "0x7FF8000000000002")],
         {"k_a": "cubin", "k_b": "cubin"},
-        {NVVM_COMPILE: 5, LINK_PTX: 2}),
+        {NVVM_COMPILE: 6, LINK_PTX: 2}),
     # The callers' own objects call it by another name now, and compile again; their
     # linked PTX is the same.
     "a device function moved to another module": (
