@@ -197,7 +197,7 @@ class LiveDigest:
             parts = ["code", code_digest(py_func.__code__), "name", py_func.__module__,
                      py_func.__qualname__, fn.role.value, "options",
                      options_digest(self.keyer, options, where)]
-            parts += self._references(py_func, where)
+            parts += self._references(py_func, where, fn.defaults)
         finally:
             self._stack.pop()
         # Every part is a digest, a label or a dotted name: none holds a NUL.
@@ -205,11 +205,12 @@ class LiveDigest:
         self._done[id(obj)] = (obj, found)
         return found
 
-    def _references(self, py_func, where: str) -> list:
+    def _references(self, py_func, where: str, defaults=None) -> list:
         from ..keying.references import referenced_values
 
         keyer, parts = self.keyer, []
-        for kind, name, value in referenced_values(py_func, keyer.sources, self.objects):
+        for kind, name, value in referenced_values(py_func, keyer.sources, self.objects,
+                                                   defaults):
             if keyer.is_callee(value):
                 parts += ["callee", kind.label(name), self.function(value)]
                 continue
