@@ -24,6 +24,9 @@ import inspect
 CODEGEN_CONFIG = ("CUDA_ENABLE_NRT", "CUDA_NRT_STATS", "CUDA_DEBUG_POLY",
                   "CUDA_DEBUG_POLY_USE_TYPED_CONST", "FORCE_CUDA_CC", "BOUNDSCHECK")
 
+# Read when a function is decorated, into its options (`opt`, `debug`): keyed there.
+DECORATION_CONFIG = ("OPT", "CUDA_DEBUGINFO_DEFAULT")
+
 # The option under which a function with debug information keys `config.OPT`: numba
 # writes `isOptimized: OPT != 0` into that information when it compiles (debuginfo.py),
 # and only there; the optimisation level itself is the `opt` option frozen at decoration.
@@ -41,6 +44,14 @@ def codegen_config() -> dict:
         value = getattr(config, name, None)
         out[name] = tuple(value) if isinstance(value, list) else value
     return out
+
+
+def process_config() -> dict:
+    """The codegen config and the values decoration reads: what a worker must share with
+    the client that sends it a project (the client's dispatchers froze the latter)."""
+    from numba.cuda import config
+
+    return dict(codegen_config(), **{n: getattr(config, n, None) for n in DECORATION_CONFIG})
 
 
 def with_compile_time(options: dict) -> dict:
