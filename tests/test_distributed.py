@@ -89,7 +89,8 @@ def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_bu
 
     from kbuild.config import load_config
     from kbuild.execute.distributed import _plain
-    from kbuild.backend.toolchain import codegen_config, toolchain
+    from kbuild.backend.compiletime import process_config
+    from kbuild.backend.toolchain import toolchain
 
     project, built = local_build
     bundle = project_bundle(load_config(project / "kbuild.toml"))
@@ -97,7 +98,7 @@ def test_a_worker_that_computes_another_key_refuses_to_compile(cluster, local_bu
     job = {"bundle": bundle["digest"], "config": bundle["config"], "names": [SAXPY],
            "archs": [ARCH], "options": {}, "target": [SAXPY, row["signature"], ARCH],
            "key": "0" * 32,
-           "fingerprint": {"toolchain": toolchain(), "codegen": _plain(codegen_config())}}
+           "fingerprint": {"toolchain": toolchain(), "codegen": _plain(process_config())}}
     with Client(cluster.scheduler_address, set_as_default=False) as client:
         result = client.submit(run_job, bundle["files"], job, pure=False).result()
         right = client.submit(run_job, bundle["files"], dict(job, key=row["key"]),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import build, case, copy_tree, replace, short
+from spurious_support import check as check_spurious
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "dynproj"
@@ -103,6 +104,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
     assert _with_status(incremental, "built") == the_case.rebuilt
+    check_spurious("dynamic", the_case.id, baseline[1], incremental)
     if the_case.rebuilt:  # the edit changes what the rebuilt targets compile to
         assert {t for t in the_case.rebuilt if now[t] != _artifacts(baseline[1])[t]}
 
@@ -177,3 +179,144 @@ def test_the_namespace_globals_hands_out_records_reads_and_writes_through():
     seen.names.clear()
     assert set(dict(view.items())) >= set(namespace)
     assert {n for _, n in seen.names} == {"A", "C", "D"}
+
+
+INSTALLED_CLASS = '''
+class Codec:
+    WIDTH = 2.0
+
+    def __init__(self):
+        # As cffi.FFI does: the first instance sets class attributes.
+        if not hasattr(Codec, "READY"):
+            Codec.READY = True
+'''
+
+READS_INSTALLED_CLASS = '''
+import importlib
+
+from numba import cuda
+from numba.cuda.extending import intrinsic, overload
+
+
+def widen(x):
+    pass
+
+
+@overload(widen, target="cuda")
+def ol_widen(x):
+    w = importlib.import_module("lazycodec").Codec.WIDTH
+
+    def impl(x):
+        return x * w
+
+    return impl
+
+
+@intrinsic
+def touch(typingctx, x):
+    def codegen(context, builder, sig, args):
+        importlib.import_module("lazycodec").Codec()  # only while lowering
+        return args[0]
+
+    return x(x), codegen
+
+
+@cuda.jit
+def k_widen(x):
+    x[0] = widen(touch(x[0]))
+'''
+
+
+def test_an_installed_class_an_overload_reads_is_keyed_by_its_code(tmp_path):
+    """An overload reads a class of an installed package whose first instance (made only
+    while the kernel is lowered, as numba's cffi support makes cffi.FFI's) adds class
+    attributes: the class is keyed by its package's code, the same at the compile and
+    at every later check, so a no-op build is `cached`; an edit of that code rebuilds."""
+    project, vendor = tmp_path / "inst", tmp_path / "vendor"
+    (project / "ic").mkdir(parents=True)
+    vendor.mkdir()
+    (vendor / "lazycodec.py").write_text(INSTALLED_CLASS)
+    (project / "ic" / "__init__.py").write_text("")
+    (project / "ic" / "kernels.py").write_text(READS_INSTALLED_CLASS)
+    (project / "kbuild.toml").write_text(
+        '[project]\nname = "inst"\npaths = ["."]\narch = ["sm_80"]\n\n'
+        '[kernels."ic.kernels:k_widen"]\nsignatures = ["void(float32[::1])"]\n')
+    env, store = {"PYTHONPATH": str(vendor)}, tmp_path / "store"
+    first = build(project, store, env_extra=env)
+    assert _with_status(first, "built") == {"k_widen"}, [r["error"] for r in first["targets"]]
+    again = build(project, store, env_extra=env)
+    assert _with_status(again, "cached") == {"k_widen"}, [r.get("reason") for r in again["targets"]]
+    (vendor / "lazycodec.py").write_text(INSTALLED_CLASS.replace("2.0", "3.0"))
+    edited = build(project, store, env_extra=env)
+    assert _with_status(edited, "built") == {"k_widen"}
+    assert _artifacts(edited) != _artifacts(first)
+
+
+def test_an_installed_class_digests_the_same_before_and_after_its_first_instance(
+        tmp_path, monkeypatch):
+    """The digest of an installed class read while compiling is taken right after the
+    compile, and at the next check in a fresh process: a class that adds attributes when
+    first instantiated (cffi.FFI) must digest the same both times, and differently once
+    its code changes."""
+    import sys
+
+    from kbuild.backend.observe import Current
+    from kbuild.keying.observed import Kind
+    from kbuild.sources import ProjectSources
+
+    (tmp_path / "proj").mkdir()
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    (vendor / "lazycodec.py").write_text(INSTALLED_CLASS)
+    monkeypatch.syspath_prepend(str(vendor))
+    monkeypatch.delitem(sys.modules, "lazycodec", raising=False)
+    sources = ProjectSources([str(tmp_path / "proj")])
+
+    def now():
+        return Current(sources, tmp_path / "proj")(Kind.READ, "lazycodec:Codec")
+
+    before = now()
+    import lazycodec
+
+    lazycodec.Codec()
+    assert lazycodec.Codec.READY and now() == before
+    (vendor / "lazycodec.py").write_text(INSTALLED_CLASS.replace("2.0", "3.0"))
+    monkeypatch.delitem(sys.modules, "lazycodec")
+    assert now() != before
+
+
+def test_modules_of_every_module_class_have_their_reads_observed(tmp_path, monkeypatch):
+    """A module whose class is not plain ModuleType - a module's own subclass (properties
+    on the module), a lazily loaded one (importlib.util.LazyLoader) - is observed like any
+    other while compiling, and has its own class back after; a lazy module first loaded
+    during the compile stays loaded."""
+    import importlib.util
+    import sys
+    import types
+
+    from kbuild.backend.observe import Observer, _module_reads
+    from kbuild.keying.observed import Kind
+
+    class WithProperty(types.ModuleType):
+        @property
+        def SCALE(self):  # noqa: N802 - a module constant, computed
+            return 2.0
+
+    own = types.ModuleType("dyn_own")
+    own.__class__ = WithProperty
+    monkeypatch.setitem(sys.modules, "dyn_own", own)
+    (tmp_path / "dyn_lazy.py").write_text("GAIN = 1.5\n")
+    spec = importlib.util.spec_from_file_location("dyn_lazy", tmp_path / "dyn_lazy.py")
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    lazy = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "dyn_lazy", lazy)
+    spec.loader.exec_module(lazy)
+    lazy_class = type(lazy)
+    assert lazy_class is not types.ModuleType
+
+    observer = Observer()
+    with _module_reads(observer):
+        assert own.SCALE == 2.0 and lazy.GAIN == 1.5
+    assert {(Kind.READ, "dyn_own:SCALE"), (Kind.READ, "dyn_lazy:GAIN")} <= set(observer.names)
+    assert type(own) is WithProperty and type(lazy) is types.ModuleType  # loaded meanwhile
+    assert lazy.GAIN == 1.5

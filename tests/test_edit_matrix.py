@@ -18,6 +18,7 @@ from editmatrix_support import (
     ALL, PRECISION, SOUNDNESS, TARGETS, VARIANTS, build, checkout, copy_project, copy_tree,
     keys_of, make_baseline, replace, with_status,
 )
+from spurious_support import check as check_spurious
 
 
 @pytest.fixture(scope="module", params=VARIANTS[:1], ids=lambda v: v.id)
@@ -79,12 +80,14 @@ def test_soundness(baseline, variant, tmp_path, case):
     result = _run_case(baseline, variant, tmp_path, case)
     assert with_status(result, "built") == variant.supported(case.rebuilt)
     assert with_status(result, "cached") == variant.supported(ALL - case.rebuilt)
+    check_spurious(f"edit-{variant.id}", case.id, baseline[2], result)
 
 
 @pytest.mark.parametrize("case", PRECISION, ids=lambda c: c.id)
 def test_precision(baseline, variant, tmp_path, case):
     result = _run_case(baseline, variant, tmp_path, case)
     assert with_status(result, "built") == variant.supported(case.rebuilt)
+    check_spurious(f"edit-{variant.id}", case.id, baseline[2], result)
     unchanged = ALL - case.rebuilt
     assert {k: v for k, v in keys_of(result).items() if k[0].rpartition(":")[2] in unchanged} \
         == {k: v for k, v in keys_of(baseline[2]).items() if k[0].rpartition(":")[2] in unchanged}

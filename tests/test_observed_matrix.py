@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import VARIANTS, build, case, copy_tree, replace, run_kbuild, short
+from spurious_support import check as check_spurious
 
 HERE = Path(__file__).resolve().parent
 PROJECT, VENDOR = HERE / "obsproj", HERE / "obsvendor"
@@ -150,6 +151,7 @@ def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
     stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
     assert _with_status(incremental, "built") == variant.supported(the_case.rebuilt)
+    check_spurious(f"observed-{variant.id}", the_case.id, baseline[1], incremental)
     # An edit nobody's compile read changes no key, yet the journal saw a file change.
     assert incremental["mode"]["used"] == "full", incremental["mode"]
     again = build(project, tmp_path / "store", env_extra=env)

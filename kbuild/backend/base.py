@@ -90,6 +90,11 @@ class Backend(abc.ABC):
     def codegen_config(self) -> dict:
         """Its config knobs that change generated code, by name."""
 
+    def process_config(self) -> dict:
+        """What two processes must share to key and compile alike: its codegen config and
+        the knobs it reads when a function is decorated (frozen into its options)."""
+        return self.codegen_config()
+
     def targeting(self, cc: tuple):
         """A block within which its code compiles for `cc`, asking no driver."""
         return contextlib.nullcontext()

@@ -41,6 +41,11 @@ class NumbaCuda(Backend):
 
         return codegen_config()
 
+    def process_config(self) -> dict:
+        from .compiletime import process_config
+
+        return process_config()
+
     def targeting(self, cc: tuple):
         from .compiler import targeting
 

@@ -16,6 +16,7 @@ import types as pytypes
 from numba.core import types as nbtypes
 
 from ..keying.interfaces import DeclaredFunction, Function, LinkedCode, Role
+from .compiletime import frozen_defaults, with_compile_time
 
 
 class NumbaCudaObjects:
@@ -24,8 +25,10 @@ class NumbaCudaObjects:
     def function_of(self, obj) -> Function | None:
         py_func = getattr(obj, "py_func", None)
         if isinstance(py_func, pytypes.FunctionType) and hasattr(obj, "targetoptions"):
-            options = dict(obj.targetoptions)
-            return Function(py_func, options, Role.DEVICE if options.get("device") else Role.KERNEL)
+            # What numba froze when it made the dispatcher, and what its compile reads now.
+            options = with_compile_time(dict(obj.targetoptions))
+            return Function(py_func, options, Role.DEVICE if options.get("device") else Role.KERNEL,
+                            frozen_defaults(obj))
         fn = getattr(obj, "fn", None)
         if isinstance(fn, pytypes.FunctionType) and hasattr(obj, "_device"):
             # numba's simulator (NUMBA_ENABLE_CUDASIM): FakeCUDAKernel. Its options are
@@ -36,7 +39,7 @@ class NumbaCudaObjects:
     def options_of(self, obj) -> dict:
         from .simopts import options_for
 
-        return dict(options_for(obj))
+        return with_compile_time(dict(options_for(obj)))
 
     def declared_function(self, value) -> DeclaredFunction | None:
         cls = type(value)

@@ -587,22 +587,43 @@ def _module_reads(observer):
     `globals()` or `vars(mod)` hand code that is not a library's a namespace that observes
     each name read from it. A module's class is swapped for a subclass that observes (and
     put back after), so nothing is traced outside those modules and this block."""
-    watched = []
+    watched: dict = {}  # id(module) -> (module, the class it had: put back after)
     compiling = threading.get_ident()  # another thread's namespaces are left alone
 
-    class WatchedModule(pytypes.ModuleType):
-        def __getattribute__(self, attr):
-            value = pytypes.ModuleType.__getattribute__(self, attr)
-            frame = sys._getframe(1)
-            if _reader_is_kbuild(frame):
-                return value
-            name = pytypes.ModuleType.__getattribute__(self, "__name__")
-            if attr == "__dict__" and not _import_or_toolchain_read(frame) \
-                    and threading.get_ident() == compiling:
-                return _RecordingGlobals(value, observer)
-            if not _dunder(attr) and not _import_or_toolchain_read(frame):
-                observer.read(name, attr)
+    def read(module, attr, value, frame):
+        if _reader_is_kbuild(frame):
             return value
+        name = pytypes.ModuleType.__getattribute__(module, "__name__")
+        if attr == "__dict__" and not _import_or_toolchain_read(frame) \
+                and threading.get_ident() == compiling:
+            return _RecordingGlobals(value, observer)
+        if not _dunder(attr) and not _import_or_toolchain_read(frame):
+            observer.read(name, attr)
+        return value
+
+    classes: dict = {}  # a module class -> its recording subclass
+
+    def recording(cls):
+        """A subclass of the module's own class (ModuleType, a lazy loader's, a module's
+        own subclass with properties) that records each attribute read after it."""
+        if cls not in classes:
+            def __getattribute__(self, attr):
+                value = cls.__getattribute__(self, attr)
+                if type(self) is not classes[cls]:  # a lazy module loaded: its class went
+                    swap(self)
+                return read(self, attr, value, sys._getframe(1))
+
+            classes[cls] = type(f"Recording{cls.__name__}", (cls,),
+                                {"__getattribute__": __getattribute__, "__slots__": ()})
+        return classes[cls]
+
+    def swap(module):
+        cls = type(module)
+        try:
+            module.__class__ = recording(cls)
+        except TypeError:  # a class whose layout forbids it
+            return
+        watched[id(module)] = (module, cls)
 
     seen = [0]
 
@@ -612,13 +633,9 @@ def _module_reads(observer):
             return
         seen[0] = len(sys.modules)
         for name, module in list(sys.modules.items()):
-            if type(module) is pytypes.ModuleType and not is_library(name) and \
-                    getattr(module, "__name__", None) == name:
-                try:
-                    module.__class__ = WatchedModule
-                except TypeError:
-                    continue
-                watched.append(module)
+            if isinstance(module, pytypes.ModuleType) and id(module) not in watched \
+                    and not is_library(name) and _module_name(module) == name:
+                swap(module)
 
     original_import, original_import_module = builtins.__import__, importlib.import_module
 
@@ -651,8 +668,17 @@ def _module_reads(observer):
     finally:
         builtins.globals = original_globals
         builtins.__import__, importlib.import_module = original_import, original_import_module
-        for module in watched:
-            module.__class__ = pytypes.ModuleType
+        for module, cls in watched.values():
+            if type(module) is classes.get(cls):
+                module.__class__ = cls
+
+
+def _module_name(module):
+    # Read past the module's own class: a lazy module's would load it.
+    try:
+        return pytypes.ModuleType.__getattribute__(module, "__name__")
+    except AttributeError:
+        return None
 
 
 def _question(cls, asked) -> tuple:
@@ -854,6 +880,7 @@ class Current:
 
     def __init__(self, sources, root: Path):
         self._keyer = _ObservationKeyer(_EveryPackage(sources), ALL_OBJECTS)
+        self._project = sources
         self._root = Path(root)
         self._memo: dict = {}
         self._code: dict = {}  # a project function's or class's digest, by identity
@@ -919,8 +946,15 @@ class Current:
         the module that holds it (every byte that made it)."""
         if isinstance(value, pytypes.ModuleType):
             return digest_of(("module", value.__name__))
-        if isinstance(value, (pytypes.FunctionType, type)) and \
-                not is_library(getattr(value, "__module__", None)):
+        home = getattr(value, "__module__", None)
+        if isinstance(value, type) and not is_library(home) \
+                and not self._project.is_project_module(home):
+            # An installed package's class, by its code: what it holds may be set after
+            # import (cffi.FFI's first instance sets FFI.NULL, CData, CType), so by
+            # content it would differ between the compile and every later check.
+            found = self._class_sources(value, None)  # None: a module with no file
+            return found if found is not None else self._code_digest(value)
+        if isinstance(value, (pytypes.FunctionType, type)) and not is_library(home):
             return self._code_digest(value)
         found = value_digest(value, ALL_OBJECTS)
         if not found.startswith(UNKEYABLE):

@@ -12,9 +12,8 @@ from importlib import metadata
 
 from ..keying.tree import KEY_SCHEMA
 
-# numba config values that change generated code (read at import from NUMBA_* variables).
-CODEGEN_CONFIG = ("CUDA_ENABLE_NRT", "CUDA_NRT_STATS", "CUDA_DEBUG_POLY",
-                  "CUDA_DEBUG_POLY_USE_TYPED_CONST", "FORCE_CUDA_CC", "OPT")
+# numba config values that change generated code: `compiletime` says which and when.
+from .compiletime import CODEGEN_CONFIG, codegen_config  # noqa: F401 - re-exported
 
 
 # Installed distributions whose version can change what numba-cuda compiles: the compiler
@@ -64,17 +63,6 @@ def _version_or_absent(version_of, name: str) -> str:
         return version_of(name)
     except metadata.PackageNotFoundError:
         return "absent"
-
-
-def codegen_config() -> dict:
-    """numba config knobs that change code, by name."""
-    from numba.cuda import config
-
-    out = {}
-    for name in CODEGEN_CONFIG:
-        value = getattr(config, name, None)
-        out[name] = tuple(value) if isinstance(value, list) else value
-    return out
 
 
 def _dist_version(name: str) -> str:

@@ -267,12 +267,12 @@ def _fingerprint(backend_names=None) -> dict:
 
     numba_cuda = get(DEFAULT)
     found = {"toolchain": numba_cuda.toolchain(),
-             "codegen": _plain(numba_cuda.codegen_config())}
+             "codegen": _plain(numba_cuda.process_config())}
     others = loaded() if backend_names is None else [get(n) for n in backend_names]
     for backend in others:
         if backend.name != DEFAULT:
             found[f"toolchain {backend.name}"] = backend.toolchain()
-            found[f"codegen {backend.name}"] = _plain(backend.codegen_config())
+            found[f"codegen {backend.name}"] = _plain(backend.process_config())
     return found
 
 

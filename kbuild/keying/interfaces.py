@@ -56,6 +56,9 @@ class Function:
     py_func: pytypes.FunctionType
     options: dict | None  # its compile options; None: read when keyed (`ObjectModel.options_of`)
     role: Role
+    # Parameter name -> default value as the compiler folds omitted arguments (recorded
+    # when the dispatcher was made); None: the function's own `__defaults__`.
+    defaults: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ class Keyer:
         children = [self._body(py_func, keep_positions, where, fn.role is Role.KERNEL)]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
-        children += self._references(py_func, where)
+        children += self._references(py_func, where, fn.defaults)
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
@@ -210,9 +210,10 @@ class Keyer:
             return ("code", linked.kind, digest_of(linked.data))
         cannot_key(where, f"linked item of type {type(item).__name__}")
 
-    def _references(self, py_func, where: str) -> list[KeyNode]:
+    def _references(self, py_func, where: str, defaults=None) -> list[KeyNode]:
         refs, bindings = [], {}
-        for kind, name, value in referenced_values(py_func, self._sources, self._objects):
+        for kind, name, value in referenced_values(py_func, self._sources, self._objects,
+                                                   defaults=defaults):
             refs.append(self._reference(kind, name, value, where))
             label = refs[-1][1].label
             # Device functions held in a tuple, list or dict the value is made of.

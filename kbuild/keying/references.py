@@ -42,10 +42,13 @@ class LibraryRef:
     path: str
 
 
-def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=None):
+def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=None,
+                      defaults=None):
     """(kind, dotted name, value) for every global, closure cell and default it reads;
     `kind` is `LabelKind.GLOBAL`, `CLOSURE`, `DEFAULT` or `BUILTIN`. `chains`: the
-    names it reads (`load_chains`), when the caller holds them already."""
+    names it reads (`load_chains`), when the caller holds them already. `defaults`: the
+    default values the compiler folds omitted arguments with (`Function.defaults`),
+    where they are not the function's current `__defaults__`."""
     names = _load_chains(py_func, sources) if chains is None else chains
     closure = dict(zip(py_func.__code__.co_freevars, py_func.__closure__ or ()))
     for chain in sorted(names):
@@ -62,7 +65,7 @@ def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=No
             yield LabelKind.GLOBAL, base, ("unbound", base)
             continue
         yield (kind,) + _resolve_chain(chain, scope, sources, objects)
-    for name, value in _defaults(py_func):
+    for name, value in _defaults(py_func, defaults):
         yield LabelKind.DEFAULT, name, value
 
 
@@ -146,9 +149,14 @@ def _is_namespace(value) -> bool:
         isinstance(value, type) and issubclass(value, enum.Enum))
 
 
-def _defaults(py_func):
+def _defaults(py_func, recorded=None):
     code = py_func.__code__
     positional = code.co_varnames[:code.co_argcount]
+    if recorded is not None:  # the compiler's record: positional in order, then by name
+        yield from ((n, recorded[n]) for n in positional if n in recorded)
+        yield from sorted(((n, v) for n, v in recorded.items() if n not in positional),
+                          key=lambda item: item[0])
+        return
     for name, value in zip(positional[len(positional) - len(py_func.__defaults__ or ()):],
                            py_func.__defaults__ or ()):
         yield name, value

@@ -298,7 +298,7 @@ class LiveDigest:
             parts = ["code", code_digest(py_func.__code__), "name", py_func.__module__,
                      py_func.__qualname__, fn.role.value, "options",
                      options_digest(self.keyer, options, where)]
-            parts += self._references(py_func, where)
+            parts += self._references(py_func, where, fn.defaults)
         finally:
             self._stack.pop()
         # Every part is a digest, a label or a dotted name: none holds a NUL.
@@ -306,7 +306,7 @@ class LiveDigest:
         self._done[id(obj)] = (obj, found)
         return found
 
-    def _references(self, py_func, where: str) -> list:
+    def _references(self, py_func, where: str, defaults=None) -> list:
         from ..keying.references import load_chains, referenced_values
 
         keyer, parts = self.keyer, []
@@ -315,7 +315,7 @@ class LiveDigest:
         chains = _remembered(_CHAINS, None, (py_func.__code__,),
                              lambda: load_chains(py_func, keyer.sources))
         for kind, name, value in referenced_values(py_func, keyer.sources, self.objects,
-                                                   chains):
+                                                   chains, defaults):
             if type(value) in _IMMUTABLE:  # never a callee; its leaf is its value's
                 slot = (kind, name, type(value), _exact(value))
                 if slot not in _LEAVES:
