@@ -291,7 +291,7 @@ CASES = [
          "pkg/offset.txt changed", "stale"),
     Case("folder-listed-at-import", lambda r: (r.project / "pkg/data/b.txt").write_text("b"),
          "full", "added to or removed from pkg/data", "stale"),
-    Case("numba-setting", setting(NUMBA_OPT="2"), "full", "NUMBA_", "stale"),
+    Case("numba-setting", setting(NUMBA_OPT="0"), "full", "NUMBA_", "stale"),
     Case("import-path", lambda r: r.env.update(
         PYTHONPATH=f"{r.vendor}{os.pathsep}{r.project.parent}"), "full", "sys.path"),
     Case("module-shadowed-earlier-on-the-path", shadowing_package, "full",
