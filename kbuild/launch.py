@@ -175,7 +175,7 @@ class KernelLauncher:
         objects) its compile linked into the cubin (`link=`, declare_device), when the PTX
         calls into them. The entry is fresh, so they hold the bytes it was built with."""
         from .artifacts import ptx_unresolved
-        from .build import observed_record
+        from .builder import observed_record
         from .keying.observed import Kind
 
         needed = ptx_unresolved(ptx)
@@ -204,7 +204,7 @@ class KernelLauncher:
         the_plan = self.project.plan([self.name])
         if target in the_plan.failed:
             raise the_plan.failed[target]
-        # Two levels (static key, then what the compile observed): see build.fresh_entry.
+        # Two levels (static key, then what the compile observed): see builder.fresh_entry.
         return self.project.fresh_entry(the_plan, target)
 
     def _why_stale(self, target) -> str:

@@ -24,7 +24,7 @@ import importlib.resources
 import os
 from pathlib import Path
 
-from . import build as _build
+from . import builder as _build
 from .bundle import MANIFEST_NAME, STORE_DIR, module_sources, read_manifest
 from .config import KernelSpec, ProjectConfig, default_store
 from .errors import ConfigError, LaunchError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import build as _build
+from . import builder as _build
 from .config import ProjectConfig, default_store, load_config
 from .errors import KeyingError, StoreError
 from .keying.explain import source_diff
@@ -88,12 +88,12 @@ class Project:
     # -- building -----------------------------------------------------------
 
     def fresh_entry(self, the_plan, target):
-        """The entry a launch of `target` uses, or None (see `build.fresh_entry`; a
+        """The entry a launch of `target` uses, or None (see `builder.fresh_entry`; a
         packaged project answers from its bundle)."""
         return self.service(the_plan).fresh(target)
 
     def service(self, the_plan):
-        """The build service (`build.BuildService`) for `the_plan` against this project's
+        """The build service (`builder.BuildService`) for `the_plan` against this project's
         store: what a launch looks up and a build builds through."""
         # One digest memo per plan: a launcher asks once per declared arch and signature,
         # and the plan's keys, like these digests, are taken once per process.
@@ -130,7 +130,7 @@ class Project:
               separate=True, executor=None, **options):
         """Build what is out of date; one `Row` per target. `separate=False` compiles each
         kernel with its device functions as one program, as numba does; `executor`,
-        `progress` and `options` (`target_timeout`, `retry_failed`): see `build.build`."""
+        `progress` and `options` (`target_timeout`, `retry_failed`): see `builder.build`."""
         the_plan = self.plan(names, archs)
         the_plan.separate = separate
         relinked_for = RelinkReasons(self.store, the_plan.keys)
@@ -154,9 +154,9 @@ class Project:
                target_timeout=None):
         """`rows` of a build (`build`'s, same selection) with the targets the store served
         rebuilt from source in worker processes and compared byte for byte (see
-        `build.verify`): a target whose entry differs from a fresh build fails, and its
-        entry is replaced. `sample` (`build.parse_sample("10%")`) checks a random share."""
-        from .build.verify import Sample
+        `builder.verify`): a target whose entry differs from a fresh build fails, and its
+        entry is replaced. `sample` (`builder.parse_sample("10%")`) checks a random share."""
+        from .builder.verify import Sample
 
         the_plan = self.plan(names, archs)
         limit = the_plan.config.target_timeout if target_timeout is None else target_timeout

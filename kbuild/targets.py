@@ -3,7 +3,7 @@ names, with a did-you-mean for one nobody declared), `--arch` lists, and the tar
 (kernel x signature x arch) they expand to.
 
 Read from kbuild.toml alone, importing nothing of the project or of numba: the plan
-(`build.planning`) keys these targets, and direct mode (`direct`) answers for them from
+(`builder.planning`) keys these targets, and direct mode (`direct`) answers for them from
 the journal without keying.
 """
 

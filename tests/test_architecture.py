@@ -28,7 +28,7 @@ own module, `sys.modules.get(f.__module__)`, which reaches nothing new). Then:
           targets                                    which targets a command line names
           execute                                    where compiles run (not what a build is)
           direct                                     the journal: a no-op answered without keying
-      build                                          plan, run, commit
+      builder                                        plan, the build service, run, commit
       api, in tiers:
           launch, watch                              launchers, waiting for a save
           packaged                                   loading a bundle from an installed package
@@ -37,7 +37,7 @@ own module, `sys.modules.get(f.__module__)`, which reaches nothing new). Then:
           testing                                    a fake device for users' tests
       cli, then __main__                             the command line
 
-  so `store` never imports `backend` or `sources`, `execute` never imports `build`, and
+  so `store` never imports `backend` or `sources`, `execute` never imports `builder`, and
   `packaged` never imports `project`;
 - no module uses another part's private attribute (`x._name`, or `getattr(x, "_name")`):
   neither through a name imported from another part nor one that only another part defines;
@@ -75,7 +75,7 @@ LAYERS = (
     ("adapters", [{"artifacts"}, {"store"}, {"backend"}, {"cells"}, {"sources"}, {"config"},
                   {"installed"}, {"discover", "graph", "scaffold", "bundle"}, {"targets"},
                   {"execute"}, {"direct"}]),
-    ("build", [{"build"}]),
+    ("builder", [{"builder"}]),
     ("api", [{"launch", "watch"}, {"packaged"}, {"project"}, {"zeroconf"},
              {"__init__", "hooks", "setuptools_hook", "hatch_hook", "pytest_plugin",
               "testing"}]),
@@ -83,7 +83,7 @@ LAYERS = (
 )
 
 # Arrows that once made cycles; the table must keep forbidding them.
-ONCE_CYCLES = [("store", "backend"), ("store", "sources"), ("execute", "build"),
+ONCE_CYCLES = [("store", "backend"), ("store", "sources"), ("execute", "builder"),
                ("packaged", "project")]
 
 # Public numba names that code outside the backend may use: numba's type objects (the
@@ -143,7 +143,7 @@ class Graph:
         return str(self.files[module].relative_to(self.root.parent))
 
     def part(self, module: str) -> str:
-        """`store` for kbuild.store.local, `build` for kbuild.build, `__init__` for kbuild."""
+        """`store` for kbuild.store.local, `builder` for kbuild.builder, `__init__` for kbuild."""
         rest = module.split(".")[1:]
         return rest[0] if rest else "__init__"
 
@@ -716,13 +716,13 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 # (importer, backend module) -> why it goes past the interface. The one-build-service
 # refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
 BACKEND_REACH = {
-    ("kbuild.build.compile", "kbuild.backend.dispatch"):
+    ("kbuild.builder.compile", "kbuild.backend.dispatch"):
         "launched_as/forget_compiled: a dispatcher's launch configuration (numba-cuda's)",
-    ("kbuild.build.compile", "kbuild.backend.observe"):
+    ("kbuild.builder.compile", "kbuild.backend.observe"):
         "the Observer a compile records into (observation is not on Backend yet)",
-    ("kbuild.build.compile", "kbuild.backend.lto"):
+    ("kbuild.builder.compile", "kbuild.backend.lto"):
         "relinking stored LTO objects without a compile (not on Backend yet)",
-    ("kbuild.build.entries", "kbuild.backend.observe"):
+    ("kbuild.builder.entries", "kbuild.backend.observe"):
         "`Current`: digests of what a stored entry observed, for its freshness",
     ("kbuild.cli.entry", "kbuild.backend.toolchain"):
         "`kbuild --version` prints every toolchain part's version (not on Backend)",
@@ -744,7 +744,7 @@ BACKEND_REACH = {
         "enable()/disable() install numba-cuda-mlir's dispatcher hook",
     ("kbuild.zeroconf.session", "kbuild.backend.dispatch"):
         "the session serves numba's dispatcher (the zero-config builder; issue 33)",
-    ("kbuild.build.cluster", "kbuild.backend.lto"):
+    ("kbuild.builder.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
     ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):
         "a served kernel's and its device functions' Python functions, for their globals",
@@ -848,15 +848,15 @@ def _sorted(uses: list) -> list:
 # -- one builder ----------------------------------------------------------------------------
 # The steps of turning a target into a committed entry, by the module that defines each: only
 # the build service takes them (issue 33: one builder, not three). Reached by importing the
-# name (from its module or from the `kbuild.build` package) or by an attribute of either.
-ONE_BUILDER = "kbuild.build.service"
+# name (from its module or from the `kbuild.builder` package) or by an attribute of either.
+ONE_BUILDER = "kbuild.builder.service"
 BUILDER_STEPS = {
-    "kbuild.build.entries": {"commit", "fresh_entry", "entry_at"},
-    "kbuild.build.compile": {"compile_target", "link_target"},
+    "kbuild.builder.entries": {"commit", "fresh_entry", "entry_at"},
+    "kbuild.builder.compile": {"compile_target", "link_target"},
     "kbuild.store.locks": {"KeyLock"},
 }
 BUILDER_STEPS_ALLOWED = {
-    ("kbuild.build.cluster", "compile_target"):
+    ("kbuild.builder.cluster", "compile_target"):
         "a cluster worker's compile (`cluster.run_job`): the job the service hands an executor",
 }
 
@@ -915,7 +915,7 @@ def test_the_graph_holds_every_module_and_its_lazy_imports(graph):
     assert any(a.lazy for a in graph.arrows), "imports inside functions were not read"
     # the lazy package and the lazy command table import by name: their arrows show
     arrows = {(a.source, a.target) for a in graph.arrows}
-    assert {("kbuild.build", f"kbuild.build.{m}") for m in ("compile", "planning", "run")} \
+    assert {("kbuild.builder", f"kbuild.builder.{m}") for m in ("compile", "planning", "run")} \
         | {("kbuild.cli.commands", "kbuild.cli.project_cmds")} <= arrows
 
 
@@ -1027,8 +1027,8 @@ SMALL = {
                              "    def _remove(self):\n        pass\n",
     "kbuild/backend/__init__.py": "",
     "kbuild/backend/lto.py": "from kbuild.store import local\n",
-    "kbuild/build.py": "from .store import Store\nfrom .backend import lto\n",
-    "kbuild/cli.py": "def main():\n    from . import build\n",
+    "kbuild/builder.py": "from .store import Store\nfrom .backend import lto\n",
+    "kbuild/cli.py": "def main():\n    from . import builder\n",
 }
 
 
@@ -1043,9 +1043,9 @@ def test_a_clean_package_passes_every_check(tmp_path):
         ("kbuild.store", "kbuild.store.local", False),
         ("kbuild.store.local", "kbuild.keying.encode", False),  # import a.b.c as x
         ("kbuild.backend.lto", "kbuild.store.local", False),  # from pkg import module
-        ("kbuild.build", "kbuild.store", False),  # a name the package re-exports
-        ("kbuild.build", "kbuild.backend.lto", False),
-        ("kbuild.cli", "kbuild.build", True),  # from . import x, inside a function
+        ("kbuild.builder", "kbuild.store", False),  # a name the package re-exports
+        ("kbuild.builder", "kbuild.backend.lto", False),
+        ("kbuild.cli", "kbuild.builder", True),  # from . import x, inside a function
     }
 
 
@@ -1079,13 +1079,13 @@ def test_a_cycle_between_parts_through_different_modules_is_found(tmp_path):
 
 def test_private_attributes_of_another_part_are_found(tmp_path):
     files = dict(SMALL)
-    files["kbuild/build.py"] += ("\n\ndef f(store):\n    store._remove()\n"
+    files["kbuild/builder.py"] += ("\n\ndef f(store):\n    store._remove()\n"
                                  "    return getattr(lto, '_cache', None), lto.ok\n")
     files["kbuild/keying/keys.py"] += "\n\ndef g(dispatcher):\n    return dispatcher._defn\n"
     graph = read_graph(_package(tmp_path, files) / "kbuild")
     assert private_reads_across_parts(graph) == [
-        "kbuild/build.py:6 uses _remove, private to store",
-        "kbuild/build.py:7 uses _cache of module kbuild.backend.lto (part backend)"]
+        "kbuild/builder.py:6 uses _remove, private to store",
+        "kbuild/builder.py:7 uses _cache of module kbuild.backend.lto (part backend)"]
     assert numba_private_reads(graph) == [
         "kbuild/keying/keys.py:5 uses _defn of dispatcher; move it behind backend/"]
 
@@ -1137,7 +1137,7 @@ def test_an_import_call_on_a_computed_name_is_found(tmp_path, text):
 
 
 def test_a_lazy_package_that_imports_its_modules_through_importlib_is_found(tmp_path):
-    """What kbuild/build/__init__.py did: its arrows were invisible."""
+    """What kbuild/builder/__init__.py did: its arrows were invisible."""
     text = ("import importlib\n\n\ndef __getattr__(name):\n"
             "    return getattr(importlib.import_module(f'{__name__}.store'), name)\n")
     graph = _small(tmp_path, "kbuild/keying/__init__.py", text)
@@ -1327,15 +1327,15 @@ def test_a_second_builder_is_found_however_it_reaches_the_steps(tmp_path):
         "kbuild/__init__.py": "",
         "kbuild/store/__init__.py": "",
         "kbuild/store/locks.py": "class KeyLock:\n    pass\n",
-        "kbuild/build/__init__.py": "",
-        "kbuild/build/entries.py": "def commit():\n    pass\n\n\ndef fresh_entry():\n    pass\n",
-        "kbuild/build/compile.py": "def compile_target():\n    pass\n",
-        "kbuild/build/service.py": "from .entries import commit\nfrom .compile import compile_target\n"
+        "kbuild/builder/__init__.py": "",
+        "kbuild/builder/entries.py": "def commit():\n    pass\n\n\ndef fresh_entry():\n    pass\n",
+        "kbuild/builder/compile.py": "def compile_target():\n    pass\n",
+        "kbuild/builder/service.py": "from .entries import commit\nfrom .compile import compile_target\n"
                                    "from ..store.locks import KeyLock\n",
-        "kbuild/build/run.py": "from .service import BuildService\n",
-        "kbuild/zeroconf.py": "from .build import commit\nfrom .store.locks import KeyLock\n\n\n"
-                              "def serve():\n    from .build.compile import compile_target\n",
-        "kbuild/project.py": "from . import build as _build\nfrom .build import entries\n\n\n"
+        "kbuild/builder/run.py": "from .service import BuildService\n",
+        "kbuild/zeroconf.py": "from .builder import commit\nfrom .store.locks import KeyLock\n\n\n"
+                              "def serve():\n    from .builder.compile import compile_target\n",
+        "kbuild/project.py": "from . import builder as _build\nfrom .builder import entries\n\n\n"
                              "def load(plan):\n    return _build.fresh_entry(plan), entries.commit\n",
     }
     graph = read_graph(_package(tmp_path, files) / "kbuild")

@@ -26,10 +26,10 @@ import wheel  # noqa: E402,F401 - in the test extras: setuptools needs it to bui
 
 # Runs in the installed environment; any build or compile there is an error.
 NO_BUILDS = """
-import kbuild.build
+import kbuild.builder
 def _refuse(*a, **k):
     raise AssertionError("a compile was attempted")
-kbuild.build.build = kbuild.build.compile_target = _refuse
+kbuild.builder.build = kbuild.builder.compile_target = _refuse
 """
 
 SIMULATED = NO_BUILDS + """

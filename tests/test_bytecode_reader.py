@@ -21,7 +21,7 @@ def _corpus() -> list:
         import numba.cuda  # noqa: F401
         import numpy  # noqa: F401
 
-        import kbuild.build  # noqa: F401
+        import kbuild.builder  # noqa: F401
         import kbuild.cli.project_cmds  # noqa: F401
     codes, seen = [], set()
 

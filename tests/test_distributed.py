@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from kbuild.build.cluster import run_job
+from kbuild.builder.cluster import run_job
 from kbuild.execute.distributed import from_data, project_bundle, to_data
 from kbuild.keying.encode import digest
 
@@ -189,7 +189,7 @@ PRELOAD = """
 # A Dask worker preload: what this worker compiles for saxpy is not saxpy's binary.
 import dataclasses
 
-import kbuild.build.cluster as cluster
+import kbuild.builder.cluster as cluster
 
 _real = cluster.compile_target
 

@@ -335,7 +335,7 @@ def test_an_entry_of_one_backend_is_never_taken_for_the_others(built):
     """The lookup of a key states what its entry must be: a numba-cuda kernel's symbol
     prefix, or the numba-cuda-mlir backend. Each refuses the other's manifest."""
     from kbuild.backend import backends
-    from kbuild.build import expected
+    from kbuild.builder import expected
     from kbuild.discover import Target
     from kbuild.store.manifest import EntryProblem, parse_manifest
 

@@ -1,6 +1,6 @@
 """Issue 33: one builder. `kbuild build`, `Project.load()`'s launcher and `kbuild.enable()`
 reach the store's commit and the compiler only through the build service
-(`kbuild.build.service.BuildService`), counted in one process with the real compiler and
+(`kbuild.builder.service.BuildService`), counted in one process with the real compiler and
 store under the fake device: each route builds its kernel once, and every compile and every
 target commit happens inside a service call.
 
@@ -47,7 +47,7 @@ import sys
 import numpy as np
 
 from kbuild.backend.numbacuda import NumbaCuda
-from kbuild.build.service import BuildService
+from kbuild.builder.service import BuildService
 from kbuild.store.local import Store
 
 depth = [0]

@@ -392,7 +392,7 @@ def test_target_timeout_on_the_command_line_must_be_seconds(tmp_path, run_kbuild
 # -- the progress line ---------------------------------------------------------------------------
 
 def test_the_progress_line_names_what_is_compiling(capsys):
-    from kbuild.build import Row
+    from kbuild.builder import Row
     from kbuild.cli.report import ProgressBar as _ProgressBar
     from kbuild.discover import Target
 

@@ -119,7 +119,7 @@ class Backend(abc.ABC):
         return []
 
     def entry_expectation(self, kernel) -> dict:
-        """Fields a stored entry must hold to be `kernel`'s (see `build.expected`)."""
+        """Fields a stored entry must hold to be `kernel`'s (see `builder.expected`)."""
         return {}
 
     @abc.abstractmethod

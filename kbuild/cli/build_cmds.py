@@ -52,7 +52,7 @@ def _verify_setting(args):
         if env.lower() in ("", "0", "false", "no", "off"):
             return None  # before importing the build: a no-op imports no numba
         text = "" if env.lower() in ("1", "true", "yes", "on") else env
-    from ..build import parse_sample
+    from ..builder import parse_sample
 
     try:
         return parse_sample(text)
@@ -62,8 +62,8 @@ def _verify_setting(args):
 
 def cmd_verify(args, opened) -> int:
     """Rebuild what the store holds for the current targets and compare the bytes."""
-    from ..build import default_jobs, launchable, parse_archs, parse_sample
-    from ..build.row import Row
+    from ..builder import default_jobs, launchable, parse_archs, parse_sample
+    from ..builder.row import Row
     from ..config import load_config
     from ..project import Project
 
@@ -96,7 +96,7 @@ def cmd_watch(args, opened) -> int:
     """Build, then wait for a saved file and build again, in one process, until Ctrl-C.
     A round that fails (a config error, a module that does not import) is reported and
     the watch goes on; every round keeps going past failed targets."""
-    from ..build import default_jobs, parse_archs
+    from ..builder import default_jobs, parse_archs
     from ..discover import forget_project_modules
 
     archs = parse_archs(args.arch)

@@ -23,7 +23,7 @@ def held_shared(store):
 
 def direct_build(args, direct, config, store, rows, max_size, start) -> int:
     """A no-op build answered from the journal: every target cached, as a full run says."""
-    from ..build.row import Row
+    from ..builder.row import Row
     from ..store.maintenance import record_build
 
     selection = _Selection(config, [r.target for r in rows])
@@ -57,7 +57,7 @@ class _Selection:
 
 def full_build(args, opened, direct, store, executor, max_size, start) -> int:
     """Every target keyed from its sources, built if out of date; the journal written."""
-    from ..build import default_jobs, parse_archs
+    from ..builder import default_jobs, parse_archs
     from ..config import load_config
     from ..project import Project
 
@@ -88,8 +88,8 @@ def full_build(args, opened, direct, store, executor, max_size, start) -> int:
 def journal_build(direct, project, the_plan, rows) -> None:
     """The journal of this build: every target's entry, looked up again where it was
     just built (so it is checked as a later lookup would check it)."""
-    from ..build.entries import expected
-    from ..build.failures import recorded_error
+    from ..builder.entries import expected
+    from ..builder.failures import recorded_error
     from ..store import failures
 
     if the_plan.failed or len(rows) != len(the_plan.targets):

@@ -110,7 +110,7 @@ def project_or_store(args, opened: Opened, open_project, needs_project: bool = T
 def planned(args, opened: Opened, read_only: bool = True, remote: dict | None = None):
     """(project, plan of the command's targets and --arch) for commands that key targets;
     `remote`: the options that choose its remote (`project.open_project`), None for none."""
-    from ..build import parse_archs
+    from ..builder import parse_archs
     from ..project import open_project
 
     project = remember(opened, open_project(args.config, args.store, read_only=read_only,

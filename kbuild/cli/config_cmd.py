@@ -99,7 +99,7 @@ def _store_rows(args, config, declared, env) -> list[dict]:
 
 
 def _project_rows(config, declared) -> list[dict]:
-    from ..build import default_jobs
+    from ..builder import default_jobs
 
     if config is None:
         return [_row("arch", ["sm_80"], "default (zero-config: the device's)"),

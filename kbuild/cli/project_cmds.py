@@ -19,7 +19,7 @@ from .common import (EXIT_FAILED, EXIT_OK, light_project, planned, print_json, r
 def cmd_init(args, opened) -> int:
     from pathlib import Path
 
-    from ..build import parse_archs
+    from ..builder import parse_archs
     from ..scaffold import write_config
 
     result = write_config(Path.cwd(), args.folders, parse_archs(args.arch), force=args.force)
@@ -75,7 +75,7 @@ def _direct_status_row(found) -> dict:
 def _full_status(args, opened, direct, store) -> list[dict]:
     """Every target keyed from its sources and compared with the store; the journal
     written."""
-    from ..build import parse_archs
+    from ..builder import parse_archs
     from ..config import load_config
     from ..direct import entry_dirs
     from ..project import Project
@@ -89,7 +89,7 @@ def _full_status(args, opened, direct, store) -> list[dict]:
 
 
 def cmd_explain(args, opened) -> int:
-    from ..build import parse_archs
+    from ..builder import parse_archs
     from ..project import open_project
 
     project = remember(opened, open_project(args.config, args.store, read_only=True))
@@ -273,7 +273,7 @@ def _shown(store, the_plan, target, manifest, what: str) -> dict:
 
 
 def _is_named(the_plan, target, name: str) -> bool:
-    from ..build import select_specs
+    from ..builder import select_specs
 
     return target.name == select_specs(the_plan.config, [name])[0].name
 
@@ -295,7 +295,7 @@ def _print_shown(row, what: str, several: bool) -> None:
 
 
 def cmd_bundle(args, opened) -> int:
-    from ..build import parse_archs
+    from ..builder import parse_archs
     from ..bundle import write_bundle
     from ..project import open_project
 

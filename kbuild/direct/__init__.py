@@ -308,7 +308,7 @@ class Direct:
                    exact: dict, recorder: ReadRecorder) -> dict:
         """The journal row of an up-to-date target: the entries its freshness rests on
         (its static key's, and the variant of another observation set it used, which
-        `build.fresh_entry` looks up only when the newest set no longer holds; a target
+        `builder.fresh_entry` looks up only when the newest set no longer holds; a target
         built by this run uses its new entry) and their blobs."""
         mine = {k: self.ledger.entries[k] for k in self._by_target.get(_tid(target), ())}
         if key not in mine:

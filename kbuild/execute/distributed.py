@@ -6,7 +6,7 @@ the project's kbuild.toml and `.py` files (sent to every worker once per
 build and unpacked there under their content hash), the job the build made
 (the target, the key this machine computed for it) and this machine's
 toolchain. The worker checks the toolchain, unpacks the project and runs the
-build's own job function on it (`build.cluster.run_job`, handed to `compile`
+build's own job function on it (`builder.cluster.run_job`, handed to `compile`
 by the build: this executor runs jobs, it knows nothing of planning or
 compiling). It returns bytes and strings; only this process writes to the
 store (and the remote tier). Dask pickles the job between client and workers
@@ -113,7 +113,7 @@ class DaskExecutor:
 def _outcome(future):
     """(Artifacts or CompileError, seconds) from a finished job's plain result. The bytes
     must be those the worker hashed (`blob_digests`); what they are is the build's to
-    check (`build.cluster.checked`) before anything is stored."""
+    check (`builder.cluster.checked`) before anything is stored."""
     try:
         result = future.result()
     except Exception as exc:  # noqa: BLE001 - a worker died or could not run the job

@@ -26,7 +26,7 @@ environment variable read at import, a closure's cell, a device function edited 
 another module, `specialize()`'s types: each changes the live digest, and the compile
 keys in full, as without the journal. When the live digest is one the journal holds, the
 key is the one it holds, and the entry is looked up and checked exactly as a full keying
-checks it (`build.fresh_entry`: the entry verified, the observation set of what its
+checks it (`builder.fresh_entry`: the entry verified, the observation set of what its
 compile read matched against the files and globals now). What the journal saves is the
 key tree: reading sources' facts, fingerprinting bytecode, building and hashing nodes.
 
@@ -68,7 +68,7 @@ class Held:
     look-up that served it could be written down, its entry's identity (as ccache's
     direct mode holds a result's): `entry`, the digest of the entry file's bytes that
     look-up checked, and `observed`, the observations of its record's newest set,
-    ((kind, name, digest), ...), the set `build.fresh_entry` matches first; `fields`,
+    ((kind, name, digest), ...), the set `builder.fresh_entry` matches first; `fields`,
     the entry's fields but the inputs of its key (kept for `kbuild explain`): what
     loading it reads, held so that a hit parses no entry."""
 
@@ -203,7 +203,7 @@ def held_entry(store, key: str, manifest: dict) -> Held:
     """What the journal holds for `key` served as `manifest` by a full look-up: with its
     identity when `manifest` is the entry file of `key` itself (not another observation
     set's entry) and its record names what its compile read."""
-    from ..build.entries import observed_record
+    from ..builder.entries import observed_record
 
     data = store.entry_bytes(key)
     record = observed_record(store, manifest)
@@ -228,7 +228,7 @@ def checked_entry(store, held: Held, current, expect: dict) -> dict | None:
     (`Store.read_blob`; one that is gone or damaged sends the compile to the full
     look-up, which rebuilds the entry); the others are not read to serve it. The
     observations of its record's newest set still have their digests, as
-    `build.fresh_entry` requires. The entry's fields are the journal's copy of those
+    `builder.fresh_entry` requires. The entry's fields are the journal's copy of those
     bytes' (the inputs of its key left out), and must name what `expect` asks for (this
     target, signature and arch, this kernel's entry symbol), as a look-up requires."""
     from ..store.manifest import binding_problem

@@ -4,10 +4,10 @@ For a (kernel, argument types) on the current device, `Session.__call__`:
 
 1. names the target as `kbuild build` would (`naming`) and spells its signature
    (the declared text when the project file declares these types, else `sigtext`);
-2. keys it with kbuild's own Keyer and `build.target_key`, the key a declared target
+2. keys it with kbuild's own Keyer and `builder.target_key`, the key a declared target
    of that name, signature and arch gets (a fresh Keyer per compile: the program may
    have changed a global since the last one, and the key must say what numba reads now);
-3. looks the key up through the build service (`build.service`: the store and the
+3. looks the key up through the build service (`builder.service`: the store and the
    remote behind it, checking what the compile observed as a build does); for a
    launch-triggered compile, also under the key of the current launch configuration,
    where a kernel that depends on it is kept (see keying/launch.py);
@@ -194,7 +194,7 @@ class Session:
         return matching_text(spec.signatures, argtypes, module, backend) if spec else None
 
     def _serve(self, request, name: str, text: str):
-        from ..build import BuildService
+        from ..builder import BuildService
 
         _check_source(request.py_func, request.options)
         device_arch = self._device_arch(request)
@@ -232,7 +232,7 @@ class Session:
 
     def _verified(self, service, served, manifest):
         """KBUILD_VERIFY: the entry `served` rebuilt from source here, reusing nothing
-        this process or the store made, and compared byte for byte (see build.verify):
+        this process or the store made, and compared byte for byte (see builder.verify):
         (the entry to load, its target), the fresh build's when the stored one differs,
         (None, None) when a fresh build fails. Checked before the launch, so a binary
         that differs is never launched."""
@@ -284,7 +284,7 @@ class Session:
         rests on now (`journal.LiveDigest`), or None: keyed in full. `arch` is the one
         compiled for (`_compile_arch`), `device_arch` the device's. Under KBUILD_VERIFY
         every kernel is keyed in full, and so checked."""
-        from ..build import new_keyer
+        from ..builder import new_keyer
         from ..discover import Target
         from ..store.local import CorruptBlob
         from .journal import live_digest, target_id
@@ -327,8 +327,8 @@ class Session:
         it is the same (`journal.checked_entry`), else the build service's look-up (the
         entry verified, and the observation set of what its compile read matched against
         this process)."""
-        from ..build.entries import digests_now, expected
-        from ..build.service import fresh_at_key
+        from ..builder.entries import digests_now, expected
+        from ..builder.service import fresh_at_key
         from .journal import checked_entry
 
         current = digests_now(keyer.sources, self.config.root)
@@ -352,7 +352,7 @@ class Session:
         self.journal.remember(live[0], live[1], held_entry(self.store, key, manifest))
 
     def _plan(self, request, name: str, text: str, device_arch: str):
-        from ..build import Plan, new_keyer, target_key
+        from ..builder import Plan, new_keyer, target_key
         from ..config import KernelSpec
         from ..discover import ResolvedKernel, Target
 

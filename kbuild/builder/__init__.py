@@ -14,13 +14,13 @@ One room per concern:
 | `cluster` | a target's job as plain data, and its compile on a cluster worker |
 | `verify` | `--verify`: what the store would serve rebuilt from source and compared |
 
-Callers use the names below (`from kbuild.build import plan, build, Row`). The steps of
+Callers use the names below (`from kbuild.builder import plan, build, Row`). The steps of
 a build (look up, lock, compile or link, commit) are not among them: every caller goes
 through `BuildService` (tests/test_architecture.py: only the service takes them).
 """
 
 # name -> the module of this package that defines it, imported when the name is first
-# used: `kbuild.build.row` (what a direct no-op reports) must not import numba with the
+# used: `kbuild.builder.row` (what a direct no-op reports) must not import numba with the
 # compiler (`compile`) and the keyer (`planning`).
 _WHERE = {
     "current_digests": "entries", "expected": "entries",
@@ -58,7 +58,7 @@ def _submodule(name: str):
     elif name == "verify":
         from . import verify as module
     else:
-        raise AssertionError(f"kbuild.build: _WHERE names {name!r}; import it in _submodule")
+        raise AssertionError(f"kbuild.builder: _WHERE names {name!r}; import it in _submodule")
     return module
 
 
