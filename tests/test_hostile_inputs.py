@@ -258,9 +258,12 @@ def test_a_hostile_redis_reply_is_one_warning_and_a_miss_with_bounded_memory(
     assert "building with the local store only" in store.warnings[0]
     assert peak < PEAK, peak
     assert server.sent < 64 << 20  # of 1.2 GB declared: at most what sockets buffer
-    asked = len(server.commands)
-    assert store.lookup(digest(b"another key")) is None  # the remote is not asked again
-    assert len(server.commands) == asked and len(store.warnings) == 1
+    other = digest(b"another key")
+    assert store.lookup(other) is None  # the remote is not asked again
+    # (by what was asked, not how many commands the server has noted: its thread may
+    # still be noting the last of the first look-up's on a loaded machine)
+    assert not any(other.encode() in part for command in server.commands for part in command)
+    assert len(store.warnings) == 1
     assert not store.has_entry(key)
 
 
