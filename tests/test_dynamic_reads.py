@@ -317,6 +317,11 @@ def test_modules_of_every_module_class_have_their_reads_observed(tmp_path, monke
     observer = Observer()
     with _module_reads(observer):
         assert own.SCALE == 2.0 and lazy.GAIN == 1.5
-    assert {(Kind.READ, "dyn_own:SCALE"), (Kind.READ, "dyn_lazy:GAIN")} <= set(observer.names)
+    # Python 3.13's lazy loader loads only a module of exactly its class: such a module
+    # is left alone (unobserved) until it has loaded; before 3.13 it is observed too.
+    expected = {(Kind.READ, "dyn_own:SCALE")}
+    if sys.version_info < (3, 13):
+        expected.add((Kind.READ, "dyn_lazy:GAIN"))
+    assert expected <= set(observer.names)
     assert type(own) is WithProperty and type(lazy) is types.ModuleType  # loaded meanwhile
     assert lazy.GAIN == 1.5

@@ -619,6 +619,8 @@ def _module_reads(observer):
 
     def swap(module):
         cls = type(module)
+        if cls is _LAZY_UNSWAPPABLE:
+            return  # Python 3.13's lazy loader loads only a module whose class is its own
         try:
             module.__class__ = recording(cls)
         except TypeError:  # a class whose layout forbids it
@@ -679,6 +681,21 @@ def _module_name(module):
         return pytypes.ModuleType.__getattribute__(module, "__name__")
     except AttributeError:
         return None
+
+
+def _unswappable_lazy_class():
+    """Python 3.13's lazy module loads itself only while its class is exactly its own
+    (`__class__ is _LazyModule`): under a subclass each read would recurse. Such a module
+    is left alone until it has loaded (its reads then are not observed); before 3.13 the
+    loader takes a subclass."""
+    if sys.version_info < (3, 13):
+        return None
+    import importlib.util
+
+    return getattr(importlib.util, "_LazyModule", None)
+
+
+_LAZY_UNSWAPPABLE = _unswappable_lazy_class()
 
 
 def _question(cls, asked) -> tuple:
