@@ -608,6 +608,13 @@ def _module_reads(observer):
         own subclass with properties) that records each attribute read after it."""
         if cls not in classes:
             def __getattribute__(self, attr):
+                if cls is _LAZY_OWN_CLASS:
+                    # The loader loads only a module of exactly its class: hand it back
+                    # for this read, then record the loaded module's reads.
+                    self.__class__ = cls
+                    value = getattr(self, attr)
+                    swap(self)
+                    return read(self, attr, value, sys._getframe(1))
                 value = cls.__getattribute__(self, attr)
                 if type(self) is not classes[cls]:  # a lazy module loaded: its class went
                     swap(self)
@@ -619,8 +626,6 @@ def _module_reads(observer):
 
     def swap(module):
         cls = type(module)
-        if cls is _LAZY_UNSWAPPABLE:
-            return  # Python 3.13's lazy loader loads only a module whose class is its own
         try:
             module.__class__ = recording(cls)
         except TypeError:  # a class whose layout forbids it
@@ -683,11 +688,11 @@ def _module_name(module):
         return None
 
 
-def _unswappable_lazy_class():
+def _lazy_own_class():
     """Python 3.13's lazy module loads itself only while its class is exactly its own
-    (`__class__ is _LazyModule`): under a subclass each read would recurse. Such a module
-    is left alone until it has loaded (its reads then are not observed); before 3.13 the
-    loader takes a subclass."""
+    (`__class__ is _LazyModule`): under a recording subclass each read would recurse, so
+    the first read gives it its class back to load. Before 3.13 the loader takes a
+    subclass."""
     if sys.version_info < (3, 13):
         return None
     import importlib.util
@@ -695,7 +700,7 @@ def _unswappable_lazy_class():
     return getattr(importlib.util, "_LazyModule", None)
 
 
-_LAZY_UNSWAPPABLE = _unswappable_lazy_class()
+_LAZY_OWN_CLASS = _lazy_own_class()
 
 
 def _question(cls, asked) -> tuple:
