@@ -144,6 +144,10 @@ class ProgramJournal:
             self.counts["missed"] += 1
         return found
 
+    def known(self) -> list:
+        """The target ids the journal holds, in the order the runs first keyed them."""
+        return list(dict.fromkeys([*self._rows(), *self.added]))
+
     def remember(self, tid: str, live: str, held: Held) -> None:
         self.added.setdefault(tid, {})[live] = held
 

@@ -64,8 +64,9 @@ class _ProgramSources(ProjectSources):
 class Session:
     """The per-process state of zero-config caching (one per `enable()`)."""
 
-    def __init__(self, settings, journal: bool | None = None):
+    def __init__(self, settings, journal: bool | None = None, background=None):
         from ..config import ProjectConfig
+        from .background import setting
 
         self.settings = settings
         self.store = self._storage(settings)
@@ -90,6 +91,8 @@ class Session:
         self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
         self.journal = self._journal(journal)
         self._live = None  # (journal target id, live digest) of the compile being served
+        self._background_jobs = setting(background)
+        self.background = None  # the helper rebuilding the program's kernels (`background`)
         for message in settings.warnings:
             self.warn(message)
         import atexit
@@ -213,6 +216,9 @@ class Session:
             if self.settings.on_miss == "jit" or not self._writable():
                 self.counts["fallback"] += 1
                 return None
+            self._start_background(name, text, arch)
+            if self.background is not None:
+                self.background.await_locks((name, text, arch))
             manifest, served = self._build(service, targets, request)
             if manifest is None:
                 self.counts["fallback"] += 1
@@ -276,6 +282,26 @@ class Session:
                     f"device function {disp.py_func.__qualname__} changed since numba "
                     "compiled it in this process (a value it reads was set at run time); "
                     "numba reuses that code, so numba compiles this kernel")
+
+    def _start_background(self, name: str, text: str, arch: str) -> None:
+        """At the first compile of a kernel the program launched last time (the journal
+        names it) or the project file declares: the other such kernels built in a helper
+        process meanwhile (`background`), once per process."""
+        from .background import Background, targets
+        from .journal import target_id
+
+        if self._background_jobs < 1 or self.__dict__.get("_background_tried"):
+            return
+        tid = target_id(name, text, arch)
+        known = self.journal is not None and tid in self.journal.known()
+        if not known and name not in self.declared:
+            return
+        self._background_tried = True
+        try:
+            wanted = targets(self.journal, self.declared, arch, tid)
+            self.background = Background.start(self.settings, wanted, self._background_jobs)
+        except Exception as exc:  # noqa: BLE001 - the program compiles as it goes
+            self.warn(f"kbuild: no background build ({type(exc).__name__}: {exc})")
 
     # -- the program journal ----------------------------------------------------------
 
@@ -437,6 +463,8 @@ class Session:
 
         manifest, found = service.ensure(target, lookup=lookup, produce=produce, place=place)
         self.counts["built"] += len(placed)  # committed (found under the lock: not ours)
+        if manifest is not None and not placed:
+            self.counts["awaited"] += 1  # another process (the background build) made it
         if manifest is None and isinstance(found, Exception):
             self.warn(f"kbuild: {target.label}: {str(found).splitlines()[0]}; "
                       "numba compiles it")
