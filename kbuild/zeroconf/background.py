@@ -6,7 +6,8 @@ process serving one launch at a time) compiles those K kernels one by one, each 
 program first launches it. kbuild knows more: the program journal (`journal`) lists every
 (kernel, signature, arch) this program launched on its last runs, and a project file may
 declare them. So the first launch-time compile that misses the store for a kernel the
-journal or the project file names starts one helper process (`python -m
+journal or the project file names, once done (the changed device functions' objects
+it made are then stored, to relink the others from), starts one helper process (`python -m
 kbuild.zeroconf.background`), which does for those targets what `kbuild build` does: it
 imports their modules, keys each one (its key is the one a launch computes: the target
 is named, spelled and keyed as zero-config names, spells and keys it), takes what the
@@ -15,11 +16,14 @@ processes (the targets that make missing device function objects first, then rel
 from stored objects), committing each as it is done.
 
 Only the targets named (launched last time with those types, or declared) are ever
-built, and only through the build service, under each key's lock: a launch that comes
-while its kernel is being built waits on that key's lock and takes the entry (it waits
-for its own build only: the helper lets go of each key as it commits it); a launch that
-comes first takes the lock and compiles the kernel itself, and the helper, finding the
-key locked or the entry there, does not compile it again. A background entry is served
+built, and only through the build service, under each key's lock. The program does not
+wait for the helper: its launches go on in their order, each compiling (relinking, when
+the changed device function's object is stored) what the helper does not hold, while
+the helper works from the other end of the list, a batch of `-j` targets at a time, so
+that the two meet in the middle. A launch of a kernel in the helper's batch waits on that
+key's lock alone and takes the entry (the helper lets go of each key as it commits it);
+a key the program holds or has committed is not compiled again by the helper, which
+takes each lock without waiting and looks the entry up again under it. A background entry is served
 only after the launch's own full key check: a target the program now launches with
 other types, or whose globals the program changes before launching, is only a wasted
 compile, never a wrong binary.
@@ -61,16 +65,15 @@ def setting(wanted=None) -> int:
 
 
 def targets(journal, declared: dict, arch: str, skip: str) -> list:
-    """[(name, signature text, arch)] the program launches: the journal's rows (launched
-    on its last runs), then what the project file declares for the device's `arch`;
+    """[(name, signature text, arch)] the program launches: what its last run served (the
+    journal's), then what the project file declares for the device's `arch`;
     `skip` (the target id being compiled now), kernels no module keeps (a closure made in
     a function) and the script's own (`__main__`) left out."""
     from .journal import target_id
     from .naming import importable_module
 
     found = {}
-    rows = journal.known() if journal is not None else ()
-    for tid in rows:
+    for tid in journal.last_run() if journal is not None else ():
         parts = tuple(tid.split("\n"))
         if len(parts) == 3:
             found.setdefault(tid, parts)
@@ -88,8 +91,8 @@ class Background:
 
     def __init__(self, process, output, ready_fd: int, wanted):
         self.process, self._output = process, output
-        self._ready = ready_fd  # read end: the helper writes when it holds its keys' locks
-        self.targets = set(wanted)  # (name, text, arch) asked for
+        self._ready = ready_fd  # read end: the helper writes when it starts building
+        self.targets = list(wanted)  # (name, text, arch) asked for
         self._report = None
 
     @staticmethod
@@ -126,14 +129,12 @@ class Background:
         atexit.register(found.stop)
         return found
 
-    def await_locks(self, target, timeout: float = 120.0) -> None:
-        """Before a launch compiles `target` itself: when the helper was asked for it,
-        wait until the helper holds the locks of what it builds (or has died), so that
-        the launch waits on the key's lock for the helper's build rather than racing it
-        to the same compile. Once per helper."""
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait until the helper has keyed its targets and starts building (or has
+        died). A program never needs to: its launches go on meanwhile."""
         import select
 
-        if self._ready is None or target not in self.targets:
+        if self._ready is None:
             return
         try:
             select.select([self._ready], [], [], timeout)
@@ -215,27 +216,32 @@ def build(spec: dict) -> dict:
 
 
 def _compile(service, todo, workers, report, ready) -> None:
-    """Compile `todo` through the build service: what nobody else holds, each key let go
-    of as soon as its entry is committed (a launch waiting for it goes on)."""
-    rows: dict = {}
-    with service.locks(todo) as locks:
-        ready()
-        mine = locks.take_mine(rows)
-        report["cached"] += [t.label for t in rows]
-        report["busy"] = [t.label for t in todo if t not in locks.mine]
-        for target, outcome, seconds in service.compile_all(mine, workers):
-            row = service.finish(target, outcome, seconds)
-            locks.release(target)
-            report["failed" if isinstance(outcome, Exception) else "built"].append(
-                target.label)
-            del row
+    """Compile `todo` through the build service from its end, `workers.jobs` targets at a
+    time: the program launches from its start, relinking or compiling what it meets, so
+    the two meet in the middle. Each batch's keys are taken without waiting (one the
+    program holds is the program's), looked up again under the lock, and let go of as
+    each entry is committed (a launch waiting for it goes on)."""
+    ready()
+    pending = list(reversed(todo))
+    while pending:
+        batch, pending = pending[:workers.jobs], pending[workers.jobs:]
+        rows: dict = {}
+        with service.locks(batch) as locks:
+            mine = locks.take_mine(rows)
+            report["cached"] += [t.label for t in rows]
+            report["busy"] += [t.label for t in batch if t not in locks.mine]
+            for target, outcome, seconds in service.compile_all(mine, workers):
+                service.finish(target, outcome, seconds)
+                locks.release(target)
+                report["failed" if isinstance(outcome, Exception) else "built"].append(
+                    target.label)
 
 
 _SAID: set = set()
 
 
 def _say_ready(fd: int) -> None:
-    """Tell the program the locks of what the helper builds are held (see `await_locks`),
+    """Tell the program the helper starts building (see `wait_ready`),
     once (the descriptor is closed: its number may be another file's afterwards); also
     said by the helper's exit, whatever it is (the pipe closes)."""
     if fd in _SAID:

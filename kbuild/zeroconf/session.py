@@ -216,10 +216,10 @@ class Session:
             if self.settings.on_miss == "jit" or not self._writable():
                 self.counts["fallback"] += 1
                 return None
-            self._start_background(name, text, arch)
-            if self.background is not None:
-                self.background.await_locks((name, text, arch))
             manifest, served = self._build(service, targets, request)
+            # After this kernel's own build: it made the changed device functions'
+            # objects, from which the helper relinks the others rather than compile them.
+            self._start_background(name, text, arch)
             if manifest is None:
                 self.counts["fallback"] += 1
                 return None  # kbuild's compile failed: numba compiles, and raises its error
@@ -284,16 +284,16 @@ class Session:
                     "numba reuses that code, so numba compiles this kernel")
 
     def _start_background(self, name: str, text: str, arch: str) -> None:
-        """At the first compile of a kernel the program launched last time (the journal
-        names it) or the project file declares: the other such kernels built in a helper
-        process meanwhile (`background`), once per process."""
+        """After the first compile of a kernel the program launched last time (the
+        journal names it) or the project file declares: the other such kernels built in
+        a helper process while the program goes on (`background`), once per process."""
         from .background import Background, targets
         from .journal import target_id
 
         if self._background_jobs < 1 or self.__dict__.get("_background_tried"):
             return
         tid = target_id(name, text, arch)
-        known = self.journal is not None and tid in self.journal.known()
+        known = self.journal is not None and tid in self.journal.last_run()
         if not known and name not in self.declared:
             return
         self._background_tried = True
@@ -346,6 +346,7 @@ class Session:
             return None
         self.counts["hits"] += 1
         self.journal.counts["answered"] += 1
+        self.journal.launched(tid)
         return kernel
 
     def _journal_entry(self, held, target, request, backend, keyer):
@@ -376,6 +377,7 @@ class Session:
             return
         key = plan.keys[served].digest
         self.journal.remember(live[0], live[1], held_entry(self.store, key, manifest))
+        self.journal.launched(live[0])
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..builder import Plan, new_keyer, target_key
