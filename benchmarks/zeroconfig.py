@@ -22,7 +22,9 @@ interleaved so that the machine's load falls on every way alike:
 - `numba jit` (the same sizes): numba alone, the same kernels without `cache=True`.
 
 With --edit-sizes (default 64), the program also has a device function `half` that the
-even kernels call (N/2 of N), and each repeat edits it (a new constant) before each way:
+even kernels call (N/2 of N), and each repeat edits it (a new constant) before each way;
+`--edit-kind body`: its callers' objects stay (relinked); `inline`: it is
+`inline="always"`, so its callers' own code changes (compiled again):
 
 - `kbuild after an edit`: `kbuild.enable()`, the store and journal warm from before the
   edit: the first launch that misses starts the background build (README: Edits
@@ -94,6 +96,9 @@ HALF = textwrap.dedent("""\
     def half(v):
         return v * {c} + 1.0
     """)
+# --edit-kind inline: `half` is inlined at numba IR level (inline="always"), so that an
+# edit of its body changes its callers' own code (compiled again, not relinked).
+HALF_INLINE = HALF.replace("device=True", 'device=True, inline="always"')
 
 
 def _main_script() -> str:
@@ -142,11 +147,11 @@ def _main_script() -> str:
         """)
 
 
-def write_program(root: Path, n: int, edit: int | None = None) -> None:
+def write_program(root: Path, n: int, edit: int | None = None, kind: str = "body") -> None:
     """The generated program: `zcommon.py` (the shared device functions), `zk.py` (the
     kernels, cache=True), `zk_jit.py` (the same without), `main.py`. `edit`: the even
     kernels also call `half`, whose constant is `edit` (see `edit_half`)."""
-    write_common(root, edit)
+    write_common(root, edit, kind)
     names = ", ".join(["common"] + [f"dev{j}" for j in range(DEVICE_FUNCTIONS)]
                       + (["half"] if edit is not None else []))
     for name, cache in (("zk", "(cache=True)"), ("zk_jit", "")):
@@ -159,11 +164,13 @@ def write_program(root: Path, n: int, edit: int | None = None) -> None:
     (root / "main.py").write_text(_main_script())
 
 
-def write_common(root: Path, edit: int | None = None) -> None:
-    """`zcommon.py`; with `half(v)` returning `v * <edit>.25 + 1.0` when `edit` is given."""
+def write_common(root: Path, edit: int | None = None, kind: str = "body") -> None:
+    """`zcommon.py`; with `half(v)` returning `v * <edit>.25 + 1.0` when `edit` is given
+    (inlined into its callers with `kind` "inline")."""
     common = COMMON + "".join(DEVICE.format(j=j) for j in range(DEVICE_FUNCTIONS))
     if edit is not None:
-        common += HALF.format(c=f"{edit}.25")
+        source = HALF_INLINE if kind == "inline" else HALF
+        common += source.format(c=f"{edit}.25")
     (root / "zcommon.py").write_text(common)
 
 
@@ -220,7 +227,7 @@ def measure(n: int, repeats: int, fake: bool, cold: bool, profile: bool) -> dict
         return result
 
 
-def measure_edit(n: int, repeats: int, fake: bool) -> dict:
+def measure_edit(n: int, repeats: int, fake: bool, kind: str = "body") -> dict:
     """After an edit of `half` (N/2 of N kernels call it): seconds until every kernel has
     launched, kbuild (with and without its background build) and numba's JIT side by side;
     `half` edited again before each way, so that each finds N/2 kernels changed."""
@@ -228,7 +235,7 @@ def measure_edit(n: int, repeats: int, fake: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="kbuild-zeroconfig-edit-") as tmp:
         root = Path(tmp)
         edit = 1
-        write_program(root, n, edit)
+        write_program(root, n, edit, kind)
         env = _environment(root)
         run_once(root, "kbuild after an edit", mode, n, env)  # untimed: store and journal
         rows, loads, helper = {}, [], []
@@ -236,7 +243,7 @@ def measure_edit(n: int, repeats: int, fake: bool) -> dict:
             loads.append(os.getloadavg()[0])
             for way in EDIT:
                 edit += 1
-                write_common(root, edit)
+                write_common(root, edit, kind)
                 way_env = dict(env, KBUILD_BACKGROUND="0") if "no background" in way else env
                 found = run_once(root, way, mode, n, way_env)
                 rows.setdefault(way, []).append(found)
@@ -244,7 +251,7 @@ def measure_edit(n: int, repeats: int, fake: bool) -> dict:
                     helper.append(found.get("counts", {}))
         return {"kernels": n, "repeats": repeats, "load": [round(x, 2) for x in loads],
                 "ways": {way: _medians(runs) for way, runs in rows.items()},
-                "counts": helper[-1]}
+                "counts": helper[-1], "edit": kind}
 
 
 def _environment(root: Path) -> dict:
@@ -259,7 +266,8 @@ def _environment(root: Path) -> dict:
 def edit_table(result: dict) -> str:
     ways = result["ways"]
     jit = ways["numba jit after an edit"]
-    lines = [f"N = {result['kernels']} kernels, N/2 of them call the edited device function; "
+    lines = [f"N = {result['kernels']} kernels, N/2 of them call the edited device function "
+             f"(edit: {result['edit']}); "
              f"medians of {result['repeats']} fresh processes, 1-min load "
              f"{min(result['load'])}-{max(result['load'])}",
              "", "| way | first launch s | all N launched s | process wall s | CPU s | "
@@ -327,6 +335,10 @@ def main(argv=None) -> int:
     parser.add_argument("--edit-sizes", default="64",
                         help="sizes that also time the recovery from an edit reaching N/2 "
                              "kernels (empty: none)")
+    parser.add_argument("--edit-kind", default="body,inline",
+                        help="body: a device function's body changes (its callers are "
+                             "relinked); inline: an inline='always' one's (its callers are "
+                             "compiled)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--fake-driver", action="store_true",
                         help="no GPU: kbuild's fake driver; measures the host side only")
@@ -343,8 +355,9 @@ def main(argv=None) -> int:
         if opts.profile:
             print(result["profile"], flush=True)
     for n in _sizes(opts.edit_sizes):
-        edits.append(measure_edit(n, opts.repeats, opts.fake_driver))
-        print(edit_table(edits[-1]), flush=True)
+        for kind in opts.edit_kind.split(","):
+            edits.append(measure_edit(n, opts.repeats, opts.fake_driver, kind))
+            print(edit_table(edits[-1]), flush=True)
     found = {"sizes": results, "edits": edits,
              "environment": {"python": platform.python_version(),
                              "device": "none (fake driver)" if opts.fake_driver else "GPU",

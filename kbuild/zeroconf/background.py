@@ -28,8 +28,8 @@ only after the launch's own full key check: a target the program now launches wi
 other types, or whose globals the program changes before launching, is only a wasted
 compile, never a wrong binary.
 
-The helper is bounded (at most `MAX_TARGETS` targets, `-j` workers: the cores, or the
-number KBUILD_BACKGROUND gives) and dies with the program: it asks the kernel to kill it
+The helper is bounded (at most `MAX_TARGETS` targets, `-j` workers: the cores but the
+one the program compiles on, or the number KBUILD_BACKGROUND gives) and dies with the program: it asks the kernel to kill it
 when the program ends however it ends (PR_SET_PDEATHSIG, as `kbuild build`'s workers do),
 the program kills it at exit (never waits for it) and its workers die with it. What it
 committed is complete (manifest last); what it had not is simply not there.
@@ -50,7 +50,8 @@ MAX_TARGETS = 1024
 
 def setting(wanted=None) -> int:
     """Background workers wanted: 0 (off), else their number (`wanted`: `enable()`'s
-    `background`, True/False/a number; None: KBUILD_BACKGROUND, default on, one per core)."""
+    `background`, True/False/a number; None: KBUILD_BACKGROUND, default on: one per core
+    but the one the program compiles on, at least one)."""
     if wanted is None:
         text = os.environ.get("KBUILD_BACKGROUND", "1").strip().lower()
         if text in ("0", "false", "no", "off"):
@@ -61,7 +62,7 @@ def setting(wanted=None) -> int:
     from ..builder import default_jobs
 
     cores = default_jobs()
-    return cores if wanted is True else max(0, min(int(wanted), cores))
+    return max(1, cores - 1) if wanted is True else max(0, min(int(wanted), cores))
 
 
 def targets(journal, declared: dict, arch: str, skip: str) -> list:

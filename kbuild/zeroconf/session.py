@@ -217,8 +217,6 @@ class Session:
                 self.counts["fallback"] += 1
                 return None
             manifest, served = self._build(service, targets, request)
-            # After this kernel's own build: it made the changed device functions'
-            # objects, from which the helper relinks the others rather than compile them.
             self._start_background(name, text, arch)
             if manifest is None:
                 self.counts["fallback"] += 1
@@ -284,24 +282,32 @@ class Session:
                     "numba reuses that code, so numba compiles this kernel")
 
     def _start_background(self, name: str, text: str, arch: str) -> None:
-        """After the first compile of a kernel the program launched last time (the
-        journal names it) or the project file declares: the other such kernels built in
-        a helper process while the program goes on (`background`), once per process."""
+        """After the second compile (not a relink) of a kernel the program launched last
+        time (the journal names it) or the project file declares: the other such kernels
+        built in a helper process while the program goes on (`background`), once per
+        process. Not after the first: an edit of a device function's body leaves its
+        callers' objects as they were, and the program relinks them faster than a helper
+        starts; a second compile says the kernels need compiling (a cold store, a
+        changed kernel or signature), which workers do in parallel."""
         from .background import Background, targets
         from .journal import target_id
 
-        if self._background_jobs < 1 or self.__dict__.get("_background_tried"):
+        compiled = self.__dict__.pop("_compiling", False)
+        if self._background_jobs < 1 or self.background is not None or not compiled:
             return
         tid = target_id(name, text, arch)
         known = self.journal is not None and tid in self.journal.last_run()
         if not known and name not in self.declared:
             return
-        self._background_tried = True
+        self._named_compiles = self.__dict__.get("_named_compiles", 0) + 1
+        if self._named_compiles < 2:
+            return
         try:
             wanted = targets(self.journal, self.declared, arch, tid)
             self.background = Background.start(self.settings, wanted, self._background_jobs)
         except Exception as exc:  # noqa: BLE001 - the program compiles as it goes
             self.warn(f"kbuild: no background build ({type(exc).__name__}: {exc})")
+        self._background_jobs = self._background_jobs if self.background else 0
 
     # -- the program journal ----------------------------------------------------------
 
@@ -496,6 +502,7 @@ class Session:
             if dispatch.holds_compiled(disp) and node is not None \
                     and self._compiled.get(disp.py_func) != node.digest:
                 dispatch.forget_compiled(disp)
+        self._compiling = True  # a compile, not a relink (see `_start_background`)
         outcome = service.compile(target, early_cutoff=False)
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
