@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from zeroconf_support import MATHLIB, run, write_program
+from zeroconf_support import MATHLIB, declare, run, write_program
 
 ON = {"KBUILD_BACKGROUND": "2"}
 LAUNCHED = ("k0", "k1", "k2", "k3", "k4", "k5")  # k6 calls mathlib too, never launched
@@ -179,6 +179,20 @@ def test_an_edit_that_breaks_one_kernel_fails_that_one_only(tmp_path):
     assert second["counts"]["built"] == 2  # k0, k2: k4 is the helper's, k6 fails again
     assert second["counts"]["fallback"] == 1  # and numba compiles it, and says why
     assert {n for n, _ in stored_targets(root)} == {f"app_kernels:{n}" for n in everything}
+
+
+def test_a_cold_store_builds_what_the_project_file_declares(tmp_path):
+    root = program(tmp_path / "p")
+    declared = ("k0", "k1", "k2", "k3", "k4", "k5")
+    declare(root, {f"app_kernels:{n}": ["void(float32[::1], float32[::1])"] for n in declared})
+    # No journal yet: the program's first two compiles (k0, k1) start the helper, which
+    # builds the other declared kernels; the program takes them from the store.
+    first = run(root, "kbuild", ("k0", "k1", "done", "k2", "k3", "k4", "k5"), env=ON)
+    assert first["counts"]["built"] == 2 and first["counts"]["served"] == 6
+    assert sorted(first["background"]["built"]) == labels(["k2", "k3", "k4", "k5"])
+    assert not first["warnings"]
+    # k6, k7 and `unused` are in the module, but declared nowhere and never launched.
+    assert {n for n, _ in stored_targets(root)} == {f"app_kernels:{n}" for n in declared}
 
 
 def _helpers_left(root: Path) -> list:
