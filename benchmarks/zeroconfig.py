@@ -178,7 +178,8 @@ WARM = ("kbuild warm", "kbuild warm, no journal", "numba cache=True warm", "impo
 COLD = ("kbuild cold", "numba jit")
 EDIT = ("kbuild after an edit", "kbuild after an edit, no background", "numba jit after an edit")
 _ARG = {"kbuild after an edit": "kbuild", "kbuild after an edit, no background": "kbuild",
-        "numba jit after an edit": "numba jit", "kbuild warm": "kbuild", "kbuild warm, no journal": "kbuild", "kbuild cold": "kbuild", "numba cache=True warm": "numba cache",
+        "numba jit after an edit": "numba jit",
+        "kbuild warm": "kbuild", "kbuild warm, no journal": "kbuild", "kbuild cold": "kbuild", "numba cache=True warm": "numba cache",
         "numba jit": "numba jit", "import numba.cuda": "floor"}
 
 

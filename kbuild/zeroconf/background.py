@@ -1,19 +1,22 @@
 """Edits recovered in parallel: the kernels a program launched last time, rebuilt in the
 background when their inputs changed.
 
-After an edit of a device function that K kernels call, numba's JIT (and a zero-config
-process serving one launch at a time) compiles those K kernels one by one, each when the
-program first launches it. kbuild knows more: the program journal (`journal`) lists every
-(kernel, signature, arch) this program launched on its last runs, and a project file may
-declare them. So the first launch-time compile that misses the store for a kernel the
-journal or the project file names, once done (the changed device functions' objects
-it made are then stored, to relink the others from), starts one helper process (`python -m
-kbuild.zeroconf.background`), which does for those targets what `kbuild build` does: it
-imports their modules, keys each one (its key is the one a launch computes: the target
-is named, spelled and keyed as zero-config names, spells and keys it), takes what the
-store holds, and has the build service compile the rest in two waves in `-j` worker
-processes (the targets that make missing device function objects first, then relinks
-from stored objects), committing each as it is done.
+After an edit that K kernels' code depends on, numba's JIT (and a zero-config process
+serving one launch at a time) compiles those K kernels one by one, each when the program
+first launches it. kbuild knows more: the program journal (`journal`) lists every
+(kernel, signature, arch) the program's last run served, and a project file may declare
+them. An edit of a device function's body leaves its callers' objects as they were: the
+program relinks each caller from stored objects as it launches it, faster than another
+process starts. So the helper starts at the *second* launch-time compile (not relink)
+of a kernel the journal or the project file names (a cold store, an edit of a kernel, of
+an inlined device function or of a signature: compiles, which workers do in parallel),
+once that compile is done: one process (`python -m kbuild.zeroconf.background`), which
+does for the other named targets what `kbuild build` does: it imports their modules,
+keys each one (its key is the one a launch computes: the target is named, spelled and
+keyed as zero-config names, spells and keys it), takes what the store holds, and has the
+build service compile or relink the rest in `-j` worker processes (in two waves: the
+targets that make missing device function objects first, then relinks from stored
+objects), committing each as it is done.
 
 Only the targets named (launched last time with those types, or declared) are ever
 built, and only through the build service, under each key's lock. The program does not
@@ -23,16 +26,17 @@ the helper works from the other end of the list, a batch of `-j` targets at a ti
 that the two meet in the middle. A launch of a kernel in the helper's batch waits on that
 key's lock alone and takes the entry (the helper lets go of each key as it commits it);
 a key the program holds or has committed is not compiled again by the helper, which
-takes each lock without waiting and looks the entry up again under it. A background entry is served
-only after the launch's own full key check: a target the program now launches with
-other types, or whose globals the program changes before launching, is only a wasted
-compile, never a wrong binary.
+takes each lock without waiting and looks the entry up again under it. A background
+entry is served only after the launch's own full key check: a target the program now
+launches with other types, or whose globals the program changes before launching, is
+only a wasted compile, never a wrong binary.
 
 The helper is bounded (at most `MAX_TARGETS` targets, `-j` workers: the cores but the
-one the program compiles on, or the number KBUILD_BACKGROUND gives) and dies with the program: it asks the kernel to kill it
-when the program ends however it ends (PR_SET_PDEATHSIG, as `kbuild build`'s workers do),
-the program kills it at exit (never waits for it) and its workers die with it. What it
-committed is complete (manifest last); what it had not is simply not there.
+one the program compiles on, or the number KBUILD_BACKGROUND gives) and dies with the
+program: it asks the kernel to kill it when the program ends however it ends
+(PR_SET_PDEATHSIG, as `kbuild build`'s workers do), the program kills it at exit (never
+waits for it) and its workers die with it. What it committed is complete (manifest
+last); what it had not is simply not there.
 
 `KBUILD_BACKGROUND=0` (or `kbuild.enable(background=False)`) turns it off.
 """
