@@ -20,6 +20,11 @@ from support import REPO_ROOT, SHARED_HOME, Result, Template, shared_dir, templa
 from support import run as run_process
 from support import run_in_process
 
+# Zero-config's background build (kbuild/zeroconf/background.py) runs beside a program's
+# own compiles: tests that count a program's compiles see them all in the program unless
+# they turn it on themselves (tests/test_zeroconf_background.py does).
+os.environ.setdefault("KBUILD_BACKGROUND", "0")
+
 
 # -- the gpu marker ---------------------------------------------------------------
 

@@ -158,6 +158,9 @@ with fakedriver.installed(_cc, record=False) as fake, compiler.targeting(_cc):
         report["served"] = [list(s) for s in session.served]
         if session.journal is not None:
             report["journal"] = dict(session.journal.counts)
+        if hasattr(session, "background"):  # the helper rebuilding kernels (background.py)
+            helper = session.background
+            report["background"] = helper.wait(300) if helper is not None else None
     import app_kernels
     report["numba_cache_hits"] = sum(sum(v.stats.cache_hits.values())
                                      for v in vars(app_kernels).values()

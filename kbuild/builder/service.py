@@ -389,6 +389,11 @@ class KeyLocks:
         our lookup and our lock."""
         return [t for t in self.mine if not self._take_cached(t, rows)]
 
+    def release(self, target) -> None:
+        """Let go of one of our targets' locks once its entry is committed (or its compile
+        failed): a process waiting for that key takes the entry now, not after the batch."""
+        self.locks[target].release()
+
     def release_mine(self) -> None:
         for target in self.mine:
             self.locks[target].release()

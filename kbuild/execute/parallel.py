@@ -268,6 +268,12 @@ def _die_with(parent: int) -> None:
     close_inherited()
 
 
+def die_with(parent: int) -> None:
+    """In a helper process `parent` started (zero-config's background build): be killed
+    when `parent` dies, so that no orphan compiles on (see `_die_with`)."""
+    _die_with(parent)
+
+
 def _worker_start(parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the build and reports;
     # a worker is killed by it instead of printing a traceback of its own.

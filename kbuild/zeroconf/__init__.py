@@ -18,7 +18,7 @@ _current = {"session": None}
 
 
 def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, record=None,
-           journal=None):
+           journal=None, background=None):
     """From now on every `@cuda.jit` kernel this process compiles (numba-cuda's, and
     numba-cuda-mlir's once the program imports it) comes from
     kbuild's store: keyed as `kbuild build` keys a declared target, looked up (and in the
@@ -31,15 +31,18 @@ def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, re
     $KBUILD_REMOTE, else the project file's); `config`: the project file (default: the
     nearest, if any); `record`: a folder where the (kernel, signature) pairs launched are
     written, for `kbuild run --record`; `journal`: False to key every compile in full
-    (default: on unless $KBUILD_JOURNAL is 0; see `journal`). Returns the session; calling
-    it again replaces it.
+    (default: on unless $KBUILD_JOURNAL is 0; see `journal`); `background`: False to
+    compile every kernel when the program launches it, a number for that many worker
+    processes (default: on, one per core, unless $KBUILD_BACKGROUND is 0): after an
+    edit, the kernels the program launched last time are rebuilt in the background (see
+    `background`). Returns the session; calling it again replaces it.
     """
     from . import settings as _settings
     from .session import Session
 
     found = _settings.resolve(store=store, archs=archs, remote=remote, on_miss=on_miss,
                               record=record, config=config)
-    session = Session(found, journal=journal)
+    session = Session(found, journal=journal, background=background)
     from ..backend.backends import DEFAULT, get
 
     _current["session"] = session

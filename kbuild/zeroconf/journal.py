@@ -132,6 +132,8 @@ class ProgramJournal:
         self.slot = slot(program_identity(settings))
         self.rows: dict | None = None  # tid -> {live digest: Held}, as read
         self.added: dict = {}  # tid -> {live digest: Held} keyed in full by this process
+        self.last: list | None = None  # the tids the last saved run served, as read
+        self.served: dict = {}  # the tids this process served (from the journal or keyed)
         # answered (served under the journal's key), missed (no key for this state, or its
         # entry not fresh), not vouched (no live digest): for tests and reports
         self.counts = {"answered": 0, "missed": 0, "not vouched": 0}
@@ -143,6 +145,16 @@ class ProgramJournal:
         if found is None:
             self.counts["missed"] += 1
         return found
+
+    def last_run(self) -> list:
+        """The target ids the last run that saved the journal served, in the order it
+        served them (what the program launches: `background` rebuilds them)."""
+        self._rows()
+        return list(self.last or ())
+
+    def launched(self, tid: str) -> None:
+        """This process served `tid` (from the journal, or keyed in full)."""
+        self.served.setdefault(tid, None)
 
     def remember(self, tid: str, live: str, held: Held) -> None:
         self.added.setdefault(tid, {})[live] = held
@@ -163,6 +175,10 @@ class ProgramJournal:
         if not isinstance(body, dict) or body.get("zeroconf") != VERSION \
                 or not isinstance(body.get("rows"), dict):
             return {}
+        last = body.get("last", [])
+        if self.last is None:
+            self.last = [t for t in last if isinstance(t, str)] if isinstance(last, list) \
+                else []
         rows = {}
         for tid, states in body["rows"].items():
             if not isinstance(tid, str) or not isinstance(states, dict):
@@ -175,8 +191,9 @@ class ProgramJournal:
     def save(self) -> bool:
         """Write what this process keyed in full into the journal (with what other runs
         left there); False when there was nothing new or the store cannot be written."""
-        if not self.added:
-            return False
+        served = list(self.served)
+        if not self.added and (not served or set(served) == set(self.last_run())):
+            return False  # a warm run of the same kernels: nothing to write
         from ..store import journal
 
         if not self.store.base.is_dir():
@@ -192,10 +209,11 @@ class ProgramJournal:
         try:
             journal.write(self.store.root, self.slot, {
                 "zeroconf": VERSION, "rows": {tid: {k: v.as_json() for k, v in states.items()}
-                                              for tid, states in rows.items()}})
+                                              for tid, states in rows.items()},
+                "last": (served or self.last_run())[-MAX_TARGETS:]})
         except OSError:
             return False  # a store that cannot be written is only slower next time
-        self.rows, self.added = rows, {}
+        self.rows, self.added, self.last = rows, {}, served or self.last_run()
         return True
 
 

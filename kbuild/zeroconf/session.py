@@ -64,8 +64,9 @@ class _ProgramSources(ProjectSources):
 class Session:
     """The per-process state of zero-config caching (one per `enable()`)."""
 
-    def __init__(self, settings, journal: bool | None = None):
+    def __init__(self, settings, journal: bool | None = None, background=None):
         from ..config import ProjectConfig
+        from .background import setting
 
         self.settings = settings
         self.store = self._storage(settings)
@@ -90,6 +91,8 @@ class Session:
         self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
         self.journal = self._journal(journal)
         self._live = None  # (journal target id, live digest) of the compile being served
+        self._background_jobs = setting(background)
+        self.background = None  # the helper rebuilding the program's kernels (`background`)
         for message in settings.warnings:
             self.warn(message)
         import atexit
@@ -214,6 +217,7 @@ class Session:
                 self.counts["fallback"] += 1
                 return None
             manifest, served = self._build(service, targets, request)
+            self._start_background(name, text, arch)
             if manifest is None:
                 self.counts["fallback"] += 1
                 return None  # kbuild's compile failed: numba compiles, and raises its error
@@ -277,6 +281,34 @@ class Session:
                     "compiled it in this process (a value it reads was set at run time); "
                     "numba reuses that code, so numba compiles this kernel")
 
+    def _start_background(self, name: str, text: str, arch: str) -> None:
+        """After the second compile (not a relink) of a kernel the program launched last
+        time (the journal names it) or the project file declares: the other such kernels
+        built in a helper process while the program goes on (`background`), once per
+        process. Not after the first: an edit of a device function's body leaves its
+        callers' objects as they were, and the program relinks them faster than a helper
+        starts; a second compile says the kernels need compiling (a cold store, a
+        changed kernel or signature), which workers do in parallel."""
+        from .background import Background, targets
+        from .journal import target_id
+
+        compiled = self.__dict__.pop("_compiling", False)
+        if self._background_jobs < 1 or self.background is not None or not compiled:
+            return
+        tid = target_id(name, text, arch)
+        known = self.journal is not None and tid in self.journal.last_run()
+        if not known and name not in self.declared:
+            return
+        self._named_compiles = self.__dict__.get("_named_compiles", 0) + 1
+        if self._named_compiles < 2:
+            return
+        try:
+            wanted = targets(self.journal, self.declared, arch, tid)
+            self.background = Background.start(self.settings, wanted, self._background_jobs)
+        except Exception as exc:  # noqa: BLE001 - the program compiles as it goes
+            self.warn(f"kbuild: no background build ({type(exc).__name__}: {exc})")
+        self._background_jobs = self._background_jobs if self.background else 0
+
     # -- the program journal ----------------------------------------------------------
 
     def _journaled(self, request, name: str, text: str, arch: str, device_arch: str):
@@ -320,6 +352,7 @@ class Session:
             return None
         self.counts["hits"] += 1
         self.journal.counts["answered"] += 1
+        self.journal.launched(tid)
         return kernel
 
     def _journal_entry(self, held, target, request, backend, keyer):
@@ -350,6 +383,7 @@ class Session:
             return
         key = plan.keys[served].digest
         self.journal.remember(live[0], live[1], held_entry(self.store, key, manifest))
+        self.journal.launched(live[0])
 
     def _plan(self, request, name: str, text: str, device_arch: str):
         from ..builder import Plan, new_keyer, target_key
@@ -437,6 +471,8 @@ class Session:
 
         manifest, found = service.ensure(target, lookup=lookup, produce=produce, place=place)
         self.counts["built"] += len(placed)  # committed (found under the lock: not ours)
+        if manifest is not None and not placed:
+            self.counts["awaited"] += 1  # another process (the background build) made it
         if manifest is None and isinstance(found, Exception):
             self.warn(f"kbuild: {target.label}: {str(found).splitlines()[0]}; "
                       "numba compiles it")
@@ -466,6 +502,7 @@ class Session:
             if dispatch.holds_compiled(disp) and node is not None \
                     and self._compiled.get(disp.py_func) != node.digest:
                 dispatch.forget_compiled(disp)
+        self._compiling = True  # a compile, not a relink (see `_start_background`)
         outcome = service.compile(target, early_cutoff=False)
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
