@@ -233,3 +233,27 @@ def test_a_killed_or_interrupted_program_leaves_no_helper_and_a_consistent_store
     assert not again["warnings"], again["warnings"]
     assert again["counts"]["served"] == 6 and again["counts"].get("differ", 0) == 0
     assert again["counts"].get("fallback", 0) == 0
+
+
+def test_unset_the_helper_is_off_below_four_cores_and_each_setting_is_honoured():
+    """Left unset, the helper stays off on a small machine (on 2 cores it measured slower
+    than compiling in the program); KBUILD_BACKGROUND and `enable(background=...)` say
+    otherwise. Run with the process pinned to one core."""
+    import subprocess
+    import sys
+
+    from support import REPO_ROOT
+
+    script = (
+        "import os; os.sched_setaffinity(0, {0})\n"
+        "from kbuild.zeroconf import background as b\n"
+        "os.environ.pop('KBUILD_BACKGROUND', None)\n"
+        "seen = [b.setting(), b.setting(True), b.setting(False), b.setting(3)]\n"
+        "for text in ('1', 'on', '0', 'off'):\n"
+        "    os.environ['KBUILD_BACKGROUND'] = text\n"
+        "    seen.append(b.setting())\n"
+        "print(seen)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1, 0, 1, 1, 1, 0, 0]"

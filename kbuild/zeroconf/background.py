@@ -38,7 +38,8 @@ program: it asks the kernel to kill it when the program ends however it ends
 waits for it) and its workers die with it. What it committed is complete (manifest
 last); what it had not is simply not there.
 
-`KBUILD_BACKGROUND=0` (or `kbuild.enable(background=False)`) turns it off.
+Unset, it is on from 4 cores (on 2 it measured slower than compiling in the program);
+`KBUILD_BACKGROUND=0` (or `kbuild.enable(background=False)`) turns it off, `=1` on.
 """
 
 from __future__ import annotations
@@ -50,22 +51,26 @@ import sys
 import tempfile
 
 MAX_TARGETS = 1024
+AUTO_CORES = 4  # unset, the helper is on from this many cores
 
 
 def setting(wanted=None) -> int:
     """Background workers wanted: 0 (off), else their number (`wanted`: `enable()`'s
-    `background`, True/False/a number; None: KBUILD_BACKGROUND, default on: one per core
-    but the one the program compiles on, at least one)."""
-    if wanted is None:
-        text = os.environ.get("KBUILD_BACKGROUND", "1").strip().lower()
-        if text in ("0", "false", "no", "off"):
-            return 0
-        wanted = int(text) if text.isdigit() else True
-    if wanted is False:
-        return 0
+    `background`, True/False/a number; None: KBUILD_BACKGROUND). On (True): one per core
+    but the one the program compiles on, at least one. Unset: on from `AUTO_CORES` cores;
+    below, off: on 2 cores the helper's start (an interpreter, numba, keying the program)
+    competes with the program and measured slower than compiling in it."""
     from ..builder import default_jobs
 
     cores = default_jobs()
+    if wanted is None:
+        text = os.environ.get("KBUILD_BACKGROUND", "").strip().lower()
+        if text in ("0", "false", "no", "off"):
+            return 0
+        wanted = int(text) if text.isdigit() else \
+            (True if text or cores >= AUTO_CORES else False)
+    if wanted is False:
+        return 0
     return max(1, cores - 1) if wanted is True else max(0, min(int(wanted), cores))
 
 
