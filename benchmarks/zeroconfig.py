@@ -245,7 +245,7 @@ def measure_edit(n: int, repeats: int, fake: bool, kind: str = "body") -> dict:
             for way in EDIT:
                 edit += 1
                 write_common(root, edit, kind)
-                way_env = dict(env, KBUILD_BACKGROUND="0") if "no background" in way else env
+                way_env = dict(env, KBUILD_BACKGROUND="0" if "no background" in way else "1")
                 found = run_once(root, way, mode, n, way_env)
                 rows.setdefault(way, []).append(found)
                 if way == "kbuild after an edit":
