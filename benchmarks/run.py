@@ -137,7 +137,11 @@ class Sandbox:
 
     def env(self, store: Path) -> dict:
         home = self.work / "home"
-        return dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
+        # Python's bytecode cache on, as a user has it: a shell (or a test harness) that
+        # exports PYTHONDONTWRITEBYTECODE would make every run compile kbuild's own modules
+        # (copied into the temp dir, so without a .pyc) from source.
+        inherited = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        return dict(inherited, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"),
                     KBUILD_STORE=str(store), NUMBA_CACHE_DIR=str(home / "numba-cache"),
                     PYTHONPATH=str(self.kbuild_root))
 

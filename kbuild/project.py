@@ -127,13 +127,15 @@ class Project:
         return self._plans[cache_key]
 
     def build(self, names=None, archs=None, *, keep_going=False, jobs=1, progress=None,
-              separate=True, executor=None, **options):
+              separate=True, executor=None, last_entry=None, **options):
         """Build what is out of date; one `Row` per target. `separate=False` compiles each
         kernel with its device functions as one program, as numba does; `executor`,
-        `progress` and `options` (`target_timeout`, `retry_failed`): see `builder.build`."""
+        `progress` and `options` (`target_timeout`, `retry_failed`): see `builder.build`;
+        `last_entry(target)`: the key of its last build's entry, what a relinked row's
+        changes are told against (`RelinkReasons`)."""
         the_plan = self.plan(names, archs)
         the_plan.separate = separate
-        relinked_for = RelinkReasons(self.store, the_plan.keys)
+        relinked_for = RelinkReasons(self.store, the_plan.keys, last_entry)
 
         def with_reasons(row, done, total):
             # A relinked row names the device functions it was relinked for, before anyone

@@ -395,3 +395,20 @@ def test_an_envelope_that_unpacks_past_its_recorded_size_is_refused(store):
     fresh = reopen(store)
     assert fresh.lookup(KEY) is None  # read no further than the recorded size
     assert not store.blob_path(name).exists()
+
+
+def test_a_manifest_is_written_as_json_indents_it():
+    """The store writes manifests without json's slow indenting encoder: the same text."""
+    import json
+
+    from kbuild.store.manifest import manifest_text
+
+    cases = [
+        {"inputs": [[["target", "kernel m:k", "body"], "source", "0" * 32]] * 3, "schema": 1},
+        {"b": [True, False, None, -0.0, 1e300, 2**70, "é\"\\\n\u2028", (1, [2, []])],
+         "a": {}, "c": [], "d": {"z": {"y": [{}]}}, "e": 0.1},
+        {"nan": float("nan"), "inf": [float("inf")]},  # json's own spelling
+        {1: "a key that is not a string"},
+    ]
+    for value in cases:
+        assert manifest_text(value) == json.dumps(value, sort_keys=True, indent=1)

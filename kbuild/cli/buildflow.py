@@ -72,7 +72,8 @@ def full_build(args, opened, direct, store, executor, max_size, start) -> int:
     jobs = args.jobs or default_jobs()
     try:
         rows = project.build(args.targets, archs, keep_going=args.keep_going, progress=report,
-                             executor=executor, **build_settings(args, jobs))
+                             executor=executor, last_entry=direct.last_entry,
+                             **build_settings(args, jobs))
         if verifying and not args.read_only:
             rows = project.verify(rows, args.targets, archs, sample=args.verify, jobs=jobs,
                                   target_timeout=args.target_timeout)

@@ -78,6 +78,7 @@ class Direct:
         self._state = None
         self._journal = None
         self._loaded = False
+        self._last_body = None  # the journal as `last_entry` read it
         self._hold = None
         self.journal_note: str | None = None  # what became of the journal (`describe`)
         self._failed: dict = {}  # tid -> the error a failed target's next build reports
@@ -192,6 +193,26 @@ class Direct:
         if self._journal is None:
             self._fall_back("no journal yet: the first run of a project keys in full")
         return self._journal
+
+    def last_entry(self, target: Target) -> str | None:
+        """The key of the entry `target` used at the last full run the journal records (read
+        without deciding anything about this command's mode), or None: no journal, or it
+        failed or was not in it. What a relinked row's changes are told against."""
+        if self._loaded:
+            body = self._journal.body if self._journal is not None else None
+        else:
+            if self._last_body is None:
+                try:
+                    found = journal.read(self.store.root, self.slot)
+                except journal.JournalProblem:
+                    found = None
+                self._last_body = found.body if found is not None else {}
+            body = self._last_body
+        try:
+            row = (body or {}).get("targets", {}).get(_tid(target))
+            return row.get("entry") if isinstance(row, dict) and row.get("fresh") else None
+        except AttributeError:  # a journal of another shape: told against the store instead
+            return None
 
     def _fall_back(self, reason: str):
         self.mode, self.reason = FULL, reason

@@ -86,23 +86,37 @@ class RelinkReasons:
     """Called with a relinked row of one build: the device functions it was relinked for
     (all that changed since the target's nearest earlier build), or None when unknown.
 
-    The store is scanned once per build, at its first relinked row, and only relinked
-    rows are compared: `kbuild watch` rebuilds on this path after every save.
+    Each is told against its last build (`last_entry`: the key of the entry it used, which
+    the direct-mode journal names), one entry read; the store is scanned, once per build,
+    only for a row whose last build is unknown or differs in more than device functions.
+    Only relinked rows are compared: `kbuild watch` rebuilds on this path after every save.
     """
 
-    def __init__(self, store: Store, keys: dict):
+    def __init__(self, store: Store, keys: dict, last_entry=None):
         self._store, self._keys = store, keys  # keys: Target -> KeyNode
+        self._last_entry = last_entry  # Target -> the key its last build used, or None
         self._history: History | None = None
-        self._nodes: dict = {}
+        self._targets = {(t.name, t.signature, t.arch): t for t in keys}
 
     def __call__(self, row) -> list[str] | None:
+        target = self._targets.get((row.target, row.signature, row.arch))
+        if target is None:
+            return None
+        node = self._keys[target]
+        inputs = [[list(path), text, d] for path, text, d in node.flatten()]
+        # What changed since the target's last build, read from its one entry: a store of
+        # many earlier builds is scanned only when that build is unknown or differs in more
+        # than device functions (then the nearest build of all is the better answer).
+        last = self._last_entry(target) if self._last_entry is not None else None
+        if last is not None and last != node.digest:
+            manifest = self._store.manifest(last, {"target": row.target, "signature":
+                                                   row.signature, "arch": row.arch})
+            nearest = _nearest([manifest], inputs, node.digest) if manifest else None
+            changed = changed_device_functions(nearest.reasons) if nearest else None
+            if changed:
+                return changed
         if self._history is None:
             self._history = History(self._store)
-            self._nodes = {(t.name, t.signature, t.arch): n for t, n in self._keys.items()}
-        node = self._nodes.get((row.target, row.signature, row.arch))
-        if node is None:
-            return None
-        inputs = [[list(path), text, d] for path, text, d in node.flatten()]
         # Its own entry is committed by now: the nearest other build is the earlier one.
         nearest = self._history.nearest(_Ident(row.target, row.signature, row.arch), inputs,
                                         other_than=node.digest)

@@ -41,6 +41,7 @@ from .ledger import LEDGER_FIELDS, Ledger
 from .locks import StoreLock
 from .trust import check_owner
 from .manifest import (HEX32, MANIFEST_SCHEMA, EntryProblem, artifact_problem, is_object,
+                       manifest_text,
                        is_output, is_target, load_json, parse_manifest)
 
 _LAYOUT_DIRS = ("blobs", "entries", "tmp")
@@ -250,11 +251,16 @@ class Store:
 
     def blob_names(self):
         """Every well-named regular blob file, found without following a link."""
+        for name, _ in self._blob_files():
+            yield name
+
+    def _blob_files(self):
+        """(name, stat) of every well-named regular blob file, from the folders' listings."""
         for a, _ in self._subdirs(f"{LAYOUT}/blobs"):
             for b, _ in self._subdirs(f"{LAYOUT}/blobs/{a}"):
                 for name, info in tree.listing(self.root, f"{LAYOUT}/blobs/{a}/{b}"):
                     if HEX32.match(name) and name.startswith(a + b) and _regular(info):
-                        yield name
+                        yield name, info
 
     def read_record(self, name: str, size: int | None = None) -> bytes:
         """An observation record blob's bytes, verified: read once per process while the
@@ -314,6 +320,12 @@ class Store:
         except (OSError, ValueError, RecursionError):
             return None
         return found.get(name) if isinstance(found, dict) else None
+
+    def manifest(self, key: str, expect: dict | None = None) -> dict | None:
+        """Entry `key`'s manifest, valid and naming what `expect` holds, or None; its blobs
+        are not checked nor the entry marked used (for telling what changed since it)."""
+        found = self._read_entry(key)
+        return None if found is None else self._validated(key, found[0], expect)
 
     def lookup(self, key: str, expect: dict | None = None, *, remote: bool = True) -> dict | None:
         """The valid manifest for `key` whose blobs all verify and agree with it, else None;
@@ -415,7 +427,7 @@ class Store:
             # which holds it unpacked) may return.
             sizes[kind] = self._blob_length(name, info)
         manifest = dict(manifest, schema=MANIFEST_SCHEMA, key=key, sizes=sizes)
-        text = json.dumps(manifest, sort_keys=True, indent=1)
+        text = manifest_text(manifest)
         self._write(f"{LAYOUT}/{entry_relpath(key)}", text.encode())
         if self.ledger is not None:
             info = tree.lstat(self.root, f"{LAYOUT}/{entry_relpath(key)}")
@@ -482,8 +494,9 @@ class Store:
         return self._remove(f"{LAYOUT}/{blob_relpath(name)}")
 
     def size(self) -> tuple[int, int]:
-        """(number of blobs, their total bytes)."""
-        sizes = [self.blob_size(n) for n in self.blob_names()]
+        """(number of blobs, their total bytes): one walk, each size from its folder's
+        listing (a stat per blob again would open its three folders once more)."""
+        sizes = [info.st_size for _, info in self._blob_files()]
         return len(sizes), sum(sizes)
 
     def last_used(self, key: str) -> float:

@@ -48,6 +48,75 @@ def is_target(manifest: dict) -> bool:
     return "kind" not in manifest
 
 
+def manifest_text(manifest: dict) -> str:
+    """`json.dumps(manifest, sort_keys=True, indent=1)`, character for character, made
+    faster: json's own encoder takes its slow, pure-Python path whenever it indents, and a
+    target's manifest is a tree of some 400 small lists (its key's inputs) written once per
+    entry a build commits. Anything but plain JSON types goes to json itself."""
+    parts: list[str] = []
+    try:
+        _encode(manifest, parts, "\n")
+    except _NotPlain:
+        return json.dumps(manifest, sort_keys=True, indent=1)
+    return "".join(parts)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+_ENCODE_STRING = json.encoder.encode_basestring_ascii
+_CONSTANTS = {True: "true", False: "false", None: "null"}
+
+
+def _encode(value, parts: list, newline: str) -> None:
+    kind = type(value)
+    if kind is str:
+        parts.append(_ENCODE_STRING(value))
+    elif kind is bool or value is None:
+        parts.append(_CONSTANTS[value])
+    elif kind is int:
+        parts.append(int.__repr__(value))
+    elif kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _NotPlain  # NaN and infinities: json's own spelling
+        parts.append(float.__repr__(value))
+    elif kind is dict:
+        if not value:
+            parts.append("{}")
+            return
+        if any(type(k) is not str for k in value):
+            raise _NotPlain
+        inner = newline + " "
+        parts.append("{")
+        first = True
+        for key in sorted(value):
+            parts.append(inner if first else "," + inner)
+            first = False
+            parts.append(_ENCODE_STRING(key))
+            parts.append(": ")
+            _encode(value[key], parts, inner)
+        parts.append(newline + "}")
+    elif kind is list or kind is tuple:
+        if not value:
+            parts.append("[]")
+            return
+        inner = newline + " "
+        if all(type(item) is str for item in value):  # most lists: one join
+            parts.append("[" + inner + ("," + inner).join(map(_ENCODE_STRING, value))
+                         + newline + "]")
+            return
+        parts.append("[")
+        first = True
+        for item in value:
+            parts.append(inner if first else "," + inner)
+            first = False
+            _encode(item, parts, inner)
+        parts.append(newline + "]")
+    else:
+        raise _NotPlain
+
+
 def load_json(text: str, what: str = "JSON", limit: int = MAX_JSON_BYTES):
     """`text` parsed, when it is at most `limit` characters and MAX_JSON_DEPTH deep.
 
