@@ -412,6 +412,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         # A device function's code, kept per argument types: what its compile read
         # (its overloads, their reads) is read by every kernel it is linked into.
         def hooked(self, args, *rest, **kws):
+            # Compiled into this target, kept or not: by content, unless its key holds it.
+            observer.function(self.py_func)
             question = ("device", self, repr_free(tuple(args)))
             with observer.answering(question, lambda: _forget_device_compile(self, args)):
                 return original(self, args, *rest, **kws)
