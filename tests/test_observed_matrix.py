@@ -181,6 +181,9 @@ def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
     (CASES[5], "k_attr", "observed env OB_BIAS changed"),
     # A name put into builtins is keyed statically too (keying/references.py): its static reason.
     (CASES[13], "k_builtin", "builtin OB_GAIN 2.0 -> 3.0"),
+    # The overload's tree leaves its nested implementations out: the one compiled is observed.
+    (next(c for c in CASES if c.id == "selected-overload-implementation"), "k_pick",
+     "observed function ob.ext:ol_pick.<locals>.impl_float changed"),
 ], ids=lambda v: getattr(v, "id", None))
 def test_status_names_the_observation_that_changed(baseline, variant, tmp_path, the_case, target,
                                                    reason):
