@@ -270,6 +270,9 @@ def _global_tests(code) -> tuple:
         return ()
     found, ins = [], instructions(code)
     landed = {i[ARGVAL] for i in ins if i[OPCODE] in _JUMPS}
+    # A global the code itself sets (Python running it at typing time) may not hold then
+    # what it held when keyed.
+    stored = {i[ARGVAL] for i in ins if i[OPNAME] in ("STORE_GLOBAL", "DELETE_GLOBAL")}
     for index, jump in enumerate(ins):
         if jump[OPNAME] not in _JUMP_IF_TRUE and jump[OPNAME] not in _JUMP_IF_FALSE:
             continue
@@ -277,7 +280,8 @@ def _global_tests(code) -> tuple:
         if load >= 0 and ins[load][OPNAME] == "TO_BOOL" and ins[load][OFFSET] not in landed:
             load -= 1
         if load < 0 or jump[OFFSET] in landed or ins[load][OPNAME] != "LOAD_GLOBAL" \
-                or ins[load][ARGREPR] != ins[load][ARGVAL]:  # "NULL + name": a call follows
+                or ins[load][ARGREPR] != ins[load][ARGVAL] \
+                or ins[load][ARGVAL] in stored:  # "NULL + name": a call follows
             continue
         found.append((index, ins[load][ARGVAL], jump[OPNAME] in _JUMP_IF_TRUE))
     return tuple(found)
