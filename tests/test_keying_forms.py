@@ -139,6 +139,42 @@ def dev(x):
     return x * {factor}
 """
 
+# numba prunes a branch on a global's plain value before typing (`trace` is never compiled).
+_PRUNED = """
+DEBUG = {debug}
+
+
+@cuda.jit(device=True)
+def trace(v):
+    return v * {factor}
+"""
+
+# An overload's selector and the nested implementations it makes: `{use}` decides how the
+# unselected `impl_int` is used (only returned; or called, decorated, captured, stored).
+_SELECTOR = """
+from numba.core import types
+
+KEPT = []
+
+
+def pick(v):
+    pass
+
+
+@overload(pick, target="cuda")
+def _pick(v):
+    if isinstance(v, types.Float):
+        def impl_float(v):
+            return v * 2.0
+        return impl_float
+
+    def impl_int(v):
+        return v + {step}
+{use}
+    return impl_int
+"""
+_RETURNED = {"step": 1, "use": ""}
+
 _LAMBDAS = ("F, G = cuda.jit(device=True)(lambda x: x + 1.0), "
             "cuda.jit(device=True)(lambda x: x * {g})\n")
 
@@ -199,6 +235,26 @@ DIFFER = [
      _HEAD + _kernel("y[0] = 1.0", "@cuda.jit(debug=True, opt=False)", "y")),
     ("live-branch-edited", *(_HEAD + _kernel(f"if True:\n        x[0] = {c}")
                              for c in ("1.0", "2.0"))),
+    # The global a pruned branch tests is keyed by value; a branch kept keeps its callee.
+    ("pruned-branch-flag", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                  {"debug": True, "factor": 2.0},
+                                  _kernel("if DEBUG:\n        x[0] = trace(x[0])"))),
+    ("callee-in-live-branch", *_pair(_PRUNED, {"debug": True, "factor": 2.0},
+                                     {"debug": True, "factor": 3.0},
+                                     _kernel("if DEBUG:\n        x[0] = trace(x[0])"))),
+    ("callee-in-branch-on-a-local", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                           {"debug": False, "factor": 3.0},
+                                           _kernel("d = DEBUG\n    if d or x[1] > 0:\n"
+                                                   "        x[0] = trace(x[0])"))),
+    # A nested function the selector uses other than by returning it runs at typing time
+    # (or may): its body stays the selector's.
+    *((f"selector-{name}-nested-function", *_pair(_SELECTOR, dict(_RETURNED, use=use),
+                                                  dict(_RETURNED, step=2, use=use),
+                                                  _kernel("x[0] = pick(x[0])")))
+      for name, use in (("calls", "    impl_int(1)"),
+                        ("stores", "    KEPT.append(impl_int)"),
+                        ("captures", "    other = lambda: impl_int"),
+                        ("reads-locals-of", "    locals()"))),
 ]
 
 # (id, version 1, version 2): numba compiles the same code; the key must not change.
@@ -217,6 +273,17 @@ SAME = [
                                                 _kernel("x[0] = scaled(x[0])"))),
     ("dead-branch-if-0-edited", *(_HEAD + _kernel(f"if 0:\n        x[1] = {c}\n    x[0] = 1.0")
                                   for c in ("1.0", "2.0"))),
+    ("callee-in-pruned-branch", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                       {"debug": False, "factor": 3.0},
+                                       _kernel("if DEBUG:\n        x[0] = trace(x[0])\n"
+                                               "    x[1] = 1.0"))),
+    ("callee-in-pruned-else", *_pair(_PRUNED, {"debug": True, "factor": 2.0},
+                                     {"debug": True, "factor": 3.0},
+                                     _kernel("if not DEBUG:\n        x[0] = trace(x[0])\n"
+                                             "    x[1] = 1.0"))),
+    ("unselected-overload-implementation", *_pair(_SELECTOR, _RETURNED,
+                                                  dict(_RETURNED, step=2),
+                                                  _kernel("x[0] = pick(x[0])"))),
 ]
 
 

@@ -31,7 +31,8 @@ from spurious_support import check as check_spurious
 HERE = Path(__file__).resolve().parent
 PROJECT, VENDOR = HERE / "obsproj", HERE / "obsvendor"
 TARGETS = frozenset({"k_overload", "k_method", "k_attr", "k_jitable", "k_fast", "k_lazy",
-                     "k_factory", "k_link", "k_eager", "k_builtin", "k_const"})
+                     "k_factory", "k_link", "k_eager", "k_builtin", "k_const", "k_debug",
+                     "k_pick", "k_calc"})
 
 CASES = [
     case("overload-body", replace("ob/ext.py", "return x * s\n", "return x * s + 1.0\n"),
@@ -63,6 +64,20 @@ CASES = [
          {"k_eager"}),
     case("name-injected-into-builtins",
          replace("ob/__init__.py", "OB_GAIN = 2.0", "OB_GAIN = 3.0"), {"k_builtin"}),
+    # numba prunes `if DEBUG:` on the global's value before typing: the callee only that
+    # branch calls is not compiled, so its body is no input; the global is.
+    case("callee-in-pruned-branch", replace("ob/kernels.py", "return x * 2.0",
+                                            "return x * 3.0"), set()),
+    case("pruned-branch-enabled", replace("ob/kernels.py", "DEBUG = False", "DEBUG = True"),
+         {"k_debug"}),
+    # An overload's selector returns one nested implementation per argument types: only
+    # the one numba received is compiled; a helper the selector calls is run.
+    case("unselected-overload-implementation", replace("ob/ext.py", "return x + 1\n",
+                                                       "return x + 2\n"), set()),
+    case("selected-overload-implementation", replace("ob/ext.py", "return x * 2.0\n",
+                                                     "return x * 2.5\n"), {"k_pick"}),
+    case("helper-the-selector-calls", replace("ob/ext.py", "return 2.0\n", "return 3.0\n"),
+         {"k_calc"}),
     # An observation's digest is what was observed, never its module's other bytes.
     case("comment-in-module-an-overload-reads", replace("ob/consts.py", "UNUSED = 5.0",
                                                        "UNUSED = 5.0  # not read"), set()),
@@ -166,6 +181,9 @@ def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
     (CASES[5], "k_attr", "observed env OB_BIAS changed"),
     # A name put into builtins is keyed statically too (keying/references.py): its static reason.
     (CASES[13], "k_builtin", "builtin OB_GAIN 2.0 -> 3.0"),
+    # The overload's tree leaves its nested implementations out: the one compiled is observed.
+    (next(c for c in CASES if c.id == "selected-overload-implementation"), "k_pick",
+     "observed function ob.ext:ol_pick.<locals>.impl_float changed"),
 ], ids=lambda v: getattr(v, "id", None))
 def test_status_names_the_observation_that_changed(baseline, variant, tmp_path, the_case, target,
                                                    reason):

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from ..environ import WatchedEnviron
 from ..errors import CHANGED_AFTER_IMPORT, KeyingError
+from ..keying.bytecode import code_fingerprint, returned_functions
 from ..keying.keyer import Keyer, qualified_name
 from ..keying.tree import LabelKind, leaf
 from ..keying.encode import Unencodable, digest, digest_of
@@ -179,7 +180,7 @@ class Observer:
             return
         # Typing-time functions are found again through numba's registries, closures and
         # all; a function numba interprets by its name.
-        qualname = func.__qualname__ if kind is not Kind.FUNCTION else _outermost(func.__qualname__)
+        qualname = func.__qualname__ if kind is not Kind.FUNCTION else _interpreted_name(func)
         self.add(kind, f"{module}:{qualname}")
 
     def typing_function(self, template, kind: Kind) -> None:
@@ -303,6 +304,20 @@ def _selector_name(names: dict, selector, impl) -> str:
     return "" if key is impl else name
 
 
+def _interpreted_name(func) -> str:
+    """A function numba interprets, as found again later: an implementation that a
+    module-level function (an overload's selector) only made and returned by its own
+    name (`ol_f.<locals>.impl`, see `Current._returned_digest`); any other nested one
+    by its outermost function, which holds it."""
+    outer, sep, inner = func.__qualname__.partition(".<locals>.")
+    if sep and "." not in outer and "<" not in inner:
+        found = getattr(sys.modules.get(func.__module__), outer, None)
+        code = getattr(found, "__code__", None)
+        if code is not None and any(c is func.__code__ for c in returned_functions(code)):
+            return func.__qualname__
+    return _outermost(func.__qualname__)
+
+
 def _outermost(qualname: str) -> str:
     # A function made inside another (an overload's `impl`, a factory's product) is what
     # its enclosing function's code and the values it read make it: observe that one.
@@ -397,6 +412,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         # A device function's code, kept per argument types: what its compile read
         # (its overloads, their reads) is read by every kernel it is linked into.
         def hooked(self, args, *rest, **kws):
+            # Compiled into this target, kept or not: by content, unless its key holds it.
+            observer.function(self.py_func)
             question = ("device", self, repr_free(tuple(args)))
             with observer.answering(question, lambda: _forget_device_compile(self, args)):
                 return original(self, args, *rest, **kws)
@@ -952,6 +969,8 @@ class Current:
         if kind in (Kind.TYPING, Kind.LOWERING):
             return self._registrations_digest(kind, name)
         module_name, _, path = name.partition(":")
+        if kind is Kind.FUNCTION and ".<locals>." in path:
+            return self._returned_digest(name, module_name, path)
         found = _resolve(module_name, path)
         if found is _ABSENT:
             return MISSING
@@ -960,6 +979,26 @@ class Current:
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
         return self._function_digest(kind, name, found)
+
+    def _returned_digest(self, name: str, module_name: str, path: str) -> str:
+        """An implementation `outer.<locals>.inner` that `outer` only makes and returns:
+        `outer` without the bodies of such implementations (`Keyer.function_node`'s
+        selector form), and the code of each it returns by that name. Another one's
+        body, which numba did not compile, is no part of it."""
+        outer_name, _, inner = path.partition(".<locals>.")
+        outer = _resolve(module_name, outer_name)
+        if outer is _ABSENT or not isinstance(outer, pytypes.FunctionType):
+            return MISSING
+        codes = [c for c in returned_functions(outer.__code__) if c.co_name == inner]
+        if not codes:
+            return MISSING  # no longer only made and returned: a change
+        try:
+            tree = self._keyer.function_node(outer, LabelKind.OBSERVED.label(name), name,
+                                             selector=True).digest
+            bodies = sorted(digest_of(code_fingerprint(c, name)) for c in codes)
+        except (KeyingError, AttributeError, TypeError) as exc:
+            return f"{UNKEYABLE}: {exc}"
+        return digest_of(("returned", tree, tuple(bodies)))
 
     def _read_digest(self, module_name: str, value) -> str:
         """A value Python read during the compile: a module by its name, a project's
@@ -992,7 +1031,9 @@ class Current:
 
     def _function_digest(self, kind: Kind, name: str, obj) -> str:
         try:
-            tree = self._keyer.function_node(obj, LabelKind.OBSERVED.label(name), name).digest
+            # An overload's selector: the implementation numba compiled is observed apart.
+            tree = self._keyer.function_node(obj, LabelKind.OBSERVED.label(name), name,
+                                             selector=kind is Kind.OVERLOAD).digest
         except (KeyingError, AttributeError, TypeError) as exc:
             return f"{UNKEYABLE}: {exc}"
         # What the function reads of modules it imports in its body is observed as it

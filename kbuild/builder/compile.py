@@ -42,7 +42,7 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
-    observer = _noting(Observer)(the_plan.keyer.nodes, the_plan.config.root)
+    observer = _noting(Observer)(_static_functions(the_plan, target), the_plan.config.root)
     if target.launch is not None:  # callees typed for another launch configuration
         for disp in the_plan.keyer.device_functions:
             forget_compiled(disp)
@@ -90,6 +90,19 @@ def _with_observations(the_plan: Plan, artifacts, observer):
     except ValueError as exc:
         raise CompileError(f"{exc}; kbuild keeps at most {obs.MAX_OBSERVATIONS}") from None
     return replace(artifacts, observed=tuple(tuple(o.as_row()) for o in observed))
+
+
+def _static_functions(the_plan: Plan, target: Target) -> list:
+    """The functions this target's static key holds by content (their trees are in it).
+    Another target's callee that this one's key left out (a callee only a branch numba
+    prunes reads) is observed if numba compiles it here after all."""
+    digests, todo = set(), [the_plan.keys[target]]
+    while todo:
+        node = todo.pop()
+        if node.digest not in digests:
+            digests.add(node.digest)
+            todo.extend(node.children)
+    return [func for func, node in the_plan.keyer.nodes.items() if node.digest in digests]
 
 
 def _observed_rows(the_plan: Plan, observer):

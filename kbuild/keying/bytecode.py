@@ -177,19 +177,25 @@ def code_canonical(code, where):
             code.co_freevars, code.co_argcount, code.co_kwonlyargcount)
 
 
-def code_fingerprint(code, where):
+def code_fingerprint(code, where, elided: frozenset = frozenset()):
     """The instructions, minus what comments, formatting, docstrings, positions and local names change.
 
     Locals by slot number, constants by value (a docstring shifts their
     indices), names, comparisons and the like by their text; no line numbers. No NOPs
     either (what is left of a branch on a constant, for line tracing), so jumps go
-    to instruction numbers, not offsets.
+    to instruction numbers, not offsets. A nested code object in `elided` by its name
+    and arguments only (`returned_functions`).
     """
     kept = [ins for ins in instructions(code) if ins[OPNAME] != "NOP"]
     number = {ins[OFFSET]: i for i, ins in enumerate(kept)}
     ops = []
     for name, opcode, oparg, argval, argrepr, _ in kept:
-        if opcode in _HASCONST:
+        if opcode in _HASCONST and any(code.co_consts[oparg] is c for c in elided):
+            nested = code.co_consts[oparg]
+            arg = ("elided", nested.co_name, nested.co_argcount, nested.co_posonlyargcount,
+                   nested.co_kwonlyargcount, nested.co_varnames[:nested.co_argcount],
+                   nested.co_freevars)
+        elif opcode in _HASCONST:
             # By index, not argval: dis cannot show some (3.11's KW_NAMES gives <unknown>).
             arg = _const_canonical(code.co_consts[oparg], where, code_fingerprint)
         elif opcode in _NAME_OR_COMPARE:
@@ -230,3 +236,170 @@ def _const_canonical(c, where, code_form):
         return canonical(c)
     except Unencodable:
         cannot_key(where, f"a constant of type {type(c).__name__} in bytecode")
+
+
+# -- branches numba prunes before typing --------------------------------------------------
+#
+# numba's dead-branch pruning (`dead_branch_prune`, run before typing) replaces a branch
+# whose predicate is `bool(g)` of a frozen global `g` by a jump: the branch not taken is
+# never typed, so what only it reads (a debugging device function under `if DEBUG:`) is
+# not compiled into the kernel. Its interpreter makes that predicate of exactly one
+# bytecode form: a global loaded and tested by a conditional jump (3.13's TO_BOOL
+# between them is a copy to numba).
+
+_JUMP_IF_TRUE = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE",
+                           "POP_JUMP_BACKWARD_IF_TRUE"})
+_JUMP_IF_FALSE = frozenset({"POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE",
+                            "POP_JUMP_BACKWARD_IF_FALSE"})
+# Instructions after which the next one is not run. Any other is taken to fall through:
+# treating too many as falling through only keeps more code live.
+_NO_FALLTHROUGH = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
+                             "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE", "JUMP",
+                             "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_NO_INTERRUPT"})
+# The globals whose truth a prune decides by: plain values, compared by exact type.
+_PRUNED_ON = (bool, int, float, str, type(None))
+
+
+@lru_cache(maxsize=None)
+def _global_tests(code) -> tuple:
+    """(index of the jump, the global it tests, whether it jumps when true) for every
+    conditional jump on a global just loaded, which no other jump lands on (its value
+    then came only from that load); () for code with exception handlers (their entries
+    are in a table, not in jumps: nothing is pruned there)."""
+    if getattr(code, "co_exceptiontable", b""):
+        return ()
+    found, ins = [], instructions(code)
+    landed = {i[ARGVAL] for i in ins if i[OPCODE] in _JUMPS}
+    # A global the code itself sets (Python running it at typing time) may not hold then
+    # what it held when keyed.
+    stored = {i[ARGVAL] for i in ins if i[OPNAME] in ("STORE_GLOBAL", "DELETE_GLOBAL")}
+    for index, jump in enumerate(ins):
+        if jump[OPNAME] not in _JUMP_IF_TRUE and jump[OPNAME] not in _JUMP_IF_FALSE:
+            continue
+        load = index - 1
+        if load >= 0 and ins[load][OPNAME] == "TO_BOOL" and ins[load][OFFSET] not in landed:
+            load -= 1
+        if load < 0 or jump[OFFSET] in landed or ins[load][OPNAME] != "LOAD_GLOBAL" \
+                or ins[load][ARGREPR] != ins[load][ARGVAL] \
+                or ins[load][ARGVAL] in stored:  # "NULL + name": a call follows
+            continue
+        found.append((index, ins[load][ARGVAL], jump[OPNAME] in _JUMP_IF_TRUE))
+    return tuple(found)
+
+
+def pruned_chains(code, scope: dict) -> frozenset:
+    """The global load chains (as `bytecode_chains` gives them) that `code` reads only in
+    branches numba prunes, given the globals `scope` holds now: none of its reachable
+    instructions and no code nested in it reads them. The global a pruned test reads is
+    reachable (so keyed by value: flipping it brings the branch back)."""
+    decided = {}
+    for index, name, when_true in _global_tests(code):
+        value = scope.get(name, _ABSENT)
+        if type(value) in _PRUNED_ON:
+            decided[index] = bool(value) == when_true  # whether the jump is taken
+    if not decided:
+        return frozenset()
+    ins = instructions(code)
+    reached = _reachable(ins, decided)
+    if reached is None:
+        return frozenset()
+    live, dead, chain, start = set(), set(), None, 0
+    for index, one in enumerate(ins + ((None, None, None, None, None, None),)):
+        name = one[OPNAME]
+        if name in _LOAD_ATTR_OPS and chain is not None:
+            chain += (one[ARGVAL],)
+            continue
+        if chain is not None:
+            (live if start in reached else dead).add(chain)
+        chain = None
+        if name in _GLOBAL_LOADS:
+            chain, start = (one[ARGVAL],), index
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            live |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    return frozenset(dead - live)
+
+
+def _reachable(ins: tuple, decided: dict) -> set | None:
+    """Indexes of the instructions reached from the first, a decided jump going one way;
+    None where a jump lands on no instruction (code this reader does not follow)."""
+    index_of = {one[OFFSET]: i for i, one in enumerate(ins)}
+    seen, todo = set(), [0]
+    while todo:
+        i = todo.pop()
+        if i in seen or i >= len(ins):
+            continue
+        seen.add(i)
+        one = ins[i]
+        jumps = one[OPCODE] in _JUMPS
+        taken = decided.get(i)
+        if jumps and taken is not False:
+            if one[ARGVAL] not in index_of:
+                return None
+            todo.append(index_of[one[ARGVAL]])
+        if one[OPNAME] not in _NO_FALLTHROUGH and taken is not True:
+            todo.append(i + 1)
+    return seen
+
+
+_ABSENT = object()
+
+
+# -- implementations an overload's selector only makes and returns -----------------------
+#
+# An `@overload` function (the selector) runs at typing time and returns the
+# implementation numba compiles, often one of several nested ones chosen by the argument
+# types. A nested function the selector only makes and returns is never run by it: what
+# it holds is what numba compiles when it is chosen, and the compile observes that one
+# (backend/observe.py). Any other use of it (a call, a decorator, a closure capturing it,
+# a container, the frame's locals) keeps it part of the selector.
+
+_RETURNED_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK"})
+_MADE_TAIL = frozenset({"SET_FUNCTION_ATTRIBUTE"})  # 3.13: closure, defaults set after
+_INTROSPECTION = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe",
+                            "f_locals"})
+_HASLOCAL = frozenset(dis.haslocal)
+
+
+@lru_cache(maxsize=None)
+def returned_functions(code) -> frozenset:
+    """The nested code objects `code` only makes into functions (stored in a local of its
+    own) and returns: every store of that local is such a function, every read of it is
+    `return NAME`."""
+    if _INTROSPECTION & set(code.co_names):
+        return frozenset()
+    ins = instructions(code)
+    made: dict = {}  # local -> the nested code objects made into it
+    other: set = set()  # locals used any other way
+    for index, one in enumerate(ins):
+        if one[OPCODE] not in _HASLOCAL:
+            continue
+        names = one[ARGVAL] if isinstance(one[ARGVAL], tuple) else (one[ARGVAL],)
+        if len(names) == 1 and one[OPNAME] in _RETURNED_LOADS and index + 1 < len(ins) \
+                and ins[index + 1][OPNAME] == "RETURN_VALUE":
+            continue
+        nested = _made_into(code, ins, index) if len(names) == 1 else None
+        if nested is not None:
+            made.setdefault(names[0], []).append(nested)
+            continue
+        other.update(names)
+    loads = [code.co_consts[one[ARG]] for one in ins if one[OPCODE] in _HASCONST
+             and isinstance(code.co_consts[one[ARG]], pytypes.CodeType)]
+    found = [c for name, codes in made.items() if name not in other for c in codes]
+    # Each made exactly once: a code object loaded elsewhere too is used otherwise.
+    return frozenset(c for c in found if sum(1 for x in loads if x is c) == 1)
+
+
+def _made_into(code, ins: tuple, index: int):
+    """The nested code object that instruction `index` stores as a function just made
+    from it (LOAD_CONST code, MAKE_FUNCTION, STORE_FAST), or None."""
+    if ins[index][OPNAME] != "STORE_FAST":
+        return None
+    before = index - 1
+    while before >= 0 and ins[before][OPNAME] in _MADE_TAIL:
+        before -= 1
+    if before < 1 or ins[before][OPNAME] != "MAKE_FUNCTION" \
+            or ins[before - 1][OPCODE] not in _HASCONST:
+        return None
+    found = code.co_consts[ins[before - 1][ARG]]
+    return found if isinstance(found, pytypes.CodeType) else None

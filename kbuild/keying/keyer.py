@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from . import normalize
 from ..errors import KeyingError
-from .bytecode import code_canonical, code_fingerprint
+from .bytecode import code_canonical, code_fingerprint, returned_functions
 from .encode import Unencodable, digest_of, encode
 from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, function_def, referenced_values, remembered
@@ -74,12 +74,15 @@ class Keyer:
                    [leaf(k, canonical(v), summary(v)) for k, v in config.items()]),
         ])
 
-    def function_node(self, obj, label: str, where: str) -> KeyNode:
-        """The key tree of a kernel, device function or jitable function."""
+    def function_node(self, obj, label: str, where: str, selector: bool = False) -> KeyNode:
+        """The key tree of a kernel, device function or jitable function. `selector`: an
+        `@overload*` function, which numba runs and whose returned implementation it
+        compiles: the bodies of the nested implementations it only makes and returns are
+        left out (`bytecode.returned_functions`; the one numba compiles is observed)."""
         fn = self._objects.function_of(obj)
         if fn.options is None:
             fn.options = dict(self._objects.options_of(obj))
-        memo_key = (label, obj)
+        memo_key = (label, obj, selector)
         if memo_key in self._memo:
             return self._memo[memo_key]
         if any(f is fn.py_func for f in self._stack):
@@ -91,7 +94,7 @@ class Keyer:
             self._reached_ids.add(id(obj))
         self._stack.append(fn.py_func)
         try:
-            node = self._function_tree(fn, label, where)
+            node = self._function_tree(fn, label, where, selector)
         finally:
             self._stack.pop()
         number = self._assign_stable_id(fn.py_func, _identity(fn.py_func, node))
@@ -116,11 +119,14 @@ class Keyer:
         self.stable_ids[py_func] = number
         return number
 
-    def _function_tree(self, fn: Function, label: str, where: str) -> KeyNode:
+    def _function_tree(self, fn: Function, label: str, where: str,
+                       selector: bool = False) -> KeyNode:
         py_func = fn.py_func
         name = qualified_name(py_func)
         keep_positions = bool(fn.options.get("lineinfo") or fn.options.get("debug"))
-        children = [self._body(py_func, keep_positions, where, fn.role is Role.KERNEL)]
+        elided = returned_functions(py_func.__code__) if selector else frozenset()
+        children = [self._body(py_func, keep_positions, where, fn.role is Role.KERNEL,
+                               elided)]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         children += self._references(py_func, where, fn.defaults)
@@ -132,7 +138,8 @@ class Keyer:
             for index, (impl, options) in enumerate(self._objects.overloads_of(py_func)):
                 place = f" #{index}" if index else ""
                 children.append(self.function_node(
-                    impl, LabelKind.OVERLOAD.label(qualified_name(impl) + place), where))
+                    impl, LabelKind.OVERLOAD.label(qualified_name(impl) + place), where,
+                    selector=True))
                 children += [self._option(f"overload{place} {name}", value, where)
                              for name, value in sorted(options.items())]
         if keep_positions:
@@ -140,17 +147,21 @@ class Keyer:
             children.append(leaf(LabelKind.FILE.label(), path, path))
         return branch(label, name, children)
 
-    def _body(self, py_func, keep_positions: bool, where: str, kernel: bool) -> KeyNode:
+    def _body(self, py_func, keep_positions: bool, where: str, kernel: bool,
+              elided: frozenset = frozenset()) -> KeyNode:
         # A kernel is launched with positional arguments only: their names are not code.
         kind = f"ast{int(keep_positions)}{'k' if kernel else ''}"
+        names = frozenset(c.co_name for c in elided)
+        if names:
+            kind += " elided " + ",".join(sorted(names))
         tree = remembered(self._sources, py_func, kind,
                           lambda: _normalized_digest(self._sources, py_func, keep_positions,
-                                                     kernel))
+                                                     kernel, names))
         body = LabelKind.BODY.label()
         if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
             # back from a file edited after import (or `python -O`) can't pass for it.
-            node = leaf(body, (tree, code_fingerprint(py_func.__code__, where)),
+            node = leaf(body, (tree, code_fingerprint(py_func.__code__, where, elided)),
                         "source with line numbers" if keep_positions else "source")
             self._bodies[node.digest] = py_func
             _offer_body_text(self._sources, node.digest, lambda: self.body_text(node.digest))
@@ -351,13 +362,15 @@ def _offer_body_text(sources, body_digest: str, render) -> None:
         keep(body_digest, render)
 
 
-def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool) -> str | None:
+def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool,
+                       elided: frozenset = frozenset()) -> str | None:
     found = function_def(sources, py_func)
     if found is None:
         return None
     fdef, first_line = found
     return digest_of(normalize.normalized_ast(fdef, keep_positions=keep_positions,
-                                              first_line=first_line, positional_args=kernel))
+                                              first_line=first_line, positional_args=kernel,
+                                              elided=elided))
 
 
 def signature_node(argtypes, signature_text: str, objects: ObjectModel) -> KeyNode:

@@ -156,7 +156,7 @@ def _all_args(args: ast.arguments):
 
 
 def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int = 1,
-                   positional_args: bool = False) -> bytes:
+                   positional_args: bool = False, elided: frozenset = frozenset()) -> bytes:
     """The canonical encoding of `fn`'s signature and body, decorators, docstrings,
     annotations and dead branches removed (see `compiled_view`).
 
@@ -164,8 +164,11 @@ def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int
     are the file positions that end up in the binary's line table. With
     `positional_args` (a kernel: launched with positional arguments only) arguments
     are renamed by position too, unless positions are kept (debug info names them).
+    `elided`: names of nested functions whose bodies are left out (`elide_bodies`).
     """
     fn = compiled_view(fn)
+    if elided:
+        fn = elide_bodies(fn, elided)
     body = _strip_docstrings(fn.body)
     renames = {} if keep_positions or _has_nested_scope(fn) else \
         _alpha_renames(fn, rename_args=positional_args)
@@ -201,6 +204,18 @@ def compiled_view(fn: ast.FunctionDef) -> ast.FunctionDef:
     something dropped here, the key still changes.
     """
     view = _CompiledView().visit(copy.deepcopy(fn))
+    return view
+
+
+def elide_bodies(fn: ast.FunctionDef, names) -> ast.FunctionDef:
+    """`fn` with the body of each undecorated function named in `names` that it defines
+    in its own scope replaced by `...` (its name, arguments and default expressions,
+    which `fn` runs, stay). A copy; `fn` is untouched."""
+    view = copy.deepcopy(fn)
+    for node in _own_nodes(view.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names \
+                and not node.decorator_list:
+            node.body = [ast.Expr(value=ast.Constant(value=...))]
     return view
 
 

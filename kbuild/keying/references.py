@@ -17,7 +17,7 @@ import types as pytypes
 from dataclasses import dataclass
 
 from . import normalize
-from .bytecode import bytecode_chains, code_names
+from .bytecode import bytecode_chains, code_names, pruned_chains
 from .encode import Unencodable
 from .interfaces import ObjectModel, Role, Sources
 from .tree import LabelKind
@@ -50,6 +50,9 @@ def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=No
     default values the compiler folds omitted arguments with (`Function.defaults`),
     where they are not the function's current `__defaults__`."""
     names = _load_chains(py_func, sources) if chains is None else chains
+    # What only a branch numba prunes on a global's value now reads is never compiled
+    # (decided here, on the values now: the names a code object reads are remembered).
+    names = set(names) - pruned_chains(py_func.__code__, py_func.__globals__)
     closure = dict(zip(py_func.__code__.co_freevars, py_func.__closure__ or ()))
     for chain in sorted(names):
         base = chain[0]

@@ -90,3 +90,40 @@ def make_reader(mod):
 from ob import factors  # noqa: E402
 
 overload(read_factor, target="cuda")(make_reader(factors))
+
+
+def pick(x):
+    pass
+
+
+@overload(pick, target="cuda")
+def ol_pick(x):
+    # numba compiles the implementation this returns: for float32, impl_float only.
+    if isinstance(x, types.Float):
+        def impl_float(x):
+            return x * 2.0
+
+        return impl_float
+
+    def impl_int(x):
+        return x + 1
+
+    return impl_int
+
+
+def calc(x):
+    pass
+
+
+@overload(calc, target="cuda")
+def ol_calc(x):
+    # A nested helper the selector calls while typing: its body decides `f`.
+    def factor():
+        return 2.0
+
+    f = factor()
+
+    def impl(x):
+        return x * f
+
+    return impl

@@ -9,6 +9,15 @@ _GAIN_CU = os.path.join(os.path.dirname(__file__), "lib", "gain.cu")
 link_gain = cuda.declare_device("ob_link_gain", "float32(float32)", link=[_GAIN_CU])
 
 
+# numba prunes a branch on a global's value before typing: `trace` is never compiled.
+DEBUG = False
+
+
+@cuda.jit(device=True)
+def trace(x):
+    return x * 2.0
+
+
 @cuda.jit("float32(float32)", device=True)
 def eager_third(x):
     # A division: in float64 it rounds differently from float32 (a doubling would not).
@@ -68,3 +77,20 @@ def k_builtin(x):
 @cuda.jit
 def k_const(x):
     x[0] = x[0] * consts.SCALE
+
+
+@cuda.jit
+def k_debug(x):
+    if DEBUG:
+        x[0] = trace(x[0])
+    x[0] = x[0] + 1.0
+
+
+@cuda.jit
+def k_pick(x):
+    x[0] = ext.pick(x[0])
+
+
+@cuda.jit
+def k_calc(x):
+    x[0] = ext.calc(x[0])
