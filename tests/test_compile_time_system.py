@@ -2,14 +2,15 @@
 first ran it.
 
 tests/sysproj: `@overload`s decide what numba compiles from a stat (`os.path.exists`),
-a file read through `pathlib` or numpy, a folder listing, a scan of the environment, a
-variable read by name (in an answer numba keeps and reuses for a second kernel), a
-module constant read by computed name from an overload that an eager kernel's import
-already ran (directly, and through a device function numba already compiled), and a
-subprocess. Each case changes one input of a copy of the built project, builds
-incrementally against a copy of the store and afresh into an empty store: no target is
-served `cached` with other bytes than the fresh build's, exactly the targets the case
-names rebuild, and a subprocess run while compiling fails its target, saying why.
+a file read through `pathlib`, numpy or a package's loader (`pkgutil.get_data`), a
+folder listing, a scan of the environment, a variable read by name (in an answer numba
+keeps and reuses for a second kernel), a module constant read by computed name from an
+overload that an eager kernel's import already ran (directly, and through a device
+function numba already compiled), and a subprocess. Each case changes one input of a
+copy of the built project, builds incrementally against a copy of the store and afresh
+into an empty store: no target is served `cached` with other bytes than the fresh
+build's, exactly the targets the case names rebuild, and a subprocess run while
+compiling fails its target, saying why.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from editmatrix_support import build, case, copy_tree, replace, short
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
-BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_plugins", "k_scan", "k_gain_a",
-                   "k_gain_b", "k_eager", "k_eager_dev"})
+BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_packaged", "k_plugins", "k_scan",
+                   "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev"})
 
 
 def touch(path: str):
@@ -48,6 +49,8 @@ STALE = [
     case("stat-of-a-new-file", touch("fast.flag"), {"k_flag"}),
     case("file-read-through-pathlib", replace("table.txt", "0.5", "0.75"), {"k_table"}),
     case("file-read-through-numpy", replace("weights.txt", "1.5", "2.5"), {"k_weights"}),
+    case("file-read-through-a-package-loader", replace("sp/data.txt", "0.25", "0.5"),
+         {"k_packaged"}),
     case("file-added-to-a-listed-folder", touch("plugins/b.txt"), {"k_plugins"}),
     case("file-removed-from-a-listed-folder", remove("plugins/a.txt"), {"k_plugins"}),
     case("variable-in-a-scanned-environment", lambda root: None, {"k_scan"},

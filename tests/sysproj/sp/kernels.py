@@ -1,7 +1,7 @@
 from numba import cuda
 
-from .ext import counted, dev_scaled, flagged, gained, scaled, scanned, shelled, tabled, \
-    weighted
+from .ext import counted, dev_scaled, flagged, gained, packaged, scaled, scanned, shelled, \
+    tabled, weighted
 
 
 @cuda.jit
@@ -17,6 +17,11 @@ def k_table(a):
 @cuda.jit
 def k_weights(a):
     a[0] = weighted(a[0])
+
+
+@cuda.jit
+def k_packaged(a):
+    a[0] = packaged(a[0])
 
 
 @cuda.jit
