@@ -5,12 +5,13 @@ tests/sysproj: `@overload`s decide what numba compiles from a stat (`os.path.exi
 a file read through `pathlib`, numpy or a package's loader (`pkgutil.get_data`), a
 folder listing, a scan of the environment, a variable read by name (in an answer numba
 keeps and reuses for a second kernel), a module constant read by computed name from an
-overload that an eager kernel's import already ran (directly, and through a device
-function numba already compiled), and a subprocess. Each case changes one input of a
-copy of the built project, builds incrementally against a copy of the store and afresh
-into an empty store: no target is served `cached` with other bytes than the fresh
-build's, exactly the targets the case names rebuild, and a subprocess run while
-compiling fails its target, saying why.
+overload that an eager kernel's import already ran (directly, through a device function
+numba already compiled, and through an eager device function, which numba never compiles
+again), and a subprocess. Each case changes one input of a copy of the built project,
+builds incrementally against a copy of the store and afresh into an empty store: no
+target is served `cached` with other bytes than the fresh build's, exactly the targets
+the case names rebuild, and a subprocess run while compiling fails its target, saying
+why.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from editmatrix_support import build, case, copy_tree, replace, short
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
 BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_packaged", "k_plugins", "k_scan",
-                   "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev"})
+                   "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev", "k_dev_eager"})
 
 
 def touch(path: str):
@@ -58,7 +59,8 @@ STALE = [
     case("variable-read-by-a-kept-answer", lambda root: None,
          {"k_gain_a", "k_gain_b", "k_scan"}, env={"SP_GAIN": "3.0"}),
     case("constant-read-by-an-overload-an-eager-import-ran",
-         replace("sp/consts.py", "SCALE = 2.0", "SCALE = 2.5"), {"k_eager", "k_eager_dev"}),
+         replace("sp/consts.py", "SCALE = 2.0", "SCALE = 2.5"),
+         {"k_eager", "k_eager_dev", "k_dev_eager"}),
 ]
 
 PRECISE = [

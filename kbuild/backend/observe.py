@@ -67,6 +67,8 @@ class FrontEnd:
     nvrtc: str  # the module whose `compile` runs NVRTC on CUDA C (`ProgramOptions` in it)
     # (module, class, method) compiling a device function for argument types, keeping it
     device_compiles: tuple = ()
+    # (module, class, method) typing a call to a device function (its call template)
+    device_calls: tuple = ()
 
 
 NUMBA_CUDA_FRONT_END = FrontEnd(
@@ -76,7 +78,8 @@ NUMBA_CUDA_FRONT_END = FrontEnd(
     # numba-cuda's data model manager is numba's where numba is installed (a redirect).
     models=("numba.cuda.datamodel.cuda_manager", "numba.core.datamodel.manager"),
     nvrtc="numba.cuda.cudadrv.nvrtc",
-    device_compiles=(("numba.cuda.dispatcher", "CUDADispatcher", "compile_device"),))
+    device_compiles=(("numba.cuda.dispatcher", "CUDADispatcher", "compile_device"),),
+    device_calls=(("numba.cuda.dispatcher", "CUDADispatcher", "get_call_template"),))
 
 
 class Observer:
@@ -402,6 +405,17 @@ def _hooks(observer: Observer, front_end: FrontEnd):
                 return original(self, args, *rest, **kws)
         return hooked
 
+    def calls_device(original):
+        # An eager device function (`@cuda.jit("f4(f4)", device=True)`) was compiled at
+        # its import, unobserved, and numba never compiles it again: its code is made
+        # once more here, observed (the same code from the same values in this process),
+        # so what its compile read is in every key it is linked into.
+        def hooked(self, *args, **kws):
+            if not getattr(self, "_can_compile", True) and not _library_code(self):
+                _compile_eager_again(self)
+            return original(self, *args, **kws)
+        return hooked
+
     def asked(what):
         def wrap(original):
             def hooked(self, *args, **kws):
@@ -461,6 +475,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         yield importlib.import_module(f"{base}.base").OverloadSelector, "find", found
     for module, cls, method in front_end.device_compiles:
         yield getattr(importlib.import_module(module), cls), method, compiles_device
+    for module, cls, method in front_end.device_calls:
+        yield getattr(importlib.import_module(module), cls), method, calls_device
     importlib.import_module(front_end.models[0])  # the front end's own: loaded here
     for manager in dict.fromkeys(_classes_of("DataModelManager", *front_end.models)):
         yield manager, "lookup", model
@@ -726,6 +742,26 @@ def _forget_answer(template, asked) -> bool:
     for key in [k for k in cache if isinstance(k, tuple) and k[1:3] == (args, kws)]:
         del cache[key]
     return True
+
+
+def _library_code(dispatcher) -> bool:
+    func = getattr(dispatcher, "py_func", None)
+    code = getattr(func, "__code__", None)
+    return is_library(getattr(func, "__module__", None)) or \
+        (code is not None and _installed(code.co_filename))
+
+
+def _compile_eager_again(dispatcher) -> None:
+    """Compile each signature of an eager device function through its (hooked)
+    `compile_device`, allowed for the call: an answer made before any observed compile is
+    dropped and made again there; one made observed in this process is replayed."""
+    for args, made in list(dispatcher.overloads.items()):
+        restype = getattr(getattr(made, "signature", None), "return_type", None)
+        dispatcher._can_compile = True
+        try:
+            dispatcher.compile_device(args, restype)
+        finally:
+            dispatcher._can_compile = False
 
 
 def _forget_device_compile(dispatcher, args) -> bool:

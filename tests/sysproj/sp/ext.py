@@ -109,3 +109,10 @@ def ol_shelled(x):
 @cuda.jit(device=True)
 def dev_scaled(x):
     return scaled(x) + 1.0
+
+
+# Compiled when the module is imported (an eager signature): numba never compiles it
+# again on its own, and its compile read SCALE through `scaled`'s overload.
+@cuda.jit("float32(float32)", device=True)
+def dev_eager(x):
+    return scaled(x) + 2.0

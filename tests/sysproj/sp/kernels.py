@@ -1,7 +1,7 @@
 from numba import cuda
 
-from .ext import counted, dev_scaled, flagged, gained, packaged, scaled, scanned, shelled, \
-    tabled, weighted
+from .ext import counted, dev_eager, dev_scaled, flagged, gained, packaged, scaled, scanned, \
+    shelled, tabled, weighted
 
 
 @cuda.jit
@@ -58,3 +58,8 @@ def k_eager_dev(a):
 @cuda.jit
 def k_shell(a):
     a[0] = shelled(a[0])
+
+
+@cuda.jit
+def k_dev_eager(a):
+    a[0] = dev_eager(a[0])
