@@ -266,12 +266,13 @@ class Observer:
         if not is_library(name):
             self.add(Kind.GLOBAL, f"{name}:{attr}")
 
-    def read_by_project(self) -> bool:
-        """Whether the code reading an env var (the nearest caller outside the os module,
-        collections.abc and this module) is the project's, directly or through a library
+    def read_by_project(self, frame=None) -> bool:
+        """Whether the code reading an env var (the nearest caller of `frame`, by default
+        the caller's, outside the os module, collections.abc, kbuild's stand-ins and this
+        module) is the project's, directly or through a library
         (`oscalls.asked_by_project`): numba's and the standard library's own reads are
         pinned by the toolchain."""
-        frame = sys._getframe(1)
+        frame = frame or sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__") in _PLUMBING:
             frame = frame.f_back
         return oscalls.asked_by_project(frame, _installed)
@@ -338,7 +339,8 @@ def _file_name(path, root) -> str | None:
     return real
 
 
-_PLUMBING = frozenset({"os", "_collections_abc", __name__, WatchedEnviron.__module__})
+_PLUMBING = frozenset({"os", "_collections_abc", "collections.abc", __name__,
+                       WatchedEnviron.__module__})
 
 # What each answer numba keeps (a typing template's for some argument types, a device
 # function's compile) read when it was made in this process: (kind, name) -> (its digest
@@ -835,9 +837,55 @@ def _environ(observer):
     original = os.environ
     os.environ = _RecordingEnviron(original, observer)
     try:
-        yield
+        with _environ_aliases(observer, getattr(os, "_Environ", type(original))):
+            yield
     finally:
         os.environ = original
+
+
+# Reads of the environment that one stand-in for `os.environ` cannot see: a name bound to
+# the real mapping before the compile (`from os import environ`, `ENV = os.environ`; under
+# direct mode's recorder, its stand-in) and `os.environb` (bytes names) read it directly.
+# The mapping class (`os._Environ`) itself records them, by name; an iteration or copy
+# records a read of every variable, and an iteration's own look-ups are left out.
+_SCANNING = threading.local()
+_ABC = frozenset({"_collections_abc", "collections.abc"})  # its module's name, either way
+
+
+@contextlib.contextmanager
+def _environ_aliases(observer, cls):
+    getitem, iterate, copy = cls.__getitem__, cls.__iter__, cls.copy
+
+    def by_project(frame) -> bool:
+        if getattr(_SCANNING, "depth", 0) > 0 or \
+                (frame.f_globals.get("__name__") in _ABC and frame.f_code.co_name == "__iter__"):
+            return False  # a copy's or an iteration's own look-ups: the scan is recorded
+        return observer.read_by_project(frame)
+
+    def read(self, key):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENV, os.fsdecode(key) if isinstance(key, bytes) else str(key))
+        return getitem(self, key)
+
+    def scan(self):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENVIRON, "*")
+        return iterate(self)
+
+    def copied(self):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENVIRON, "*")
+        _SCANNING.depth = getattr(_SCANNING, "depth", 0) + 1
+        try:
+            return copy(self)
+        finally:
+            _SCANNING.depth -= 1
+
+    cls.__getitem__, cls.__iter__, cls.copy = read, scan, copied
+    try:
+        yield
+    finally:
+        cls.__getitem__, cls.__iter__, cls.copy = getitem, iterate, copy
 
 
 def linked_paths(observer: Observer, paths) -> None:

@@ -5,6 +5,7 @@ import importlib
 import os
 import pathlib
 import pkgutil
+from os import environ
 
 import numpy as np
 from numba import cuda
@@ -82,6 +83,17 @@ def gained(x):
 def ol_gained(x):
     g = float(os.environ.get("SP_GAIN", "1.0"))  # by name, in an answer numba keeps
     return lambda x: x * g
+
+
+def aliased(x):
+    pass
+
+
+@overload(aliased)
+def ol_aliased(x):
+    g = float(environ.get("SP_ALIAS", "1.0"))  # through a name bound at import
+    b = float(os.environb.get(b"SP_BYTES", b"0.0"))  # bytes names
+    return lambda x: x * g + b
 
 
 def scaled(x):

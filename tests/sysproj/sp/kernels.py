@@ -1,7 +1,7 @@
 from numba import cuda
 
-from .ext import counted, dev_eager, dev_scaled, flagged, gained, packaged, scaled, scanned, \
-    shelled, tabled, weighted
+from .ext import aliased, counted, dev_eager, dev_scaled, flagged, gained, packaged, scaled, \
+    scanned, shelled, tabled, weighted
 
 
 @cuda.jit
@@ -32,6 +32,11 @@ def k_plugins(a):
 @cuda.jit
 def k_scan(a):
     a[0] = scanned(a[0])
+
+
+@cuda.jit
+def k_alias(a):
+    a[0] = aliased(a[0])
 
 
 @cuda.jit
