@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import time
 from functools import lru_cache
 
 from . import cells
@@ -218,7 +219,7 @@ class ProjectSources:
         """The digest of a file's bytes; a module's source (a class keyed by its module, a
         module imported lazily) only while it still holds what the import compiled."""
         check_imported(path)
-        return _file_digest(_realpath(path), os.stat(path).st_mtime_ns)
+        return _by_stamp(_DIGESTS, _realpath(path), _read_digest)
 
 
 @lru_cache(maxsize=None)
@@ -226,10 +227,43 @@ def _realpath(path: str) -> str:
     return os.path.realpath(path)
 
 
-@lru_cache(maxsize=None)
-def _file_digest(path: str, _mtime_ns: int) -> str:
+# A file's digest or decoded text is kept by its whole stat, as git's index keeps a file:
+# an edit that keeps the size and mtime (`cp -p`, `rsync -t`, `touch -r`, a checkout)
+# still changes the ctime (and often the inode). Two writes within one tick of the file
+# system's coarse clock keep every field, so a file changed that recently before it was
+# read ("racily clean" in git's words) is not kept at all: read again next time.
+_RACY_NS = 2 * 10**9
+_DIGESTS: dict[str, tuple] = {}  # real path -> (stamp, digest of the bytes)
+_TEXTS: dict[str, tuple] = {}  # real path -> (stamp, decoded source text)
+
+
+def _stamp(path: str) -> tuple:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _by_stamp(table: dict, path: str, read):
+    """`read(path)`, kept in `table` while the file's stat stays what it was."""
+    stamp = _stamp(path)
+    held = table.get(path)
+    if held is not None and held[0] == stamp:
+        return held[1]
+    value = read(path)
+    if time.time_ns() - max(stamp[3], stamp[4]) > _RACY_NS:
+        table[path] = (stamp, value)
+    else:
+        table.pop(path, None)
+    return value
+
+
+def _read_digest(path: str) -> str:
     with open(path, "rb") as fh:
         return digest(fh.read())
+
+
+def _read_text(path: str) -> str:
+    with open(path, "rb") as fh:
+        return decoded_source(fh.read())
 
 
 def check_imported(path) -> None:
@@ -245,7 +279,7 @@ def check_imported(path) -> None:
         return
     if real in _IMPORTED:
         try:
-            text = _source_text(real, os.stat(real).st_mtime_ns)
+            text = _by_stamp(_TEXTS, real, _read_text)
         except OSError:
             return  # gone: whatever reads it next fails, naming it
         _check_text(path, real, text)
@@ -263,13 +297,7 @@ def _check_text(shown, real: str, text: str) -> None:
 def source_digest(path: str) -> str:
     """The digest of a Python source file's decoded text (see `decoded_source`)."""
     real = _realpath(path)
-    return digest(_source_text(real, os.stat(real).st_mtime_ns).encode("utf-8"))
-
-
-@lru_cache(maxsize=None)
-def _source_text(path: str, _mtime_ns: int) -> str:
-    with open(path, "rb") as fh:
-        return decoded_source(fh.read())
+    return digest(_by_stamp(_TEXTS, real, _read_text).encode("utf-8"))
 
 
 @lru_cache(maxsize=64)
@@ -285,7 +313,7 @@ def _index_defs(filename: str) -> dict:
     """Every function definition in a file, by the line its code object starts on."""
     try:
         real = _realpath(filename)
-        text = _source_text(real, os.stat(real).st_mtime_ns)
+        text = _by_stamp(_TEXTS, real, _read_text)
     except OSError:
         return {}
     _check_text(filename, real, text)

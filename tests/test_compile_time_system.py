@@ -2,14 +2,17 @@
 first ran it.
 
 tests/sysproj: `@overload`s decide what numba compiles from a stat (`os.path.exists`),
-a file read through `pathlib` or numpy, a folder listing, a scan of the environment, a
-variable read by name (in an answer numba keeps and reuses for a second kernel), a
-module constant read by computed name from an overload that an eager kernel's import
-already ran (directly, and through a device function numba already compiled), and a
-subprocess. Each case changes one input of a copy of the built project, builds
-incrementally against a copy of the store and afresh into an empty store: no target is
-served `cached` with other bytes than the fresh build's, exactly the targets the case
-names rebuild, and a subprocess run while compiling fails its target, saying why.
+a file read through `pathlib`, numpy or a package's loader (`pkgutil.get_data`), a
+folder listing, a scan of the environment, a variable read by name (through a name bound
+to `os.environ` at import, through `os.environb`, in an answer numba keeps and reuses for
+a second kernel), a module constant read by computed name from an
+overload that an eager kernel's import already ran (directly, through a device function
+numba already compiled, and through an eager device function, which numba never compiles
+again), and a subprocess. Each case changes one input of a copy of the built project,
+builds incrementally against a copy of the store and afresh into an empty store: no
+target is served `cached` with other bytes than the fresh build's, exactly the targets
+the case names rebuild, and a subprocess run while compiling fails its target, saying
+why.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from editmatrix_support import build, case, copy_tree, replace, short
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
-BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_plugins", "k_scan", "k_gain_a",
-                   "k_gain_b", "k_eager", "k_eager_dev"})
+BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_packaged", "k_plugins", "k_scan",
+                   "k_alias", "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev", "k_dev_eager"})
 
 
 def touch(path: str):
@@ -48,14 +51,21 @@ STALE = [
     case("stat-of-a-new-file", touch("fast.flag"), {"k_flag"}),
     case("file-read-through-pathlib", replace("table.txt", "0.5", "0.75"), {"k_table"}),
     case("file-read-through-numpy", replace("weights.txt", "1.5", "2.5"), {"k_weights"}),
+    case("file-read-through-a-package-loader", replace("sp/data.txt", "0.25", "0.5"),
+         {"k_packaged"}),
     case("file-added-to-a-listed-folder", touch("plugins/b.txt"), {"k_plugins"}),
     case("file-removed-from-a-listed-folder", remove("plugins/a.txt"), {"k_plugins"}),
     case("variable-in-a-scanned-environment", lambda root: None, {"k_scan"},
          env={"SP_OPT_FAST": "1"}),
+    case("variable-read-through-a-name-bound-at-import", lambda root: None,
+         {"k_alias", "k_scan"}, env={"SP_ALIAS": "3.0"}),
+    case("variable-read-by-bytes-name", lambda root: None, {"k_alias", "k_scan"},
+         env={"SP_BYTES": "0.5"}),
     case("variable-read-by-a-kept-answer", lambda root: None,
          {"k_gain_a", "k_gain_b", "k_scan"}, env={"SP_GAIN": "3.0"}),
     case("constant-read-by-an-overload-an-eager-import-ran",
-         replace("sp/consts.py", "SCALE = 2.0", "SCALE = 2.5"), {"k_eager", "k_eager_dev"}),
+         replace("sp/consts.py", "SCALE = 2.0", "SCALE = 2.5"),
+         {"k_eager", "k_eager_dev", "k_dev_eager"}),
 ]
 
 PRECISE = [
@@ -67,6 +77,8 @@ PRECISE = [
 # k_scan's compile read every variable (a scan): any variable set rebuilds it, to the
 # same bytes when no SP_OPT_* variable changed. The named readers rebuild only for theirs.
 SAME_BYTES = {"variable-read-by-a-kept-answer": {"k_scan"},
+              "variable-read-through-a-name-bound-at-import": {"k_scan"},
+              "variable-read-by-bytes-name": {"k_scan"},
               "unrelated-variable-beside-a-named-read": {"k_scan"}}
 
 

@@ -68,6 +68,8 @@ class FrontEnd:
     nvrtc: str  # the module whose `compile` runs NVRTC on CUDA C (`ProgramOptions` in it)
     # (module, class, method) compiling a device function for argument types, keeping it
     device_compiles: tuple = ()
+    # (module, class, method) typing a call to a device function (its call template)
+    device_calls: tuple = ()
 
 
 NUMBA_CUDA_FRONT_END = FrontEnd(
@@ -77,7 +79,8 @@ NUMBA_CUDA_FRONT_END = FrontEnd(
     # numba-cuda's data model manager is numba's where numba is installed (a redirect).
     models=("numba.cuda.datamodel.cuda_manager", "numba.core.datamodel.manager"),
     nvrtc="numba.cuda.cudadrv.nvrtc",
-    device_compiles=(("numba.cuda.dispatcher", "CUDADispatcher", "compile_device"),))
+    device_compiles=(("numba.cuda.dispatcher", "CUDADispatcher", "compile_device"),),
+    device_calls=(("numba.cuda.dispatcher", "CUDADispatcher", "get_call_template"),))
 
 
 class Observer:
@@ -264,12 +267,13 @@ class Observer:
         if not is_library(name):
             self.add(Kind.GLOBAL, f"{name}:{attr}")
 
-    def read_by_project(self) -> bool:
-        """Whether the code reading an env var (the nearest caller outside the os module,
-        collections.abc and this module) is the project's, directly or through a library
+    def read_by_project(self, frame=None) -> bool:
+        """Whether the code reading an env var (the nearest caller of `frame`, by default
+        the caller's, outside the os module, collections.abc, kbuild's stand-ins and this
+        module) is the project's, directly or through a library
         (`oscalls.asked_by_project`): numba's and the standard library's own reads are
         pinned by the toolchain."""
-        frame = sys._getframe(1)
+        frame = frame or sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__") in _PLUMBING:
             frame = frame.f_back
         return oscalls.asked_by_project(frame, _installed)
@@ -350,7 +354,8 @@ def _file_name(path, root) -> str | None:
     return real
 
 
-_PLUMBING = frozenset({"os", "_collections_abc", __name__, WatchedEnviron.__module__})
+_PLUMBING = frozenset({"os", "_collections_abc", "collections.abc", __name__,
+                       WatchedEnviron.__module__})
 
 # What each answer numba keeps (a typing template's for some argument types, a device
 # function's compile) read when it was made in this process: (kind, name) -> (its digest
@@ -419,6 +424,17 @@ def _hooks(observer: Observer, front_end: FrontEnd):
                 return original(self, args, *rest, **kws)
         return hooked
 
+    def calls_device(original):
+        # An eager device function (`@cuda.jit("f4(f4)", device=True)`) was compiled at
+        # its import, unobserved, and numba never compiles it again: its code is made
+        # once more here, observed (the same code from the same values in this process),
+        # so what its compile read is in every key it is linked into.
+        def hooked(self, *args, **kws):
+            if not getattr(self, "_can_compile", True) and not _library_code(self):
+                _compile_eager_again(self)
+            return original(self, *args, **kws)
+        return hooked
+
     def asked(what):
         def wrap(original):
             def hooked(self, *args, **kws):
@@ -478,6 +494,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         yield importlib.import_module(f"{base}.base").OverloadSelector, "find", found
     for module, cls, method in front_end.device_compiles:
         yield getattr(importlib.import_module(module), cls), method, compiles_device
+    for module, cls, method in front_end.device_calls:
+        yield getattr(importlib.import_module(module), cls), method, calls_device
     importlib.import_module(front_end.models[0])  # the front end's own: loaded here
     for manager in dict.fromkeys(_classes_of("DataModelManager", *front_end.models)):
         yield manager, "lookup", model
@@ -750,6 +768,26 @@ def _forget_answer(template, asked) -> bool:
     return True
 
 
+def _library_code(dispatcher) -> bool:
+    func = getattr(dispatcher, "py_func", None)
+    code = getattr(func, "__code__", None)
+    return is_library(getattr(func, "__module__", None)) or \
+        (code is not None and _installed(code.co_filename))
+
+
+def _compile_eager_again(dispatcher) -> None:
+    """Compile each signature of an eager device function through its (hooked)
+    `compile_device`, allowed for the call: an answer made before any observed compile is
+    dropped and made again there; one made observed in this process is replayed."""
+    for args, made in list(dispatcher.overloads.items()):
+        restype = getattr(getattr(made, "signature", None), "return_type", None)
+        dispatcher._can_compile = True
+        try:
+            dispatcher.compile_device(args, restype)
+        finally:
+            dispatcher._can_compile = False
+
+
 def _forget_device_compile(dispatcher, args) -> bool:
     """Drop a device function's code for `args`, so numba compiles it again (an eager one
     cannot compile again: False)."""
@@ -821,9 +859,55 @@ def _environ(observer):
     original = os.environ
     os.environ = _RecordingEnviron(original, observer)
     try:
-        yield
+        with _environ_aliases(observer, getattr(os, "_Environ", type(original))):
+            yield
     finally:
         os.environ = original
+
+
+# Reads of the environment that one stand-in for `os.environ` cannot see: a name bound to
+# the real mapping before the compile (`from os import environ`, `ENV = os.environ`; under
+# direct mode's recorder, its stand-in) and `os.environb` (bytes names) read it directly.
+# The mapping class (`os._Environ`) itself records them, by name; an iteration or copy
+# records a read of every variable, and an iteration's own look-ups are left out.
+_SCANNING = threading.local()
+_ABC = frozenset({"_collections_abc", "collections.abc"})  # its module's name, either way
+
+
+@contextlib.contextmanager
+def _environ_aliases(observer, cls):
+    getitem, iterate, copy = cls.__getitem__, cls.__iter__, cls.copy
+
+    def by_project(frame) -> bool:
+        if getattr(_SCANNING, "depth", 0) > 0 or \
+                (frame.f_globals.get("__name__") in _ABC and frame.f_code.co_name == "__iter__"):
+            return False  # a copy's or an iteration's own look-ups: the scan is recorded
+        return observer.read_by_project(frame)
+
+    def read(self, key):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENV, os.fsdecode(key) if isinstance(key, bytes) else str(key))
+        return getitem(self, key)
+
+    def scan(self):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENVIRON, "*")
+        return iterate(self)
+
+    def copied(self):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENVIRON, "*")
+        _SCANNING.depth = getattr(_SCANNING, "depth", 0) + 1
+        try:
+            return copy(self)
+        finally:
+            _SCANNING.depth -= 1
+
+    cls.__getitem__, cls.__iter__, cls.copy = read, scan, copied
+    try:
+        yield
+    finally:
+        cls.__getitem__, cls.__iter__, cls.copy = getitem, iterate, copy
 
 
 def linked_paths(observer: Observer, paths) -> None:

@@ -13,7 +13,8 @@ Whose call it is decides whether it is observed: walking out from the call, fram
 the standard library, of pinned libraries (numpy) and of installed packages are
 go-betweens; the first other frame decides. The project's code (not a module body
 running at its import, whose results are observed by value) asks: observed. numba's,
-kbuild's or the import system's own reads are the toolchain's: not observed.
+kbuild's, or the import system's while it finds or loads a module, are the toolchain's:
+not observed (a loader handing the project a package's data file is a go-between).
 
 The audit hook is added once and stays (hooks cannot be removed); outside a compile,
 and in threads that are not compiling, it returns at its first test.
@@ -34,6 +35,12 @@ from .libraries import is_library
 # The toolchain's own code: what it reads is pinned by its versions and files.
 _TOOLCHAIN = frozenset({"kbuild", "numba", "numba_cuda", "numba_cuda_mlir", "llvmlite", "cuda"})
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# The import statement's machinery (the frozen core, under either name): every import,
+# `importlib.import_module` and `find_spec` pass through it. The loaders beside it
+# (`importlib._bootstrap_external`, `zipimport`) are go-betweens like the rest of the
+# standard library: `pkgutil.get_data` or `importlib.resources` asking a loader for a
+# package's data file is the project's read, found by walking on.
+_IMPORTING = frozenset({"importlib._bootstrap", "_frozen_importlib"})
 
 # thread ident -> the observers of the compiles running in it (innermost last)
 _WATCHING: dict = {}
@@ -49,8 +56,8 @@ def asked_by_project(frame, installed) -> bool:
     while frame is not None:
         name = frame.f_globals.get("__name__")
         top = name.partition(".")[0] if isinstance(name, str) else ""
-        if top in _TOOLCHAIN or top == "importlib" or top == "zipimport":
-            return False  # the toolchain's, or the import system finding a module
+        if top in _TOOLCHAIN or name in _IMPORTING:
+            return False  # the toolchain's, or the import system finding or loading a module
         if not (is_library(name) or installed(frame.f_code.co_filename)):
             return frame.f_code.co_name != "<module>"
         frame = frame.f_back

@@ -8,10 +8,12 @@ fingerprints bytecode with `bytecode`.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 
 from . import normalize
+from ..environ import WatchedEnviron
 from ..errors import KeyingError
 from .bytecode import code_canonical, code_fingerprint, returned_functions
 from .encode import Unencodable, digest_of, encode
@@ -268,6 +270,11 @@ class Keyer:
             contents = self._contents(value, f"{kind.value} '{name}'", where, callees)
             self._contained_callees = callees  # taken by `_references` right away
             return name, leaf(label, contents, summary(value))
+        environ = _environment_name(value)
+        if environ is not None:
+            # The process's environment: what code reads of it is observed by name as it
+            # runs (`observed env`), never the whole mapping.
+            return name, leaf(label, ("extern", "os", environ), f"os.{environ}")
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
@@ -301,6 +308,11 @@ class Keyer:
             return canonical(value)
         except Unencodable:
             pass
+        environ = _environment_name(value)
+        if environ is not None:
+            # The process's environment: what code reads of it is observed by name as it
+            # runs (`observed env`), never the whole mapping.
+            return name, leaf(label, ("extern", "os", environ), f"os.{environ}")
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return ("extern",) + extern
@@ -408,6 +420,14 @@ def _disambiguate(refs) -> list[KeyNode]:
         for name, node in items:
             out.append(KeyNode(reached_as(label, name), node.summary, node.digest, node.children))
     return out
+
+
+def _environment_name(value) -> str | None:
+    """'environ' or 'environb' for the process's environment mappings (a name bound to one
+    at import, `from os import environ`), else None."""
+    if value is os.environ or isinstance(value, WatchedEnviron):
+        return "environ"
+    return "environb" if value is getattr(os, "environb", None) else None
 
 
 def _extern_name(value):

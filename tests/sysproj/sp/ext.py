@@ -4,6 +4,8 @@ types a kernel: each through a route no module attribute shows."""
 import importlib
 import os
 import pathlib
+import pkgutil
+from os import environ
 
 import numpy as np
 from numba import cuda
@@ -43,6 +45,16 @@ def ol_weighted(x):
     return lambda x: x * w
 
 
+def packaged(x):
+    pass
+
+
+@overload(packaged)
+def ol_packaged(x):
+    d = float(pkgutil.get_data("sp", "data.txt"))  # open, by the package's loader
+    return lambda x: x + d
+
+
 def counted(x):
     pass
 
@@ -73,6 +85,17 @@ def ol_gained(x):
     return lambda x: x * g
 
 
+def aliased(x):
+    pass
+
+
+@overload(aliased)
+def ol_aliased(x):
+    g = float(environ.get("SP_ALIAS", "1.0"))  # through a name bound at import
+    b = float(os.environb.get(b"SP_BYTES", b"0.0"))  # bytes names
+    return lambda x: x * g + b
+
+
 def scaled(x):
     pass
 
@@ -98,3 +121,10 @@ def ol_shelled(x):
 @cuda.jit(device=True)
 def dev_scaled(x):
     return scaled(x) + 1.0
+
+
+# Compiled when the module is imported (an eager signature): numba never compiles it
+# again on its own, and its compile read SCALE through `scaled`'s overload.
+@cuda.jit("float32(float32)", device=True)
+def dev_eager(x):
+    return scaled(x) + 2.0

@@ -1,7 +1,7 @@
 from numba import cuda
 
-from .ext import counted, dev_scaled, flagged, gained, scaled, scanned, shelled, tabled, \
-    weighted
+from .ext import aliased, counted, dev_eager, dev_scaled, flagged, gained, packaged, scaled, \
+    scanned, shelled, tabled, weighted
 
 
 @cuda.jit
@@ -20,6 +20,11 @@ def k_weights(a):
 
 
 @cuda.jit
+def k_packaged(a):
+    a[0] = packaged(a[0])
+
+
+@cuda.jit
 def k_plugins(a):
     a[0] = counted(a[0])
 
@@ -27,6 +32,11 @@ def k_plugins(a):
 @cuda.jit
 def k_scan(a):
     a[0] = scanned(a[0])
+
+
+@cuda.jit
+def k_alias(a):
+    a[0] = aliased(a[0])
 
 
 @cuda.jit
@@ -53,3 +63,8 @@ def k_eager_dev(a):
 @cuda.jit
 def k_shell(a):
     a[0] = shelled(a[0])
+
+
+@cuda.jit
+def k_dev_eager(a):
+    a[0] = dev_eager(a[0])
