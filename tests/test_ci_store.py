@@ -1,8 +1,10 @@
 """The store as CI uses it: moved, archived, shared by concurrent builds, killed, damaged, bounded.
 
-Real compiler, real store, `kbuild` in subprocesses. The examples are built once per test
-run for sm_90 only (conftest's `examples_template`) and copied for this module; a test that
-changes the project or the store works on a copy of both.
+Real compiler, real store; `kbuild` runs in the test process (support.run_in_process),
+except the concurrent, killed and waiting builds, which are processes of their own. The
+examples are built once per test run for sm_90 only (conftest's `examples_template`) and
+copied for this module; a test that changes the project or the store works on a copy of
+both.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kbuild.keying.encode import digest
 from conftest import (BuiltExamples, blob_bytes, blob_files, built_examples, copy_examples,
                       entry_files, store_files)
 from support import NVVM_COMPILE, counting, counts, kbuild_argv, kbuild_env
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"

@@ -17,6 +17,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 from test_timeouts import QUICK, make_project
 
 NESTED = '''from numba import cuda

@@ -23,6 +23,7 @@ import pytest
 from conftest import blob_bytes
 from mlir_support import MLIR, UNSUPPORTED, needs_mlir, port_sources
 from support import REPO_ROOT
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 # A project in two backends: `pn` numba-cuda, `pm` numba-cuda-mlir (unique names: several
 # tests import them in this process).

@@ -25,8 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from editmatrix_support import VARIANTS, build, case, copy_tree, replace, run_kbuild, short
+from editmatrix_support import (
+    VARIANTS, build, case, copy_tree, kbuild_result, replace, run_kbuild, short,
+)
 from spurious_support import check as check_spurious
+from support import shared_dir, template
 
 HERE = Path(__file__).resolve().parent
 PROJECT, VENDOR = HERE / "obsproj", HERE / "obsvendor"
@@ -126,11 +129,14 @@ def variant(request):
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory, variant):
-    """(where, build JSON): the project and its vendor package built into where/store."""
-    where = tmp_path_factory.mktemp("obs-baseline")
-    project = _ported(variant, _checkout(where))
-    result = build(project, where / "store", env_extra=_env(project))
-    return where, result
+    """(where, build JSON): the project and its vendor package built into where/store, once
+    per test run for all workers (support.template). Read-only: cases copy the store."""
+    def make(project: Path, store: Path):
+        checkout = _ported(variant, _checkout(project.parent))
+        return kbuild_result(checkout, store, "build", env_extra=_env(checkout))
+
+    made = template(shared_dir(tmp_path_factory), f"obsproj-{variant.id}", make)
+    return made.store.parent, made.json
 
 
 def _edited(baseline, variant, tmp_path, the_case) -> Path:

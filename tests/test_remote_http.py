@@ -22,6 +22,7 @@ from kbuild.store.remotes.http_remote import entry_address
 
 from conftest import blob_bytes, blob_files, built_examples, copy_examples
 from nginx_support import NGINX, NOT_INSTALLED, Nginx
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 ARCH = "sm_90"
 SAXPY = "examples.saxpy:saxpy"

@@ -1,8 +1,10 @@
 """Issue 15: a store that cannot be made to serve a wrong binary, delete a file or hang.
 
 One test per case the issue lists, tried as an attacker or a clumsy user would: a
-hand-edited store, a crafted archive, crashes, hostile files. Real compiler, real store,
-`kbuild` in subprocesses; every run has a timeout, so a hang fails instead of blocking.
+hand-edited store, a crafted archive, crashes, hostile files. Real compiler, real store;
+`kbuild` runs in the test process (support.run_in_process), except where a hang is what
+could go wrong (hostile files: a subprocess with a timeout, so a hang fails instead of
+blocking) and for the killed, concurrent and resource-limited builds.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from conftest import (BuiltExamples, blob_bytes, blob_files, built_examples, cop
 from store_support import make_cubin, make_ptx
 from support import kbuild_argv, kbuild_env
 from support import run as run_process
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 from kbuild.artifacts import BinaryError, Facts, cubin_facts, ptx_facts
 from kbuild.store import archive
@@ -52,10 +55,17 @@ def clone(built, tmp_path):
 
 @pytest.fixture
 def kb(run_kbuild, built):
-    """`kb(store, *args)`: kbuild in the built project, bounded at 180 s (a hang fails;
-    a loaded machine does not)."""
+    """`kb(store, *args)`: kbuild in the built project (in this process)."""
     def run(store, *args, env=None):
-        return run_kbuild(*args, cwd=built.project, store=store, env=env, timeout=180)
+        return run_kbuild(*args, cwd=built.project, store=store, env=env)
+    return run
+
+
+@pytest.fixture
+def kb_bounded(kbuild_process, built):
+    """`kb`, in a subprocess bounded at 180 s: a hang fails (a loaded machine does not)."""
+    def run(store, *args, env=None):
+        return kbuild_process(*args, cwd=built.project, store=store, env=env, timeout=180)
     return run
 
 
@@ -285,7 +295,7 @@ def test_a_blob_link_with_a_mismatched_name_does_not_crash_gc(built, clone, kb, 
 @pytest.mark.parametrize("what", ["entry-fifo", "blob-fifo", "blob-link-to-dev-zero",
                                   "entry-link-to-dev-zero", "blob-larger-than-recorded",
                                   "entry-nested-deep"])
-def test_hostile_files_in_the_store_cost_a_rebuild_not_a_hang(built, clone, kb, what):
+def test_hostile_files_in_the_store_cost_a_rebuild_not_a_hang(built, clone, kb_bounded, what):
     row = built.row(SAXPY)
     entry = entry_files(clone)[row["key"]]
     blob = blob_files(clone)[row["artifacts"]["cubin"]]
@@ -306,7 +316,7 @@ def test_hostile_files_in_the_store_cost_a_rebuild_not_a_hang(built, clone, kb, 
             fh.write(b"\0" * 4096)
     else:
         entry.write_text("[" * 100_000 + "]" * 100_000)
-    result = build(kb, clone)  # bounded: kb's timeout turns a hang into a failure
+    result = build(kb_bounded, clone)  # bounded: its timeout turns a hang into a failure
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert by_target(result)[(SAXPY, row["signature"])]["status"] == "built"

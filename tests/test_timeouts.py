@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
 
 SLOW = '''import os
 import time
