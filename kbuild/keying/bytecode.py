@@ -398,8 +398,15 @@ def _made_into(code, ins: tuple, index: int):
     before = index - 1
     while before >= 0 and ins[before][OPNAME] in _MADE_TAIL:
         before -= 1
-    if before < 1 or ins[before][OPNAME] != "MAKE_FUNCTION" \
-            or ins[before - 1][OPCODE] not in _HASCONST:
+    if before < 1 or ins[before][OPNAME] != "MAKE_FUNCTION":
         return None
-    found = code.co_consts[ins[before - 1][ARG]]
-    return found if isinstance(found, pytypes.CodeType) else None
+    for loaded in ins[before - 1], ins[before - 2] if before >= 2 else None:
+        # Python 3.10 loads the qualified name between the code and MAKE_FUNCTION.
+        if loaded is None or loaded[OPCODE] not in _HASCONST:
+            return None
+        found = code.co_consts[loaded[ARG]]
+        if isinstance(found, pytypes.CodeType):
+            return found
+        if not (isinstance(found, str) and sys.version_info < (3, 11)):
+            return None
+    return None
