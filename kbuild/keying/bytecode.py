@@ -361,11 +361,11 @@ _INTROSPECTION = frozenset({"locals", "vars", "eval", "exec", "_getframe", "curr
 _HASLOCAL = frozenset(dis.haslocal)
 
 
-@lru_cache(maxsize=None)
 def returned_functions(code) -> frozenset:
     """The nested code objects `code` only makes into functions (stored in a local of its
     own) and returns: every store of that local is such a function, every read of it is
-    `return NAME`."""
+    `return NAME`. Those of `code` itself, compared by identity: not remembered, since a
+    cache looks code up by equality and would hand back another module's equal objects."""
     if _INTROSPECTION & set(code.co_names):
         return frozenset()
     ins = instructions(code)

@@ -309,10 +309,8 @@ class Keyer:
         except Unencodable:
             pass
         environ = _environment_name(value)
-        if environ is not None:
-            # The process's environment: what code reads of it is observed by name as it
-            # runs (`observed env`), never the whole mapping.
-            return name, leaf(label, ("extern", "os", environ), f"os.{environ}")
+        if environ is not None:  # held in a container: read by name, observed (above)
+            return ("extern", "os", environ)
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return ("extern",) + extern
