@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-class Recorder:
+class LaunchRecording:
     """One process's recording: a JSON line per (kernel, signature, launch) first seen."""
 
     def __init__(self, folder, declared: dict):

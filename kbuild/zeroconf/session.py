@@ -79,11 +79,11 @@ class Session:
         self.sources = _ProgramSources(settings.roots, facts_dir=self.store.base / "facts")
         self.counts: Counter = Counter()  # served, built, fallback (for tests and reports)
         self.served: list = []  # (target name, signature, arch, key) of what was handed over
-        self.recorder = None
+        self.recording = None
         if settings.record is not None:
-            from .record import Recorder
+            from .record import LaunchRecording
 
-            self.recorder = Recorder(settings.record, self.declared)
+            self.recording = LaunchRecording(settings.record, self.declared)
         self._warned: set = set()
         self._unwritable: str | None = None
         self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
@@ -170,9 +170,9 @@ class Session:
         finally:
             self._flush_store_warnings()
             self._save_facts()
-            if self.recorder is not None:
+            if self.recording is not None:
                 sensitive = getattr(kernel, "launch_config_sensitive", False)
-                self.recorder.add(request.py_func, request.argtypes, name, text,
+                self.recording.add(request.py_func, request.argtypes, name, text,
                                   self._device_arch_or_none(request),
                                   request.launch if sensitive else None)
 
