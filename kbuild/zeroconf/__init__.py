@@ -77,9 +77,9 @@ def _enable_simulated(session) -> None:
     """numba's simulator compiles nothing: only what is launched is recorded."""
     from ..backend import dispatch
 
-    if session.recorder is None:
+    if session.recording is None:
         return
-    dispatch.install_recorder(session.recorder.launched)
+    dispatch.install_recorder(session.recording.launched)
 
 
 def disable() -> None:
