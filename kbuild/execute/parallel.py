@@ -255,8 +255,9 @@ def _serve(conn: Connection, parent: int, fn, items, noting: bool) -> int:
             conn.send(("done", (CompileError(f"worker failed: {exc}"), outcome[1])))
 
 
-def _die_with(parent: int) -> None:
-    """Worker start-up: be killed when `parent` dies; drop the parent's lock descriptors."""
+def die_with(parent: int) -> None:
+    """A worker or the background helper at start-up: be killed when `parent` dies; drop
+    the parent's lock descriptors."""
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -268,14 +269,8 @@ def _die_with(parent: int) -> None:
     close_inherited()
 
 
-def die_with(parent: int) -> None:
-    """In a helper process `parent` started (zero-config's background build): be killed
-    when `parent` dies, so that no orphan compiles on (see `_die_with`)."""
-    _die_with(parent)
-
-
 def _worker_start(parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the build and reports;
     # a worker is killed by it instead of printing a traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with(parent)
+    die_with(parent)

@@ -33,7 +33,7 @@ def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, re
     written, for `kbuild run --record`; `journal`: False to key every compile in full
     (default: on unless $KBUILD_JOURNAL is 0; see `journal`); `background`: False to
     compile every kernel when the program launches it, a number for that many worker
-    processes (default: on, one per core, unless $KBUILD_BACKGROUND is 0): after an
+    processes (default: $KBUILD_BACKGROUND, else on from 4 cores, one per core): after an
     edit, the kernels the program launched last time are rebuilt in the background (see
     `background`). Returns the session; calling it again replaces it.
     """

@@ -93,6 +93,8 @@ class Session:
         self._live = None  # (journal target id, live digest) of the compile being served
         self._background_jobs = setting(background)
         self.background = None  # the helper rebuilding the program's kernels (`background`)
+        self._compiling = False  # the kernel being served was compiled (not relinked)
+        self._named_compiles = 0  # compiles of kernels the helper would build too
         for message in settings.warnings:
             self.warn(message)
         import atexit
@@ -292,14 +294,14 @@ class Session:
         from .background import Background, targets
         from .journal import target_id
 
-        compiled = self.__dict__.pop("_compiling", False)
+        compiled, self._compiling = self._compiling, False
         if self._background_jobs < 1 or self.background is not None or not compiled:
             return
         tid = target_id(name, text, arch)
         known = self.journal is not None and tid in self.journal.last_run()
         if not known and name not in self.declared:
             return
-        self._named_compiles = self.__dict__.get("_named_compiles", 0) + 1
+        self._named_compiles += 1
         if self._named_compiles < 2:
             return
         try:
