@@ -19,8 +19,6 @@ must not use the parent's connection) nor sent them.
 
 from __future__ import annotations
 
-import time
-
 from ..artifacts import OUTPUT_KIND
 from ..keying import observed as obs
 from ..keying.cutoff import cubin_key, link_key
@@ -28,7 +26,7 @@ from ..keying.encode import digest
 from ..keying.objects import interface
 from ..keying.tree import KeyNode
 from ..store.local import CorruptBlob, Store
-from .entries import observed_record
+from .entries import built_now, observed_record
 
 
 class StoredObjects:
@@ -133,5 +131,5 @@ def record(store: Store, project: str, arch: str, artifacts, hashes: dict) -> No
         store.commit(key, {"kind": OUTPUT_KIND, "arch": arch, "entry": artifacts.entry,
                            "artifacts": {"ptx": hashes["ptx"], "cubin": hashes["cubin"]},
                            "project": project,
-                           "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                           "built_at": built_now()},
                      push=False)
