@@ -77,8 +77,8 @@ class Direct:
         self.ledger = Ledger()
         self._state = None
         self._journal = None
-        self._loaded = False
-        self._last_body = None  # the journal as `last_entry` read it
+        self._loaded = False  # the command's mode was decided from the journal
+        self._read_once = None  # (journal or None, JournalProblem or None), read once
         self._hold = None
         self.journal_note: str | None = None  # what became of the journal (`describe`)
         self._failed: dict = {}  # tid -> the error a failed target's next build reports
@@ -180,15 +180,23 @@ class Direct:
             self._state = start_state(recorder, self.paths)
         return self._state
 
+    def _read(self):
+        """(the journal or None, the problem reading it or None), read once per command."""
+        if self._read_once is None:
+            try:
+                self._read_once = (journal.read(self.store.root, self.slot), None)
+            except journal.JournalProblem as exc:
+                self._read_once = (None, exc)
+        return self._read_once
+
     def _load(self):
         if not self._loaded:
             self._loaded = True
-            try:
-                self._journal = journal.read(self.store.root, self.slot)
-            except journal.JournalProblem as exc:
-                self.store.warnings.append(f"journal {self._where()} is not used: {exc}; "
+            self._journal, problem = self._read()
+            if problem is not None:
+                self.store.warnings.append(f"journal {self._where()} is not used: {problem}; "
                                            "keying in full")
-                self._fall_back(f"the journal cannot be used: {exc}")
+                self._fall_back(f"the journal cannot be used: {problem}")
                 return None
         if self._journal is None:
             self._fall_back("no journal yet: the first run of a project keys in full")
@@ -198,16 +206,8 @@ class Direct:
         """The key of the entry `target` used at the last full run the journal records (read
         without deciding anything about this command's mode), or None: no journal, or it
         failed or was not in it. What a relinked row's changes are told against."""
-        if self._loaded:
-            body = self._journal.body if self._journal is not None else None
-        else:
-            if self._last_body is None:
-                try:
-                    found = journal.read(self.store.root, self.slot)
-                except journal.JournalProblem:
-                    found = None
-                self._last_body = found.body if found is not None else {}
-            body = self._last_body
+        found = self._read()[0]
+        body = found.body if found is not None else None
         try:
             row = (body or {}).get("targets", {}).get(_tid(target))
             return row.get("entry") if isinstance(row, dict) and row.get("fresh") else None

@@ -79,13 +79,13 @@ def targets(journal, declared: dict, arch: str, skip: str) -> list:
     journal's), then what the project file declares for the device's `arch`;
     `skip` (the target id being compiled now), kernels no module keeps (a closure made in
     a function) and the script's own (`__main__`) left out."""
-    from .journal import target_id
+    from .journal import target_id, target_parts
     from .naming import importable_module
 
     found = {}
     for tid in journal.last_run() if journal is not None else ():
-        parts = tuple(tid.split("\n"))
-        if len(parts) == 3:
+        parts = target_parts(tid)
+        if parts is not None:
             found.setdefault(tid, parts)
     for spec in declared.values():
         for text in spec.signatures:

@@ -263,7 +263,15 @@ def checked_entry(store, held: Held, current, expect: dict) -> dict | None:
 
 
 def target_id(name: str, text: str, arch: str) -> str:
+    """The journal's id of (kernel name, signature text, arch)."""
     return f"{name}\n{text}\n{arch}"
+
+
+def target_parts(tid: str) -> tuple | None:
+    """(name, signature text, arch) of a `target_id`, or None for an id of another shape
+    (a journal written by another version)."""
+    parts = tuple(tid.split("\n")) if isinstance(tid, str) else ()
+    return parts if len(parts) == 3 else None
 
 
 class LiveDigest:
@@ -467,4 +475,4 @@ def live_digest(keyer, objects, request, text: str, arch: str, backend) -> str |
 
 __all__ = ["Held", "NotVouched", "ProgramJournal", "checked_entry", "code_digest",
            "enabled_by_environment", "held_entry", "live_digest", "program_identity",
-           "target_id"]
+           "target_id", "target_parts"]
