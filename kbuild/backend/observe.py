@@ -1104,6 +1104,12 @@ class Current:
         found = value_digest(value, ALL_OBJECTS)
         if not found.startswith(UNKEYABLE):
             return found
+        try:  # a configuration object (a dataclass, a namespace, a partial) by content
+            by_content = self._keyer.object_digest(value, module_name)
+        except (KeyingError, AttributeError, TypeError):
+            by_content = None
+        if by_content is not None:
+            return digest_of(("object", by_content))
         path = getattr(sys.modules.get(module_name), "__file__", None)
         if not path:
             return found
@@ -1270,7 +1276,9 @@ class _ObservationKeyer(Keyer):
         bases = tuple(f"{b.__module__}:{b.__qualname__}" for b in cls.__mro__)
         value = ("observed-class", cls.__module__, cls.__qualname__, bases, tuple(items))
         if coarse:  # an attribute with no content form: the sources of the classes decide
-            value += tuple(super()._project_class(label, b, where).digest
+            # (zero-argument `super()` cannot be called inside a generator expression)
+            by_source = super()._project_class
+            value += tuple(by_source(label, b, where).digest
                            for b in cls.__mro__ if self._is_project_object(b))
         return leaf(label, value, f"class {cls.__qualname__} (by its attributes)")
 

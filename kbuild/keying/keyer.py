@@ -8,8 +8,10 @@ fingerprints bytecode with `bytecode`.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import types as pytypes
 from dataclasses import replace
 
 from . import normalize
@@ -21,11 +23,19 @@ from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
-from .values import canonical, cannot_key, made_at_import, summary, type_canonical
+from .values import canonical, cannot_key, instance_state, made_at_import, summary, \
+    type_canonical
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
 _CONTAINERS = (tuple, list, dict, set, frozenset)
+# What a class holds for Python's bookkeeping or a dataclass's (mirrors of its fields,
+# which are keyed as the class attributes and instance state they are): never keyed.
+_CLASS_PLUMBING = frozenset({"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__",
+                             "__firstlineno__", "__static_attributes__", "__annotations__",
+                             "__slots__", "__dataclass_fields__", "__dataclass_params__",
+                             "__match_args__"})
+_DEPTH = 32  # objects held in objects, at most (deeper: a cycle, refused)
 
 
 def qualified_name(func) -> str:
@@ -46,6 +56,7 @@ class Keyer:
         self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
         self._ids_taken: set = set()
         self._contained_callees: list = []  # see `_contents`
+        self._nesting = 0  # objects inside objects `_object_contents` is keying now
         self._bodies: dict = {}  # body digest -> py_func, for `body_text`
 
     def body_text(self, body_digest: str) -> str | None:
@@ -265,7 +276,7 @@ class Keyer:
             return name, leaf(label, canonical(value), summary(value))
         except Unencodable:
             pass
-        if isinstance(value, _CONTAINERS):
+        if isinstance(value, _CONTAINERS) or self._object_state(value) is not None:
             callees: list = []
             contents = self._contents(value, f"{kind.value} '{name}'", where, callees)
             self._contained_callees = callees  # taken by `_references` right away
@@ -314,10 +325,102 @@ class Keyer:
         extern = _extern_name(value)
         if extern is not None and not self._is_project_object(value):
             return ("extern",) + extern
+        state = self._object_state(value)
+        if state is not None:
+            return self._object_contents(value, state, what, where, callees)
         raise KeyingError(
             f"{where}: {what} holds a {type(value).__module__}.{type(value).__qualname__}, "
             "which kbuild cannot key by content; hold numbers, strings, tuples, numpy "
             "arrays or dtypes, enums or device functions in it instead")
+
+    def _object_state(self, value) -> tuple | None:
+        """What a configuration object that Python reads while numba compiles is keyed by,
+        as (kind, state): a `functools.partial` (its function, arguments and keywords), a
+        `SimpleNamespace`, or an instance of a plain class of the project's (a dataclass,
+        a settings object: `instance_state`); None for anything else."""
+        if isinstance(value, functools.partial):
+            return "partial", {"func": value.func, "args": value.args,
+                               "keywords": dict(value.keywords)}
+        if isinstance(value, pytypes.SimpleNamespace):
+            return "namespace", instance_state(value)
+        if not self._is_project_object(type(value)):
+            return None
+        state = instance_state(value)
+        return None if state is None else ("instance", state)
+
+    def _object_contents(self, value, state, what, where, callees):
+        """An object (`_object_state`) by content: its class by its code, then each
+        attribute it holds by its value, in name order. Raises KeyingError for one
+        nested deeper than `_DEPTH` (a cycle)."""
+        kind, attributes = state
+        if self._nesting > _DEPTH:
+            raise KeyingError(f"{where}: {what} holds objects nested more than {_DEPTH} deep "
+                              "(a cycle?), which kbuild cannot key by content; hold plain "
+                              "values in it instead")
+        self._nesting += 1
+        try:
+            held = tuple((name, self._contents(attributes[name], what, where, callees))
+                         for name in sorted(attributes))
+        finally:
+            self._nesting -= 1
+        if kind != "instance":
+            return (kind, held)
+        cls = type(value)
+        return (kind, cls.__module__, cls.__qualname__, self._instance_class(cls, where), held)
+
+    def object_digest(self, value, where: str) -> str | None:
+        """The digest of a configuration object (`_object_state`) by content, functions it
+        holds by their trees; None for any other value."""
+        state = self._object_state(value)
+        if state is None:
+            return None
+        callees: list = []
+        contents = self._object_contents(value, state, "object", where, callees)
+        return digest_of((contents, tuple(node.digest for node in callees)))
+
+    def _instance_class(self, cls, where: str) -> str:
+        """The class of a configuration object by what it holds: each attribute of each of
+        its project classes, functions (methods, property getters) by their trees, values
+        by content, library bases by name; by its modules' sources where an attribute has
+        no such form. A comment elsewhere in its module changes nothing."""
+        parts = []
+        for klass in cls.__mro__[:-1]:
+            if not self._is_project_object(klass):
+                parts.append(("base", klass.__module__, klass.__qualname__))
+                continue
+            for attr, value in sorted(vars(klass).items()):
+                form = None if attr in _CLASS_PLUMBING else self._class_attribute(value, where)
+                if form is None and attr not in _CLASS_PLUMBING:
+                    label = LabelKind.GLOBAL.label(cls.__qualname__)
+                    return Keyer._project_class(self, label, cls, where).digest
+                if form is not None:
+                    parts.append((klass.__qualname__, attr, form))
+        return digest_of(("class", cls.__module__, cls.__qualname__, tuple(parts)))
+
+    def _class_attribute(self, value, where: str):
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if isinstance(value, property):
+            return ("property",) + tuple(self._class_attribute(f, where) if f else ("none",)
+                                         for f in (value.fget, value.fset, value.fdel))
+        try:
+            return ("value", canonical(value))
+        except Unencodable:
+            pass
+        if not isinstance(value, pytypes.FunctionType):
+            return None
+        if function_def(self._sources, value) is None:
+            # Made by exec from the class's fields (a dataclass's `__init__`, `__eq__`):
+            # by its code, whose names the fields are.
+            return ("code", digest_of(code_fingerprint(value.__code__, value.__qualname__)))
+        fn = self._callee(value)
+        if fn is None:
+            return None
+        try:
+            label = LabelKind.CALLEE.label(qualified_name(fn.py_func))
+            return ("function", self.function_node(value, label, where).digest)
+        except KeyingError:  # it reads what has no content form: the module's source
+            return None
 
     def _project_class(self, label, cls, where) -> KeyNode:
         """A class of the project's (a numba extension type, say) by its module's whole source.

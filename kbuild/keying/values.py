@@ -22,6 +22,7 @@ from .encode import Unencodable, digest_of, encode
 
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
 _SHOWN_ITEMS = 8  # arrays up to this size are summarised with their values
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}| at 0x")
 
 
@@ -210,3 +211,32 @@ def made_at_import(cls) -> tuple:
                         tuple(sorted(str(k) for k in defaults)))
             out.append(("namedtuple", klass.__qualname__, made))
     return tuple(out)
+
+
+def instance_state(obj) -> dict | None:
+    """The attributes a plain object holds itself ({name: value}, its `__dict__` and
+    slots), or None when `obj` is not a plain object: a class, module, function or
+    builtin value; an object whose class has a metaclass or its own `__getattribute__`
+    (what an attribute read returns is code, not state); or one with neither `__dict__`
+    nor slots. What compile-time Python reads of a configuration object (a dataclass, a
+    `SimpleNamespace`, a settings instance) is then its class's code and this state."""
+    if isinstance(obj, pytypes.SimpleNamespace):
+        return dict(vars(obj))
+    cls = type(obj)
+    if type(cls) is not type or cls.__getattribute__ is not object.__getattribute__ \
+            or isinstance(obj, (type, pytypes.ModuleType, pytypes.FunctionType,
+                                pytypes.BuiltinFunctionType, pytypes.MethodType)) \
+            or not cls.__flags__ & _HEAP_TYPE:  # a class written in C keeps its state in C
+        return None
+    state = dict(getattr(obj, "__dict__", None) or {})
+    slotted = False
+    for klass in cls.__mro__[:-1]:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in ((slots,) if isinstance(slots, str) else slots):
+            slotted = True
+            if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                state.setdefault(slot, getattr(obj, slot))
+    if not hasattr(obj, "__dict__") and not slotted:
+        return None
+    return state
+

@@ -1,0 +1,70 @@
+"""@overloads that read the configuration objects of cp.settings while numba types."""
+
+from numba.cuda.extending import overload
+
+from cp import settings
+
+
+def scaled(x):
+    pass
+
+
+def gained(x):
+    pass
+
+
+def factored(x):
+    pass
+
+
+def biased(x):
+    pass
+
+
+def quadrupled(x):
+    pass
+
+
+@overload(scaled)
+def ol_scaled(x):
+    s = settings.SCALING.scale
+
+    def impl(x):
+        return x * s
+    return impl
+
+
+@overload(gained)
+def ol_gained(x):
+    g = settings.OUTER.inner.gain
+
+    def impl(x):
+        return x * g
+    return impl
+
+
+@overload(factored)
+def ol_factored(x):
+    f = settings.SETTINGS.factor
+
+    def impl(x):
+        return x * f
+    return impl
+
+
+@overload(biased)
+def ol_biased(x):
+    b = settings.NAMESPACE.bias
+
+    def impl(x):
+        return x + b
+    return impl
+
+
+@overload(quadrupled)
+def ol_quadrupled(x):
+    q = settings.TIMES_FOUR(1.0)
+
+    def impl(x):
+        return x * q
+    return impl

@@ -1,0 +1,47 @@
+"""One kernel per configuration object (cp.ext), and one that reads none of them."""
+
+from numba import cuda
+
+from cp.ext import biased, factored, gained, quadrupled, scaled
+
+
+@cuda.jit
+def k_dataclass(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = scaled(x[i])
+
+
+@cuda.jit
+def k_nested(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = gained(x[i])
+
+
+@cuda.jit
+def k_property(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = factored(x[i])
+
+
+@cuda.jit
+def k_namespace(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = biased(x[i])
+
+
+@cuda.jit
+def k_partial(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = quadrupled(x[i])
+
+
+@cuda.jit
+def k_plain(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = x[i] + 1.0
