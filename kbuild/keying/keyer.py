@@ -409,6 +409,9 @@ class Keyer:
             pass
         if not isinstance(value, pytypes.FunctionType):
             return None
+        if not self._is_project_object(value):  # a library's (3.13's `__replace__`): by name
+            extern = _extern_name(value)
+            return None if extern is None else ("extern",) + extern
         if function_def(self._sources, value) is None:
             # Made by exec from the class's fields (a dataclass's `__init__`, `__eq__`):
             # by its code, whose names the fields are.
