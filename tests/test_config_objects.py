@@ -2,7 +2,8 @@
 
 tests/cfgproj: `@overload`s read a frozen dataclass instance, a dataclass nested in
 another, a settings object through a property, a `SimpleNamespace` and a
-`functools.partial` while numba types the kernels. Each such object is keyed by what it
+`functools.partial` while numba types the kernels; one logs through a module's logger,
+takes a lock and calls an `lru_cache`d helper (keyed as the function it wraps). Each such object is keyed by what it
 holds (its attributes, in name order; a partial's function, arguments and keywords) and
 by its class's code (its methods and property getters by their trees, what a
 dataclass generates by its code; not its module's other bytes), never refused as "cannot key by content" nor keyed by identity.
@@ -22,7 +23,7 @@ from editmatrix_support import build, case, copy_tree, replace, short
 
 PROJECT = Path(__file__).resolve().parent / "cfgproj"
 TARGETS = frozenset({"k_dataclass", "k_nested", "k_property", "k_namespace", "k_partial",
-                     "k_plain"})
+                     "k_logged", "k_plain"})
 SETTINGS = "cp/settings.py"
 
 CASES = [
@@ -42,6 +43,8 @@ CASES = [
          {"k_partial"}),
     case("partial-function-body", replace(SETTINGS, "return a * b", "return a * b + 1.0"),
          {"k_partial"}),
+    case("cached-helper-body", replace(SETTINGS, "return 0.25 * n", "return 0.5 * n"),
+         {"k_logged"}),
     case("comment-in-settings-module", replace(SETTINGS, "def _times(a, b):",
                                                "# used by TIMES_FOUR\ndef _times(a, b):"), set()),
     case("comment-in-overloads-module", replace("cp/ext.py", "def scaled(x):",

@@ -49,7 +49,7 @@ from ..keying.keyer import Keyer, qualified_name
 from ..keying.tree import LabelKind, leaf
 from ..keying.encode import Unencodable, digest, digest_of
 from ..keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_digest
-from ..keying.values import canonical
+from ..keying.values import cache_unwrapped, canonical
 from . import oscalls, registrations
 from .backends import ALL_OBJECTS
 from .registrations import Held, held, is_library, is_overload_template, is_project, \
@@ -1091,6 +1091,7 @@ class Current:
         the module that holds it (every byte that made it)."""
         if isinstance(value, pytypes.ModuleType):
             return digest_of(("module", value.__name__))
+        value = cache_unwrapped(value)  # an lru_cache'd helper runs its function's code
         home = getattr(value, "__module__", None)
         if isinstance(value, type) and not is_library(home) \
                 and not self._project.is_project_module(home):

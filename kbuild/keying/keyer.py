@@ -23,8 +23,8 @@ from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
-from .values import canonical, cannot_key, instance_state, made_at_import, summary, \
-    type_canonical
+from .values import cache_unwrapped, canonical, cannot_key, instance_state, \
+    library_object_form, made_at_import, summary, type_canonical
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -259,6 +259,7 @@ class Keyer:
         return None
 
     def _reference(self, kind: LabelKind, name: str, value, where: str):
+        value = cache_unwrapped(value)
         fn = self._callee(value)
         if fn is not None:
             callee_label = LabelKind.CALLEE.label(qualified_name(fn.py_func))
@@ -291,6 +292,9 @@ class Keyer:
             return name, leaf(label, ("extern",) + extern, f"{extern[0]}.{extern[1]}")
         if isinstance(value, type) and self._is_project_object(value):
             return name, self._project_class(label, value, where)
+        form = library_object_form(value)
+        if form is not None:
+            return name, leaf(label, form, form[0])
         raise KeyingError(
             f"{where}: {kind.value} '{name}' is a {type(value).__module__}."
             f"{type(value).__qualname__}, which kbuild cannot key by content; "
@@ -300,6 +304,7 @@ class Keyer:
     def _contents(self, value, what: str, where: str, callees: list):
         """A container by content, device functions in it as calls (their trees become
         the function's callees, as when a function is named directly)."""
+        value = cache_unwrapped(value)
         fn = self._callee(value)
         if fn is not None:
             name = qualified_name(fn.py_func)
@@ -328,6 +333,9 @@ class Keyer:
         state = self._object_state(value)
         if state is not None:
             return self._object_contents(value, state, what, where, callees)
+        form = library_object_form(value)
+        if form is not None:
+            return form
         raise KeyingError(
             f"{where}: {what} holds a {type(value).__module__}.{type(value).__qualname__}, "
             "which kbuild cannot key by content; hold numbers, strings, tuples, numpy "

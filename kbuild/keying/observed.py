@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .encode import Unencodable, digest_of
 from .interfaces import ObjectModel
-from .values import canonical, made_at_import
+from .values import canonical, library_object_form, made_at_import
 
 RECORD_VERSION = 1
 MAX_SETS = 8  # observation-name sets remembered per static key
@@ -201,6 +201,9 @@ def value_form(value, objects: ObjectModel):
         return ("value", canonical(value))
     except Unencodable:
         pass
+    library = library_object_form(value)
+    if library is not None:
+        return library
     named = objects.named_form(value)
     if named is not None:
         return named

@@ -10,7 +10,10 @@ never hashed. Anything else raises `Unencodable`.
 from __future__ import annotations
 
 import enum
+import functools
+import logging
 import re
+import threading
 import types as pytypes
 from typing import NoReturn
 
@@ -240,3 +243,26 @@ def instance_state(obj) -> dict | None:
         return None
     return state
 
+
+
+def library_object_form(value) -> tuple | None:
+    """A standard-library object that compile-time Python uses for its side effects, by
+    what can change what it does: a logger by its name and effective level (code may ask
+    `isEnabledFor`), a lock by its kind (it orders threads; it holds no value). None for
+    anything else."""
+    if isinstance(value, logging.Logger):
+        return ("logger", value.name, value.getEffectiveLevel(), bool(value.disabled))
+    if isinstance(value, _LOCKS):
+        return ("lock", type(value).__name__)
+    return None
+
+
+_LOCKS = (type(threading.Lock()), type(threading.RLock()))
+
+
+def cache_unwrapped(value):
+    """The function a `functools.lru_cache`/`cache` wrapper calls (what it returns is that
+    function's), else `value`."""
+    while isinstance(value, functools._lru_cache_wrapper):
+        value = value.__wrapped__
+    return value

@@ -1,8 +1,15 @@
-"""@overloads that read the configuration objects of cp.settings while numba types."""
+"""@overloads that read the configuration objects of cp.settings while numba types (one
+logs, takes a lock and calls an `lru_cache`d helper as it does)."""
+
+import logging
+import threading
 
 from numba.cuda.extending import overload
 
 from cp import settings
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
 
 
 def scaled(x):
@@ -22,6 +29,10 @@ def biased(x):
 
 
 def quadrupled(x):
+    pass
+
+
+def logged(x):
     pass
 
 
@@ -67,4 +78,15 @@ def ol_quadrupled(x):
 
     def impl(x):
         return x * q
+    return impl
+
+
+@overload(logged)
+def ol_logged(x):
+    log.debug("typing logged(%s)", x)
+    with _lock:
+        g = settings.cached_gain(4)
+
+    def impl(x):
+        return x * g
     return impl

@@ -2,7 +2,7 @@
 
 from numba import cuda
 
-from cp.ext import biased, factored, gained, quadrupled, scaled
+from cp.ext import biased, factored, gained, logged, quadrupled, scaled
 
 
 @cuda.jit
@@ -38,6 +38,13 @@ def k_partial(x):
     i = cuda.grid(1)
     if i < x.size:
         x[i] = quadrupled(x[i])
+
+
+@cuda.jit
+def k_logged(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = logged(x[i])
 
 
 @cuda.jit

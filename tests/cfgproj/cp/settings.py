@@ -35,6 +35,11 @@ def _times(a, b):
     return a * b
 
 
+@functools.lru_cache(maxsize=None)
+def cached_gain(n):
+    return 0.25 * n
+
+
 SCALING = Scaling()
 OUTER = Outer(Inner())
 SETTINGS = Settings()
