@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from functools import lru_cache
+from pathlib import Path
 
 from . import cells
 from .keying.encode import digest
@@ -214,6 +215,16 @@ class ProjectSources:
         if "site-packages" in path.split(os.sep) or "dist-packages" in path.split(os.sep):
             return False
         return path.startswith(self._roots)
+
+    def relative_path(self, path: str) -> tuple | None:
+        """(index of the import root, path below it in POSIX form) of a path under one of
+        the project's roots, else None: how a path is keyed independently of where the
+        checkout is."""
+        real = os.path.realpath(path)
+        for index, root in enumerate(self._roots):
+            if real.startswith(root) or real + os.sep == root:
+                return index, Path(os.path.relpath(real, root)).as_posix()
+        return None
 
     def file_digest(self, path: str) -> str:
         """The digest of a file's bytes; a module's source (a class keyed by its module, a

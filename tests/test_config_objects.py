@@ -3,7 +3,10 @@
 tests/cfgproj: `@overload`s read a frozen dataclass instance, a dataclass nested in
 another, a settings object through a property, a `SimpleNamespace` and a
 `functools.partial` while numba types the kernels; one logs through a module's logger,
-takes a lock and calls an `lru_cache`d helper (keyed as the function it wraps). Each such object is keyed by what it
+takes a lock and calls an `lru_cache`d helper (keyed as the function it wraps); one
+reads a file beside a `pathlib.Path` (keyed by where it is in the project: every case
+builds a checkout at another path, so a key holding the checkout's path would rebuild
+it); one reads numpy's `finfo` (numpy's class by name, its public state by value). Each such object is keyed by what it
 holds (its attributes, in name order; a partial's function, arguments and keywords) and
 by its class's code (its methods and property getters by their trees, what a
 dataclass generates by its code; not its module's other bytes), never refused as "cannot key by content" nor keyed by identity.
@@ -23,7 +26,7 @@ from editmatrix_support import build, case, copy_tree, replace, short
 
 PROJECT = Path(__file__).resolve().parent / "cfgproj"
 TARGETS = frozenset({"k_dataclass", "k_nested", "k_property", "k_namespace", "k_partial",
-                     "k_logged", "k_plain"})
+                     "k_logged", "k_path", "k_finfo", "k_plain"})
 SETTINGS = "cp/settings.py"
 
 CASES = [
@@ -45,6 +48,7 @@ CASES = [
          {"k_partial"}),
     case("cached-helper-body", replace(SETTINGS, "return 0.25 * n", "return 0.5 * n"),
          {"k_logged"}),
+    case("file-beside-a-path", replace("cp/weight.txt", "1.25", "1.5"), {"k_path"}),
     case("comment-in-settings-module", replace(SETTINGS, "def _times(a, b):",
                                                "# used by TIMES_FOUR\ndef _times(a, b):"), set()),
     case("comment-in-overloads-module", replace("cp/ext.py", "def scaled(x):",

@@ -13,6 +13,7 @@ import os
 import sys
 import types as pytypes
 from dataclasses import replace
+from pathlib import PurePath
 
 from . import normalize
 from ..environ import WatchedEnviron
@@ -35,6 +36,7 @@ _CLASS_PLUMBING = frozenset({"__dict__", "__weakref__", "__module__", "__qualnam
                              "__firstlineno__", "__static_attributes__", "__annotations__",
                              "__slots__", "__dataclass_fields__", "__dataclass_params__",
                              "__match_args__"})
+_VERSIONED_LIBRARIES = frozenset({"numpy", "numba", "llvmlite"})  # in the toolchain key
 _DEPTH = 32  # objects held in objects, at most (deeper: a cycle, refused)
 
 
@@ -351,10 +353,24 @@ class Keyer:
                                "keywords": dict(value.keywords)}
         if isinstance(value, pytypes.SimpleNamespace):
             return "namespace", instance_state(value)
+        if isinstance(value, PurePath):
+            return "path", {"at": self._path_form(value)}
         if not self._is_project_object(type(value)):
-            return None
+            # numpy's and numba's (`np.finfo(np.float32)`): their versions are keyed, so
+            # their classes by name and their public state by value.
+            library = type(value).__module__.partition(".")[0] in _VERSIONED_LIBRARIES
+            state = instance_state(value) if library else None
+            return None if state is None else (
+                "library-instance", {k: v for k, v in state.items() if not k.startswith("_")})
         state = instance_state(value)
         return None if state is None else ("instance", state)
+
+    def _path_form(self, path: PurePath) -> tuple:
+        """A path by where it is in the project (never the checkout's own location), else
+        as written."""
+        relative = getattr(self._sources, "relative_path", None)
+        found = relative(str(path)) if relative is not None and path.is_absolute() else None
+        return ("project",) + found if found is not None else ("as-written", path.as_posix())
 
     def _object_contents(self, value, state, what, where, callees):
         """An object (`_object_state`) by content: its class by its code, then each
@@ -371,6 +387,8 @@ class Keyer:
                          for name in sorted(attributes))
         finally:
             self._nesting -= 1
+        if kind == "library-instance":
+            return (kind, type(value).__module__, type(value).__qualname__, held)
         if kind != "instance":
             return (kind, held)
         cls = type(value)

@@ -241,7 +241,17 @@ def instance_state(obj) -> dict | None:
                 state.setdefault(slot, getattr(obj, slot))
     if not hasattr(obj, "__dict__") and not slotted:
         return None
-    return state
+    # A `functools.cached_property`'s value is made from the rest on first read: kept or
+    # not, it says nothing more (numpy's `finfo` fills in `tiny` when printed).
+    return {name: value for name, value in state.items()
+            if not isinstance(_class_attribute(cls, name), functools.cached_property)}
+
+
+def _class_attribute(cls, name: str):
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
 
 
 

@@ -1,5 +1,6 @@
 """@overloads that read the configuration objects of cp.settings while numba types (one
-logs, takes a lock and calls an `lru_cache`d helper as it does)."""
+logs, takes a lock and calls an `lru_cache`d helper as it does; one reads a file beside
+a `Path`; one reads numpy's `finfo`)."""
 
 import logging
 import threading
@@ -33,6 +34,14 @@ def quadrupled(x):
 
 
 def logged(x):
+    pass
+
+
+def from_file(x):
+    pass
+
+
+def nudged(x):
     pass
 
 
@@ -89,4 +98,22 @@ def ol_logged(x):
 
     def impl(x):
         return x * g
+    return impl
+
+
+@overload(from_file)
+def ol_from_file(x):
+    w = float((settings.HERE / "weight.txt").read_text())
+
+    def impl(x):
+        return x * w
+    return impl
+
+
+@overload(nudged)
+def ol_nudged(x):
+    eps = settings.FLOAT32.eps
+
+    def impl(x):
+        return x + eps
     return impl

@@ -2,7 +2,7 @@
 
 from numba import cuda
 
-from cp.ext import biased, factored, gained, logged, quadrupled, scaled
+from cp.ext import biased, factored, from_file, gained, logged, nudged, quadrupled, scaled
 
 
 @cuda.jit
@@ -45,6 +45,20 @@ def k_logged(x):
     i = cuda.grid(1)
     if i < x.size:
         x[i] = logged(x[i])
+
+
+@cuda.jit
+def k_path(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = from_file(x[i])
+
+
+@cuda.jit
+def k_finfo(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = nudged(x[i])
 
 
 @cuda.jit

@@ -3,6 +3,9 @@
 import dataclasses
 import functools
 import types
+from pathlib import Path
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +43,9 @@ def cached_gain(n):
     return 0.25 * n
 
 
+# Keyed by where it is in the project, never by where the checkout is.
+HERE = Path(__file__).resolve().parent
+FLOAT32 = np.finfo(np.float32)
 SCALING = Scaling()
 OUTER = Outer(Inner())
 SETTINGS = Settings()
