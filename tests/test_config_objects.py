@@ -6,7 +6,9 @@ another, a settings object through a property, a `SimpleNamespace` and a
 takes a lock and calls an `lru_cache`d helper (keyed as the function it wraps); one
 reads a file beside a `pathlib.Path` (keyed by where it is in the project: every case
 builds a checkout at another path, so a key holding the checkout's path would rebuild
-it); one reads numpy's `finfo` (numpy's class by name, its public state by value). Each such object is keyed by what it
+it); one reads numpy's `finfo` (numpy's class by name, its public state by value); one
+fills a module's memo dict while it runs (its reads are digested as numba's compile first
+met them, not as the compile left them: a fresh process starts with the dict empty). Each such object is keyed by what it
 holds (its attributes, in name order; a partial's function, arguments and keywords) and
 by its class's code (its methods and property getters by their trees, what a
 dataclass generates by its code; not its module's other bytes), never refused as "cannot key by content" nor keyed by identity.
@@ -26,7 +28,7 @@ from editmatrix_support import build, case, copy_tree, replace, short
 
 PROJECT = Path(__file__).resolve().parent / "cfgproj"
 TARGETS = frozenset({"k_dataclass", "k_nested", "k_property", "k_namespace", "k_partial",
-                     "k_logged", "k_path", "k_finfo", "k_plain"})
+                     "k_logged", "k_path", "k_finfo", "k_memo", "k_plain"})
 SETTINGS = "cp/settings.py"
 
 CASES = [

@@ -86,7 +86,7 @@ NUMBA_CUDA_FRONT_END = FrontEnd(
 class Observer:
     """The names one compile consulted, as (Kind, name) pairs in the order first seen."""
 
-    def __init__(self, static_functions=(), root: Path | None = None):
+    def __init__(self, static_functions=(), root: Path | None = None, digest_now=None):
         # Functions the static key already holds by content: their bodies need no observation.
         self._static = set(static_functions)  # functions hash by identity
         self.root = root
@@ -107,6 +107,9 @@ class Observer:
         # Names a kept answer read when it was made, with the digests they had then.
         self.pinned: dict = {}
         self._answered: dict = {}  # questions answered (run) in this compile, in order
+        # `Current` (memoized): a typing function is digested as it is about to run, not
+        # as the compile leaves it (it may fill a memo dict of its module's as it runs).
+        self._digest_now = digest_now
 
     def _is_static(self, func) -> bool:
         try:
@@ -191,7 +194,24 @@ class Observer:
         (a `register_jitable` function through numba's wrapper, too), by name; their
         registration's options are digested with them (`Current`)."""
         for func in typing_functions(type(template)):
-            self.add(kind, qualified(func))
+            name = qualified(func)
+            first = (kind, name) not in self.names
+            self.add(kind, name)
+            if first and self._digest_now is not None:
+                self._first_sight(kind, name, func)
+
+    def _first_sight(self, kind: Kind, name: str, func) -> None:
+        """Digest a typing function, and the implementations it makes and returns (each
+        observed as `mod:ol_f.<locals>.impl` when numba compiles it), before it runs."""
+        code = getattr(func, "__code__", None)
+        made = returned_functions(code) if code is not None else ()
+        names = [(kind, name)] + [(Kind.FUNCTION, f"{name}.<locals>.{inner.co_name}")
+                                  for inner in made]
+        for key in names:
+            try:
+                self._digest_now(*key)
+            except Exception:  # noqa: BLE001 - digested again after the compile, and said
+                pass
 
     def typing_template(self, template, what: str) -> None:
         """Numba asked a typing template (`what`: "function" or "attributes") for an
@@ -703,6 +723,13 @@ def _module_reads(observer):
             return frame.f_globals if frame is not None else original_globals()
         return _RecordingGlobals(frame.f_globals, observer)
 
+    # The stand-ins are named as what they stand in for: code keyed while they are in
+    # place (a typing function digested as it is about to run) reads Python's own
+    # `globals`, as it does after the compile.
+    for stand_in, original in ((recording_globals, original_globals),
+                               (watching_import, original_import),
+                               (watching_import_module, original_import_module)):
+        functools.update_wrapper(stand_in, original)
     builtins.globals = recording_globals
     builtins.__import__, importlib.import_module = watching_import, watching_import_module
     try:

@@ -42,7 +42,8 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     resolved = the_plan.kernels[target.name]
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
-    observer = _noting(Observer)(_static_functions(the_plan, target), the_plan.config.root)
+    observer = _noting(Observer)(_static_functions(the_plan, target), the_plan.config.root,
+                                 digest_now=_digests(the_plan))
     if target.launch is not None:  # callees typed for another launch configuration
         for disp in the_plan.keyer.device_functions:
             forget_compiled(disp)

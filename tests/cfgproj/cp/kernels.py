@@ -2,7 +2,8 @@
 
 from numba import cuda
 
-from cp.ext import biased, factored, from_file, gained, logged, nudged, quadrupled, scaled
+from cp.ext import biased, factored, from_file, gained, logged, memoized, nudged, quadrupled, \
+    scaled
 
 
 @cuda.jit
@@ -59,6 +60,13 @@ def k_finfo(x):
     i = cuda.grid(1)
     if i < x.size:
         x[i] = nudged(x[i])
+
+
+@cuda.jit
+def k_memo(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = memoized(x[i])
 
 
 @cuda.jit
