@@ -193,6 +193,9 @@ def test_incremental_matches_fresh(baseline, journaled, variant, tmp_path, the_c
     project = _edited(journaled, variant, the_case)
     env = _env(project, the_case.env)
     incremental = build(project, project.parent / "store", env_extra=env)
+    # Every target, into an empty store: fresh results are never shared between cases by
+    # key, since a store of them looked up by kbuild's own key would answer a key that
+    # missed the edit with the bytes from before it, the fault this matrix looks for.
     fresh = build(project, tmp_path / "fresh-store", env_extra=env)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
     now, clean = _artifacts(incremental), _artifacts(fresh)
