@@ -102,8 +102,10 @@ def _with_status(result: dict, status: str) -> set:
 
 def _clean_env() -> dict:
     # The cases set SP_*; the runner's own environment must not. k_scan's compile reads the
-    # whole environment, so pytest's per-test variable would change it in every case.
-    return {k: None for k in os.environ if k.startswith("SP_") or k == "PYTEST_CURRENT_TEST"}
+    # whole environment, so pytest's per-test variable would change it in every case, and
+    # the worker's name (PYTEST_XDIST_WORKER) in every case run by another worker than the
+    # one that built the baseline (a template, built once per run).
+    return {k: None for k in os.environ if k.startswith(("SP_", "PYTEST_"))}
 
 
 @pytest.fixture(scope="module")
