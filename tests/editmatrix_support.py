@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlir_support
-from support import Result, run, shared_home
+from support import Result, run, shared_dir, shared_home, template
 
 PROJECT = Path(__file__).resolve().parent / "editproj"
 
@@ -109,6 +109,20 @@ def run_kbuild(project: Path, store: Path, *args: str, env_extra=None,
 
 def build(project: Path, store: Path, *args: str, **kw) -> dict:
     return run_kbuild(project, store, "build", *args, **kw)
+
+
+def matrix_baseline(tmp_path_factory, name: str, checkout, *args: str, env=None,
+                    expect_rc: int = 0):
+    """(where, build JSON): `checkout(where)`'s project built by `kbuild build ARGS` into
+    where/store (`env(project)`: its extra environment), once per test run for all workers
+    (support.template). Read-only: a matrix's cases copy where/store."""
+    def make(project: Path, store: Path) -> Result:
+        checked_out = checkout(project.parent)
+        return kbuild_result(checked_out, store, "build", *args,
+                             env_extra=env(checked_out) if env else None)
+
+    made = template(shared_dir(tmp_path_factory), name, make, expect_rc=expect_rc)
+    return made.store.parent, made.json
 
 
 def status_keys(project: Path, store: Path, **kw) -> dict:

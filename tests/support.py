@@ -344,11 +344,12 @@ class Template:
         return project, store
 
 
-def template(shared: Path, name: str, make) -> Template:
+def template(shared: Path, name: str, make, expect_rc: int = 0) -> Template:
     """The template `name`, built by `make(project_dir, store_dir) -> Result` the first time
     any worker of this run asks for it; the others wait for it, then reuse it.
 
-    A failed build raises (in every worker that asks) and leaves no template behind.
+    A build that does not exit `expect_rc` raises (in every worker that asks) and leaves no
+    template behind.
     """
     where = shared / name
     done = where / "done.json"
@@ -357,7 +358,8 @@ def template(shared: Path, name: str, make) -> Template:
             shutil.rmtree(where, ignore_errors=True)
             where.mkdir(parents=True)
             result = make(where / "project", where / "store")
-            assert result.returncode == 0, f"building template {name}:\n{result.stderr}"
+            assert result.returncode == expect_rc, \
+                f"building template {name} exited {result.returncode}:\n{result.stderr}"
             done.write_text(json.dumps({"returncode": result.returncode,
                                         "stdout": result.stdout, "stderr": result.stderr}))
             with open(shared / "cold-builds.log", "a") as log:  # how often the suite built

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, replace, short
+from editmatrix_support import build, case, copy_tree, matrix_baseline, replace, short
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
@@ -102,18 +102,18 @@ def _with_status(result: dict, status: str) -> set:
 
 def _clean_env() -> dict:
     # The cases set SP_*; the runner's own environment must not. k_scan's compile reads the
-    # whole environment, so pytest's per-test variable would change it in every case.
-    return {k: None for k in os.environ if k.startswith("SP_") or k == "PYTEST_CURRENT_TEST"}
+    # whole environment, so pytest's per-test variable would change it in every case, and
+    # the worker's name (PYTEST_XDIST_WORKER) in every case run by another worker than the
+    # one that built the baseline (a template, built once per run).
+    return {k: None for k in os.environ if k.startswith(("SP_", "PYTEST_"))}
 
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory, shared_home):
-    where = tmp_path_factory.mktemp("sys-baseline")
-    project = _checkout(where)
     # -j1: every kernel compiles in one process, so k_gain_b is typed from the answer
-    # numba kept for k_gain_a.
-    return where, build(project, where / "store", "-k", "-j1", env_extra=_clean_env(),
-                        expect_rc=1)
+    # numba kept for k_gain_a. k_shell fails (exit 1): it runs a subprocess.
+    return matrix_baseline(tmp_path_factory, "sysproj", _checkout, "-k", "-j1",
+                           env=lambda project: _clean_env(), expect_rc=1)
 
 
 def test_baseline_builds_every_target_and_refuses_a_subprocess(baseline):

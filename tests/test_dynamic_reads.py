@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, replace, short
+from editmatrix_support import build, case, copy_tree, matrix_baseline, replace, short
 from spurious_support import check as check_spurious
 
 HERE = Path(__file__).resolve().parent
@@ -79,9 +79,7 @@ def _with_status(result: dict, status: str) -> set:
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
-    where = tmp_path_factory.mktemp("dyn-baseline")
-    project = _checkout(where)
-    return where, build(project, where / "store")
+    return matrix_baseline(tmp_path_factory, "dynproj", _checkout)
 
 
 def test_baseline_builds_every_target(baseline):

@@ -139,18 +139,45 @@ def baseline(tmp_path_factory, variant):
     return made.store.parent, made.json
 
 
-def _edited(baseline, variant, tmp_path, the_case) -> Path:
-    """A checkout of the baseline with its store, built once as it is (a no-op, which
-    writes the journal of this checkout: its paths are in PYTHONPATH and NUMBA_* here),
-    then edited: the incremental build must notice the edit through the journal."""
+@pytest.fixture(scope="module")
+def journaled(baseline, variant, tmp_path_factory):
+    """(work, kept): a checkout of the baseline with its store at work/, built once as it is
+    (a no-op, which writes the journal of this checkout: its paths are in PYTHONPATH and
+    NUMBA_* here), and a copy of all of it at kept/. A case restores kept/ at work/, the
+    same absolute paths (`_edited`), so the journal is this checkout's without a no-op per
+    case: the copy changes every file's identity, not its bytes, and the journal trusts a
+    file whose identity changed by its digest (kbuild/direct/inputs.py). Checked here: the
+    restored checkout is answered from the journal."""
+    where, _ = baseline
+    work = tmp_path_factory.mktemp("obs-checkout")
+    project = _ported(variant, _checkout(work))
+    copy_tree(where / "store", work / "store")
+    noop = build(project, work / "store", env_extra=_env(project))
+    assert _with_status(noop, "cached") == variant.supported(TARGETS), noop["mode"]
+    kept = tmp_path_factory.mktemp("obs-journaled") / "kept"
+    shutil.copytree(work, kept, symlinks=True)
+    _restore(work, kept)
+    again = build(project, work / "store", env_extra=_env(project))
+    assert again["mode"]["used"] == "direct", again["mode"]
+    assert _with_status(again, "cached") == variant.supported(TARGETS)
+    return work, kept
+
+
+def _restore(work: Path, kept: Path) -> None:
+    shutil.rmtree(work)
+    shutil.copytree(kept, work, symlinks=True)
+
+
+def _edited(journaled, variant, the_case) -> Path:
+    """The journaled checkout (its store at project.parent / "store"), restored as it was
+    after its no-op, then edited: the incremental build must notice the edit through the
+    journal."""
     reason = variant.skip_reason(the_case.rebuilt)
     if reason:
         pytest.skip(reason)
-    where, _ = baseline
-    project = _ported(variant, _checkout(tmp_path))
-    copy_tree(where / "store", tmp_path / "store")
-    noop = build(project, tmp_path / "store", env_extra=_env(project))
-    assert _with_status(noop, "cached") == variant.supported(TARGETS), noop["mode"]
+    work, kept = journaled
+    _restore(work, kept)
+    project = work / "proj"
     the_case.apply(project)
     return _ported(variant, project)  # what the edit brought in, ported too
 
@@ -162,10 +189,13 @@ def test_baseline_builds_every_target(baseline, variant):
 
 
 @pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
-def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
-    project = _edited(baseline, variant, tmp_path, the_case)
+def test_incremental_matches_fresh(baseline, journaled, variant, tmp_path, the_case):
+    project = _edited(journaled, variant, the_case)
     env = _env(project, the_case.env)
-    incremental = build(project, tmp_path / "store", env_extra=env)
+    incremental = build(project, project.parent / "store", env_extra=env)
+    # Every target, into an empty store: fresh results are never shared between cases by
+    # key, since a store of them looked up by kbuild's own key would answer a key that
+    # missed the edit with the bytes from before it, the fault this matrix looks for.
     fresh = build(project, tmp_path / "fresh-store", env_extra=env)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
     now, clean = _artifacts(incremental), _artifacts(fresh)
@@ -175,7 +205,7 @@ def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
     check_spurious(f"observed-{variant.id}", the_case.id, baseline[1], incremental)
     # An edit nobody's compile read changes no key, yet the journal saw a file change.
     assert incremental["mode"]["used"] == "full", incremental["mode"]
-    again = build(project, tmp_path / "store", env_extra=env)
+    again = build(project, project.parent / "store", env_extra=env)
     assert again["mode"]["used"] == "direct", again["mode"]
     assert _with_status(again, "cached") == variant.supported(TARGETS) and _artifacts(again) == now
     changed = {t for t, arts in _artifacts(baseline[1]).items() if arts != clean[t]}
@@ -191,10 +221,9 @@ def test_incremental_matches_fresh(baseline, variant, tmp_path, the_case):
     (next(c for c in CASES if c.id == "selected-overload-implementation"), "k_pick",
      "observed function ob.ext:ol_pick.<locals>.impl_float changed"),
 ], ids=lambda v: getattr(v, "id", None))
-def test_status_names_the_observation_that_changed(baseline, variant, tmp_path, the_case, target,
-                                                   reason):
-    project = _edited(baseline, variant, tmp_path, the_case)
-    result = run_kbuild(project, tmp_path / "store", "status",
+def test_status_names_the_observation_that_changed(journaled, variant, the_case, target, reason):
+    project = _edited(journaled, variant, the_case)
+    result = run_kbuild(project, project.parent / "store", "status",
                         env_extra=_env(project, the_case.env))
     rows = {short(r["target"]): r for r in result["targets"]}
     assert rows[target]["status"] == "stale"
@@ -203,13 +232,13 @@ def test_status_names_the_observation_that_changed(baseline, variant, tmp_path, 
         variant.supported(the_case.rebuilt)
 
 
-def test_two_environments_are_both_kept(baseline, variant, tmp_path):
+def test_two_environments_are_both_kept(baseline, journaled, variant):
     """Two observation sets under one static key: switching back is a hit, not a rebuild."""
     reason = variant.skip_reason({"k_attr"})  # the only kernel whose compile reads OB_BIAS
     if reason:
         pytest.skip(reason)
-    project = _edited(baseline, variant, tmp_path, CASES[-1])
-    store = tmp_path / "store"
+    project = _edited(journaled, variant, CASES[-1])
+    store = project.parent / "store"
     assert _with_status(build(project, store, env_extra=_env(project, {"OB_BIAS": "2"})),
                         "built") == {"k_attr"}
     back = build(project, store, env_extra=_env(project))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, edits, replace, short
+from editmatrix_support import build, case, copy_tree, edits, matrix_baseline, replace, short
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "staleproj"
@@ -107,9 +107,7 @@ def _with_status(result: dict, status: str) -> set:
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
-    where = tmp_path_factory.mktemp("stale-baseline")
-    project = _checkout(where)
-    return where, build(project, where / "store", env_extra=_env(project))
+    return matrix_baseline(tmp_path_factory, "staleproj", _checkout, env=_env)
 
 
 def test_baseline_builds_every_target_and_then_nothing(baseline, tmp_path):
