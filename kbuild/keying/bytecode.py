@@ -252,6 +252,13 @@ _JUMP_IF_TRUE = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE",
                            "POP_JUMP_BACKWARD_IF_TRUE"})
 _JUMP_IF_FALSE = frozenset({"POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE",
                             "POP_JUMP_BACKWARD_IF_FALSE"})
+# 3.11's and later `if x is None:` (numba: `bool(x is not None)`, so the same prune).
+_JUMP_IF_NONE = frozenset({"POP_JUMP_IF_NONE", "POP_JUMP_FORWARD_IF_NONE",
+                           "POP_JUMP_BACKWARD_IF_NONE"})
+_JUMP_IF_NOT_NONE = frozenset({"POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
+                               "POP_JUMP_BACKWARD_IF_NOT_NONE"})
+_CONDITIONAL = _JUMP_IF_TRUE | _JUMP_IF_FALSE | _JUMP_IF_NONE | _JUMP_IF_NOT_NONE
+_IS_NONE = "is None"
 # Instructions after which the next one is not run. Any other is taken to fall through:
 # treating too many as falling through only keeps more code live.
 _NO_FALLTHROUGH = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
@@ -270,11 +277,12 @@ _NOT_A_CONSTANT = object()
 def _constant_tests(code) -> tuple:
     """(index of the jump, its operands, the comparison or None, whether it jumps when
     true) for every conditional jump numba's `dead_branch_prune` can decide: on one
-    operand (`bool(g)`) or on a comparison of two, each loaded just before by one
-    instruction no other jump lands on (so its value came only from that load): a
-    global the code never sets, a free variable, or a constant. An operand is
-    ("global" | "free", name) or ("const", index). () for code with exception handlers
-    (their entries are in a table, not in jumps: nothing is pruned there)."""
+    operand (`bool(g)`, `g is None`) or on a comparison of two, each loaded just before
+    by one instruction no other jump lands on (so its value came only from that load): a
+    global the code never sets, a free variable, a constant, or a local stored once, from
+    one of those (numba follows a name's single definition). An operand is ("global" |
+    "free", name) or ("const", index). () for code with exception handlers (their
+    entries are in a table, not in jumps: nothing is pruned there)."""
     if getattr(code, "co_exceptiontable", b""):
         return ()
     found, ins = [], instructions(code)
@@ -284,11 +292,15 @@ def _constant_tests(code) -> tuple:
     stored = {i[ARGVAL] for i in ins if i[OPNAME] in ("STORE_GLOBAL", "DELETE_GLOBAL")}
     cells = {i[ARGVAL] for i in ins if i[OPNAME] in ("STORE_DEREF", "DELETE_DEREF")}
     free = frozenset(code.co_freevars) - cells
+    once = _locals_stored_once(code, ins) if not _INTROSPECTION & set(code.co_names) else {}
 
-    def operand(at):
+    def operand(at, local=True):
         one = ins[at] if at >= 0 else None
         if one is None or one[OFFSET] in landed:
             return None
+        if local and one[OPNAME] in ("LOAD_FAST", "LOAD_FAST_CHECK") and one[ARGVAL] in once:
+            store = once[one[ARGVAL]]
+            return None if ins[store][OFFSET] in landed else operand(store - 1, False)
         if one[OPNAME] == "LOAD_GLOBAL" and one[ARGREPR] == one[ARGVAL] \
                 and one[ARGVAL] not in stored:  # "NULL + name": a call follows
             return ("global", one[ARGVAL])
@@ -299,7 +311,12 @@ def _constant_tests(code) -> tuple:
         return None
 
     for index, jump in enumerate(ins):
-        if jump[OPNAME] not in _JUMP_IF_TRUE and jump[OPNAME] not in _JUMP_IF_FALSE:
+        if jump[OPNAME] not in _CONDITIONAL:
+            continue
+        if jump[OPNAME] in _JUMP_IF_NONE or jump[OPNAME] in _JUMP_IF_NOT_NONE:
+            found_operand = None if jump[OFFSET] in landed else operand(index - 1)
+            if found_operand is not None:
+                found.append((index, (found_operand,), _IS_NONE, jump[OPNAME] in _JUMP_IF_NONE))
             continue
         test = index - 1
         if test >= 0 and ins[test][OPNAME] == "TO_BOOL":
@@ -316,6 +333,29 @@ def _constant_tests(code) -> tuple:
         if None not in operands:
             found.append((index, operands, compared, jump[OPNAME] in _JUMP_IF_TRUE))
     return tuple(found)
+
+
+_PLAIN_LOCAL_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"})
+
+
+def _locals_stored_once(code, ins: tuple) -> dict:
+    """Local (not an argument) -> the index of its only store, for each local stored by
+    exactly one plain STORE_FAST and written no other way."""
+    nargs = code.co_argcount + code.co_kwonlyargcount \
+        + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    arguments = set(code.co_varnames[:nargs])
+    stores: dict = {}
+    for index, one in enumerate(ins):
+        # Every instruction on a local but a plain read writes it (3.12's
+        # LOAD_FAST_AND_CLEAR too).
+        if one[OPCODE] in _HASLOCAL and one[OPNAME] not in _PLAIN_LOCAL_READS \
+                or one[OPNAME] == "STORE_FAST_LOAD_FAST":
+            names = one[ARGVAL] if isinstance(one[ARGVAL], tuple) else (one[ARGVAL],)
+            for name in names:
+                stores.setdefault(name, []).append(
+                    index if one[OPNAME] == "STORE_FAST" else None)
+    return {name: found[0] for name, found in stores.items()
+            if len(found) == 1 and found[0] is not None and name not in arguments}
 
 
 def _comparison(one):
@@ -351,7 +391,10 @@ def _decided(code, scope: dict, closure: dict) -> dict:
         if any(v is _NOT_A_CONSTANT for v in values):
             continue
         try:
-            truth = bool(values[0]) if compared is None else bool(compared(*values))
+            if compared is _IS_NONE:
+                truth = values[0] is None
+            else:
+                truth = bool(values[0]) if compared is None else bool(compared(*values))
         except TypeError:  # `1 < "a"`: numba does not prune what cannot be compared
             continue
         decided[index] = truth == when_true
@@ -526,3 +569,31 @@ def discarded_chains(code) -> frozenset:
 def loaded_bases(code) -> frozenset:
     """The global and cell names `code` (or code nested in it) loads at all."""
     return frozenset(chain[0] for chain in _bytecode_loads(code))
+
+
+@lru_cache(maxsize=None)
+def returned_globals(code) -> frozenset:
+    """The global load chains (as `bytecode_chains` gives them) that `code` only returns:
+    every load of the chain is returned at once (an overload's selector handing numba an
+    implementation defined elsewhere), and no code nested in it reads it."""
+    ins = instructions(code)
+    if _INTROSPECTION & set(code.co_names):
+        return frozenset()
+    kept, returned, chain, last = set(), set(), None, None
+    for one in ins + ((None, None, None, None, None, None),):
+        name = one[OPNAME]
+        if name in _LOAD_ATTR_OPS and chain is not None:
+            chain, last = chain + (one[ARGVAL],), one
+            continue
+        if chain is not None:
+            if last[ARGREPR] == last[ARGVAL] and name == "RETURN_VALUE":
+                returned.add(chain)
+            else:
+                kept.add(chain)
+        chain = None
+        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
+            chain, last = (one[ARGVAL],), one
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            kept |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    return frozenset(returned - kept)
