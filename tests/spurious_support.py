@@ -16,8 +16,9 @@ from __future__ import annotations
 # option, a record's layout, a closure factory's body, an array's dtype, a kernel's own
 # body edited to the same code) and whose PTX then came out the same (early cutoff reuses
 # the cubin; the compile itself is the cost). None in the observed matrix: its cases of a
-# callee in a branch numba prunes (`if DEBUG:`) and of an overload's unselected nested
-# implementation each compiled one target needlessly before those were left out of the key.
+# callee in a branch numba prunes (`if DEBUG:`), of an overload's unselected nested
+# implementation and of an unselected registration's implementation defined apart each
+# compiled one target needlessly before those were left out of the key.
 LIMIT = 10
 
 # suite/case id -> spurious compiles measured (numba-cuda): targets rebuilt whose

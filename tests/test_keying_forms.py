@@ -175,6 +175,25 @@ def _pick(v):
 """
 _RETURNED = {"step": 1, "use": ""}
 
+# A kernel made by a factory: numba prunes a branch on a closure variable's value too.
+_CLOSURE_FLAG = """
+@cuda.jit(device=True)
+def trace(v):
+    return v * {factor}
+
+
+def make(debug):
+    @cuda.jit
+    def k(x):
+        if debug:
+            x[0] = trace(x[0])
+        x[1] = 1.0
+    return k
+
+
+k = make({debug})
+"""
+
 _LAMBDAS = ("F, G = cuda.jit(device=True)(lambda x: x + 1.0), "
             "cuda.jit(device=True)(lambda x: x * {g})\n")
 
@@ -246,6 +265,32 @@ DIFFER = [
                                            {"debug": False, "factor": 3.0},
                                            _kernel("d = DEBUG\n    if d or x[1] > 0:\n"
                                                    "        x[0] = trace(x[0])"))),
+    # numba prunes a comparison of plain values too; the compared global stays keyed.
+    ("compared-global-flag", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                    {"debug": True, "factor": 2.0},
+                                    _kernel("if DEBUG == 1:\n        x[0] = trace(x[0])"))),
+    ("callee-in-branch-on-a-true-comparison",
+     *_pair(_PRUNED, {"debug": True, "factor": 2.0}, {"debug": True, "factor": 3.0},
+            _kernel("if DEBUG == 1:\n        x[0] = trace(x[0])"))),
+    ("closure-flag", *_pair(_CLOSURE_FLAG, {"debug": False, "factor": 2.0},
+                            {"debug": True, "factor": 2.0}, "")),
+    ("callee-in-branch-on-a-true-closure-flag",
+     *_pair(_CLOSURE_FLAG, {"debug": True, "factor": 2.0}, {"debug": True, "factor": 3.0}, "")),
+    # A local stored twice has no single definition: numba decides nothing on it.
+    ("callee-in-branch-on-a-local-stored-twice",
+     *_pair(_PRUNED, {"debug": False, "factor": 2.0}, {"debug": False, "factor": 3.0},
+            _kernel("d = DEBUG\n    d = DEBUG\n    if d:\n        x[0] = trace(x[0])"))),
+    ("callee-in-branch-on-is-none-taken",
+     *_pair(_PRUNED, {"debug": None, "factor": 2.0}, {"debug": None, "factor": 3.0},
+            _kernel("if DEBUG is None:\n        x[0] = trace(x[0])"))),
+    # A device function read into a local that is then called is compiled.
+    ("callee-called-through-a-local", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                             {"debug": False, "factor": 3.0},
+                                             _kernel("t = trace\n    x[0] = t(x[0])"))),
+    # A name read and discarded is still typed: what it is (a device function or not) counts.
+    ("uncalled-callee-rebound", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                       {"debug": False, "factor": "2.0\n\n\ntrace = 1.5"},
+                                       _kernel("t = trace\n    x[1] = 1.0"))),
     # A nested function the selector uses other than by returning it runs at typing time
     # (or may): its body stays the selector's.
     *((f"selector-{name}-nested-function", *_pair(_SELECTOR, dict(_RETURNED, use=use),
@@ -284,6 +329,28 @@ SAME = [
     ("unselected-overload-implementation", *_pair(_SELECTOR, _RETURNED,
                                                   dict(_RETURNED, step=2),
                                                   _kernel("x[0] = pick(x[0])"))),
+    # Dead code numba never types a call in: its callee's body is no input.
+    ("callee-after-return", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                   {"debug": False, "factor": 3.0},
+                                   _kernel("x[1] = 1.0\n    return\n    x[0] = trace(x[0])"))),
+    ("callee-in-branch-on-a-compared-global",
+     *_pair(_PRUNED, {"debug": False, "factor": 2.0}, {"debug": False, "factor": 3.0},
+            _kernel("if DEBUG == 1:\n        x[0] = trace(x[0])\n    x[1] = 1.0"))),
+    ("callee-in-branch-on-a-closure-flag",
+     *_pair(_CLOSURE_FLAG, {"debug": False, "factor": 2.0}, {"debug": False, "factor": 3.0},
+            "")),
+    ("callee-in-branch-on-a-local-flag",
+     *_pair(_PRUNED, {"debug": False, "factor": 2.0}, {"debug": False, "factor": 3.0},
+            _kernel("d = DEBUG\n    if d:\n        x[0] = trace(x[0])\n    x[1] = 1.0"))),
+    ("callee-in-branch-on-is-none",
+     *_pair(_PRUNED, {"debug": False, "factor": 2.0}, {"debug": False, "factor": 3.0},
+            _kernel("if DEBUG is None:\n        x[0] = trace(x[0])\n    x[1] = 1.0"))),
+    ("callee-assigned-never-called", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                            {"debug": False, "factor": 3.0},
+                                            _kernel("t = trace\n    x[1] = 1.0"))),
+    ("callee-read-and-discarded", *_pair(_PRUNED, {"debug": False, "factor": 2.0},
+                                         {"debug": False, "factor": 3.0},
+                                         _kernel("trace\n    x[1] = 1.0"))),
 ]
 
 

@@ -79,6 +79,12 @@ CASES = [
                                                        "return x + 2\n"), set()),
     case("selected-overload-implementation", replace("ob/ext.py", "return x * 2.0\n",
                                                      "return x * 2.5\n"), {"k_pick"}),
+    # Two registrations of one function: the implementation the one not chosen returns
+    # is never compiled; the chosen one's is (observed as it is compiled).
+    case("unselected-registration-implementation",
+         replace("ob/ext.py", "return x + 7\n", "return x + 8\n"), set()),
+    case("selected-registration-implementation",
+         replace("ob/ext.py", "return x * 3.0\n", "return x * 3.5\n"), {"k_pick"}),
     case("helper-the-selector-calls", replace("ob/ext.py", "return 2.0\n", "return 3.0\n"),
          {"k_calc"}),
     # An observation's digest is what was observed, never its module's other bytes.
@@ -220,6 +226,9 @@ def test_incremental_matches_fresh(baseline, journaled, variant, tmp_path, the_c
     # The overload's tree leaves its nested implementations out: the one compiled is observed.
     (next(c for c in CASES if c.id == "selected-overload-implementation"), "k_pick",
      "observed function ob.ext:ol_pick.<locals>.impl_float changed"),
+    # Of two registrations, the chosen one's implementation (defined apart) is observed.
+    (next(c for c in CASES if c.id == "selected-registration-implementation"), "k_pick",
+     "observed function ob.ext:choose_float changed"),
 ], ids=lambda v: getattr(v, "id", None))
 def test_status_names_the_observation_that_changed(journaled, variant, the_case, target, reason):
     project = _edited(journaled, variant, the_case)

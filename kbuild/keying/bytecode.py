@@ -11,6 +11,7 @@ join the names its source reads (see `references`).
 from __future__ import annotations
 
 import dis
+import operator
 import sys
 import types as pytypes
 from functools import lru_cache
@@ -251,52 +252,162 @@ _JUMP_IF_TRUE = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE",
                            "POP_JUMP_BACKWARD_IF_TRUE"})
 _JUMP_IF_FALSE = frozenset({"POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE",
                             "POP_JUMP_BACKWARD_IF_FALSE"})
+# 3.11's and later `if x is None:` (numba: `bool(x is not None)`, so the same prune).
+_JUMP_IF_NONE = frozenset({"POP_JUMP_IF_NONE", "POP_JUMP_FORWARD_IF_NONE",
+                           "POP_JUMP_BACKWARD_IF_NONE"})
+_JUMP_IF_NOT_NONE = frozenset({"POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE",
+                               "POP_JUMP_BACKWARD_IF_NOT_NONE"})
+_CONDITIONAL = _JUMP_IF_TRUE | _JUMP_IF_FALSE | _JUMP_IF_NONE | _JUMP_IF_NOT_NONE
+_IS_NONE = "is None"
 # Instructions after which the next one is not run. Any other is taken to fall through:
 # treating too many as falling through only keeps more code live.
 _NO_FALLTHROUGH = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE",
                              "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE", "JUMP",
                              "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_NO_INTERRUPT"})
-# The globals whose truth a prune decides by: plain values, compared by exact type.
+# The values a prune decides by: plain values, compared by exact type.
 _PRUNED_ON = (bool, int, float, str, type(None))
+# How numba's interpreter makes each comparison a binop (`dead_branch_prune` runs its
+# `fn` on the two constant operands).
+_COMPARED = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+             ">": operator.gt, ">=": operator.ge}
+_NOT_A_CONSTANT = object()
 
 
 @lru_cache(maxsize=None)
-def _global_tests(code) -> tuple:
-    """(index of the jump, the global it tests, whether it jumps when true) for every
-    conditional jump on a global just loaded, which no other jump lands on (its value
-    then came only from that load); () for code with exception handlers (their entries
-    are in a table, not in jumps: nothing is pruned there)."""
+def _constant_tests(code) -> tuple:
+    """(index of the jump, its operands, the comparison or None, whether it jumps when
+    true) for every conditional jump numba's `dead_branch_prune` can decide: on one
+    operand (`bool(g)`, `g is None`) or on a comparison of two, each loaded just before
+    by one instruction no other jump lands on (so its value came only from that load): a
+    global the code never sets, a free variable, a constant, or a local stored once, from
+    one of those (numba follows a name's single definition). An operand is ("global" |
+    "free", name) or ("const", index). () for code with exception handlers (their
+    entries are in a table, not in jumps: nothing is pruned there)."""
     if getattr(code, "co_exceptiontable", b""):
         return ()
     found, ins = [], instructions(code)
     landed = {i[ARGVAL] for i in ins if i[OPCODE] in _JUMPS}
     # A global the code itself sets (Python running it at typing time) may not hold then
-    # what it held when keyed.
+    # what it held when keyed; a cell the code sets is no constant either.
     stored = {i[ARGVAL] for i in ins if i[OPNAME] in ("STORE_GLOBAL", "DELETE_GLOBAL")}
+    cells = {i[ARGVAL] for i in ins if i[OPNAME] in ("STORE_DEREF", "DELETE_DEREF")}
+    free = frozenset(code.co_freevars) - cells
+    once = _locals_stored_once(code, ins) if not _INTROSPECTION & set(code.co_names) else {}
+
+    def operand(at, local=True):
+        one = ins[at] if at >= 0 else None
+        if one is None or one[OFFSET] in landed:
+            return None
+        if local and one[OPNAME] in ("LOAD_FAST", "LOAD_FAST_CHECK") and one[ARGVAL] in once:
+            store = once[one[ARGVAL]]
+            return None if ins[store][OFFSET] in landed else operand(store - 1, False)
+        if one[OPNAME] == "LOAD_GLOBAL" and one[ARGREPR] == one[ARGVAL] \
+                and one[ARGVAL] not in stored:  # "NULL + name": a call follows
+            return ("global", one[ARGVAL])
+        if one[OPNAME] == "LOAD_DEREF" and one[ARGVAL] in free:
+            return ("free", one[ARGVAL])
+        if one[OPCODE] in _HASCONST:
+            return ("const", one[ARG])
+        return None
+
     for index, jump in enumerate(ins):
-        if jump[OPNAME] not in _JUMP_IF_TRUE and jump[OPNAME] not in _JUMP_IF_FALSE:
+        if jump[OPNAME] not in _CONDITIONAL:
             continue
-        load = index - 1
-        if load >= 0 and ins[load][OPNAME] == "TO_BOOL" and ins[load][OFFSET] not in landed:
-            load -= 1
-        if load < 0 or jump[OFFSET] in landed or ins[load][OPNAME] != "LOAD_GLOBAL" \
-                or ins[load][ARGREPR] != ins[load][ARGVAL] \
-                or ins[load][ARGVAL] in stored:  # "NULL + name": a call follows
+        if jump[OPNAME] in _JUMP_IF_NONE or jump[OPNAME] in _JUMP_IF_NOT_NONE:
+            found_operand = None if jump[OFFSET] in landed else operand(index - 1)
+            if found_operand is not None:
+                found.append((index, (found_operand,), _IS_NONE, jump[OPNAME] in _JUMP_IF_NONE))
             continue
-        found.append((index, ins[load][ARGVAL], jump[OPNAME] in _JUMP_IF_TRUE))
+        test = index - 1
+        if test >= 0 and ins[test][OPNAME] == "TO_BOOL":
+            test -= 1
+        if test < 0 or jump[OFFSET] in landed or ins[test + 1][OFFSET] in landed:
+            continue
+        compared = _comparison(ins[test])
+        if compared is None:
+            operands = (operand(test),)
+        elif ins[test][OFFSET] in landed:
+            continue
+        else:
+            operands = (operand(test - 2), operand(test - 1))
+        if None not in operands:
+            found.append((index, operands, compared, jump[OPNAME] in _JUMP_IF_TRUE))
     return tuple(found)
 
 
-def pruned_chains(code, scope: dict) -> frozenset:
-    """The global load chains (as `bytecode_chains` gives them) that `code` reads only in
-    branches numba prunes, given the globals `scope` holds now: none of its reachable
-    instructions and no code nested in it reads them. The global a pruned test reads is
-    reachable (so keyed by value: flipping it brings the branch back)."""
+_PLAIN_LOCAL_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"})
+
+
+def _locals_stored_once(code, ins: tuple) -> dict:
+    """Local (not an argument) -> the index of its only store, for each local stored by
+    exactly one plain STORE_FAST and written no other way."""
+    nargs = code.co_argcount + code.co_kwonlyargcount \
+        + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    arguments = set(code.co_varnames[:nargs])
+    stores: dict = {}
+    for index, one in enumerate(ins):
+        # Every instruction on a local but a plain read writes it (3.12's
+        # LOAD_FAST_AND_CLEAR too).
+        if one[OPCODE] in _HASLOCAL and one[OPNAME] not in _PLAIN_LOCAL_READS \
+                or one[OPNAME] == "STORE_FAST_LOAD_FAST":
+            names = one[ARGVAL] if isinstance(one[ARGVAL], tuple) else (one[ARGVAL],)
+            for name in names:
+                stores.setdefault(name, []).append(
+                    index if one[OPNAME] == "STORE_FAST" else None)
+    return {name: found[0] for name, found in stores.items()
+            if len(found) == 1 and found[0] is not None and name not in arguments}
+
+
+def _comparison(one):
+    """The operator of a comparison instruction numba prunes on (3.13's COMPARE_OP may
+    carry a bool coercion: its text is still the operator), else None."""
+    if one[OPNAME] == "COMPARE_OP":
+        return _COMPARED.get(str(one[ARGREPR]).replace("bool(", "").rstrip(")"))
+    if one[OPNAME] == "IS_OP":
+        return operator.is_not if one[ARG] else operator.is_
+    return None
+
+
+def _operand_value(code, operand, scope: dict, closure: dict):
+    kind, what = operand
+    if kind == "const":
+        value = code.co_consts[what]
+    elif kind == "global":
+        value = scope.get(what, _NOT_A_CONSTANT)
+    else:
+        try:
+            value = closure[what].cell_contents
+        except (KeyError, ValueError):  # no such cell, or an empty one
+            return _NOT_A_CONSTANT
+    return value if type(value) in _PRUNED_ON else _NOT_A_CONSTANT
+
+
+def _decided(code, scope: dict, closure: dict) -> dict:
+    """Index of a conditional jump -> whether it is taken, for each numba prunes given
+    the values now (the globals in `scope`, the cells in `closure`)."""
     decided = {}
-    for index, name, when_true in _global_tests(code):
-        value = scope.get(name, _ABSENT)
-        if type(value) in _PRUNED_ON:
-            decided[index] = bool(value) == when_true  # whether the jump is taken
+    for index, operands, compared, when_true in _constant_tests(code):
+        values = [_operand_value(code, one, scope, closure) for one in operands]
+        if any(v is _NOT_A_CONSTANT for v in values):
+            continue
+        try:
+            if compared is _IS_NONE:
+                truth = values[0] is None
+            else:
+                truth = bool(values[0]) if compared is None else bool(compared(*values))
+        except TypeError:  # `1 < "a"`: numba does not prune what cannot be compared
+            continue
+        decided[index] = truth == when_true
+    return decided
+
+
+def pruned_chains(code, scope: dict, closure: dict | None = None) -> frozenset:
+    """The global load chains (as `bytecode_chains` gives them) that `code` reads only in
+    branches numba prunes, given the globals `scope` and the cells `closure` (free
+    variable name -> cell) hold now: none of its reachable instructions and no code
+    nested in it reads them. The values a pruned test reads are reachable (so keyed by
+    value: changing one brings the branch back)."""
+    decided = _decided(code, scope, closure or {})
     if not decided:
         return frozenset()
     ins = instructions(code)
@@ -312,7 +423,7 @@ def pruned_chains(code, scope: dict) -> frozenset:
         if chain is not None:
             (live if start in reached else dead).add(chain)
         chain = None
-        if name in _GLOBAL_LOADS:
+        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
             chain, start = (one[ARGVAL],), index
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
@@ -341,8 +452,6 @@ def _reachable(ins: tuple, decided: dict) -> set | None:
             todo.append(i + 1)
     return seen
 
-
-_ABSENT = object()
 
 
 # -- implementations an overload's selector only makes and returns -----------------------
@@ -410,3 +519,81 @@ def _made_into(code, ins: tuple, index: int):
         if not (isinstance(found, str) and sys.version_info < (3, 11)):
             return None
     return None
+
+
+# -- names read and thrown away ------------------------------------------------------------
+#
+# A device function read but never called (`trace` as a statement, `t = trace` with `t`
+# never read again) is typed by numba as the value it is, never compiled: what the kernel
+# gets of it is that it is a device function, not its body.
+
+_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR",
+                          "LOAD_FAST_LOAD_FAST", "LOAD_CLOSURE"})
+
+
+@lru_cache(maxsize=None)
+def discarded_chains(code) -> frozenset:
+    """The global and cell load chains (as `bytecode_chains` gives them) whose every load
+    in `code` is thrown away (popped, or stored in a local never read) and which no code
+    nested in it reads."""
+    ins = instructions(code)
+    if _INTROSPECTION & set(code.co_names):
+        return frozenset()
+    read = set()
+    for one in ins:
+        if one[OPNAME] in _LOCAL_LOADS or one[OPNAME] == "STORE_FAST_LOAD_FAST":
+            read.update(one[ARGVAL] if isinstance(one[ARGVAL], tuple) else (one[ARGVAL],))
+    kept, thrown, chain, last = set(), set(), None, None
+    for one in ins + ((None, None, None, None, None, None),):
+        name = one[OPNAME]
+        if name in _LOAD_ATTR_OPS and chain is not None:
+            chain, last = chain + (one[ARGVAL],), one
+            continue
+        if chain is not None:
+            # The plain form only: "NULL + name" or a method load pushes a call's parts.
+            plain = last[ARGREPR] == last[ARGVAL]
+            if plain and (name == "POP_TOP" or (name == "STORE_FAST"
+                                                and one[ARGVAL] not in read)):
+                thrown.add(chain)
+            else:
+                kept.add(chain)
+        chain = None
+        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
+            chain, last = (one[ARGVAL],), one
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            kept |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    return frozenset(thrown - kept)
+
+
+def loaded_bases(code) -> frozenset:
+    """The global and cell names `code` (or code nested in it) loads at all."""
+    return frozenset(chain[0] for chain in _bytecode_loads(code))
+
+
+@lru_cache(maxsize=None)
+def returned_globals(code) -> frozenset:
+    """The global load chains (as `bytecode_chains` gives them) that `code` only returns:
+    every load of the chain is returned at once (an overload's selector handing numba an
+    implementation defined elsewhere), and no code nested in it reads it."""
+    ins = instructions(code)
+    if _INTROSPECTION & set(code.co_names):
+        return frozenset()
+    kept, returned, chain, last = set(), set(), None, None
+    for one in ins + ((None, None, None, None, None, None),):
+        name = one[OPNAME]
+        if name in _LOAD_ATTR_OPS and chain is not None:
+            chain, last = chain + (one[ARGVAL],), one
+            continue
+        if chain is not None:
+            if last[ARGREPR] == last[ARGVAL] and name == "RETURN_VALUE":
+                returned.add(chain)
+            else:
+                kept.add(chain)
+        chain = None
+        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
+            chain, last = (one[ARGVAL],), one
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            kept |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    return frozenset(returned - kept)

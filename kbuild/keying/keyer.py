@@ -18,7 +18,7 @@ from pathlib import PurePath
 from . import normalize
 from ..environ import WatchedEnviron
 from ..errors import KeyingError
-from .bytecode import code_canonical, code_fingerprint, returned_functions
+from .bytecode import code_canonical, code_fingerprint, returned_functions, returned_globals
 from .encode import Unencodable, digest_of, encode
 from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, function_def, referenced_values, remembered
@@ -144,7 +144,9 @@ class Keyer:
                                elided)]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
-        children += self._references(py_func, where, fn.defaults)
+        returned = returned_globals(py_func.__code__) if selector else frozenset()
+        children += self._references(py_func, where, fn.defaults,
+                                     frozenset(".".join(c) for c in returned))
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
@@ -236,10 +238,20 @@ class Keyer:
             return ("code", linked.kind, digest_of(linked.data))
         cannot_key(where, f"linked item of type {type(item).__name__}")
 
-    def _references(self, py_func, where: str, defaults=None) -> list[KeyNode]:
+    def _references(self, py_func, where: str, defaults=None,
+                    returned: frozenset = frozenset()) -> list[KeyNode]:
+        """The leaves and callee trees of what `py_func` reads; `returned`: the dotted
+        names a selector only returns (`bytecode.returned_globals`)."""
         refs, bindings = [], {}
         for kind, name, value in referenced_values(py_func, self._sources, self._objects,
                                                    defaults=defaults):
+            if name in returned and self._implementation(value):
+                # numba compiles it only where this selector is the one chosen, and the
+                # compile observes it then (`function mod:impl`): which one, not its body.
+                label = kind.label(name)
+                refs.append((name, leaf(label, ("returned implementation",
+                                                qualified_name(value)), name)))
+                continue
             refs.append(self._reference(kind, name, value, where))
             label = refs[-1][1].label
             # Device functions held in a tuple, list or dict the value is made of.
@@ -252,6 +264,14 @@ class Keyer:
                 label = kind.label(name)
                 bindings[label] = leaf(label, ("calls", callee), callee)
         return _disambiguate(refs) + list(bindings.values())
+
+    def _implementation(self, value) -> bool:
+        """Whether a value a selector returns is an implementation numba compiles as
+        Python: a project's plain function, with no registrations of its own."""
+        fn = self._callee(value)
+        return fn is not None and fn.role is Role.FUNCTION \
+            and isinstance(value, pytypes.FunctionType) and fn.py_func is value \
+            and not self._objects.overloads_of(value)
 
     def _callee(self, value) -> Function | None:
         """`value` as a function keyed as a callee (by its tree), else None."""

@@ -17,7 +17,9 @@ import types as pytypes
 from dataclasses import dataclass
 
 from . import normalize
-from .bytecode import bytecode_chains, code_names, pruned_chains
+from .bytecode import (
+    bytecode_chains, code_names, discarded_chains, loaded_bases, pruned_chains,
+)
 from .encode import Unencodable
 from .interfaces import ObjectModel, Role, Sources
 from .tree import LabelKind
@@ -50,10 +52,14 @@ def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=No
     default values the compiler folds omitted arguments with (`Function.defaults`),
     where they are not the function's current `__defaults__`."""
     names = _load_chains(py_func, sources) if chains is None else chains
-    # What only a branch numba prunes on a global's value now reads is never compiled
-    # (decided here, on the values now: the names a code object reads are remembered).
-    names = set(names) - pruned_chains(py_func.__code__, py_func.__globals__)
-    closure = dict(zip(py_func.__code__.co_freevars, py_func.__closure__ or ()))
+    code = py_func.__code__
+    closure = dict(zip(code.co_freevars, py_func.__closure__ or ()))
+    # What the bytecode never loads (source after a `return`, say) numba never reads;
+    # what only a branch numba prunes on the values now reads is never compiled (decided
+    # here, on the values now: the names a code object reads are remembered).
+    names = {chain for chain in names if chain[0] in loaded_bases(code)} \
+        - pruned_chains(code, py_func.__globals__, closure)
+    thrown = discarded_chains(code)
     for chain in sorted(names):
         base = chain[0]
         if base in closure:
@@ -67,9 +73,21 @@ def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=No
         else:
             yield LabelKind.GLOBAL, base, ("unbound", base)
             continue
-        yield (kind,) + _resolve_chain(chain, scope, sources, objects)
+        name, value = _resolve_chain(chain, scope, sources, objects)
+        if chain in thrown:
+            value = _uncalled(value, objects)
+        yield kind, name, value
     for name, value in _defaults(py_func, defaults):
         yield LabelKind.DEFAULT, name, value
+
+
+def _uncalled(value, objects: ObjectModel):
+    """A value read and thrown away: numba types it and compiles nothing of it, so a
+    device function is keyed as one, not by its body."""
+    fn = objects.function_of(value)
+    if fn is not None and fn.role is Role.DEVICE:
+        return ("device function, never called",)
+    return value
 
 
 def _is_language_builtin(name: str, value) -> bool:

@@ -127,3 +127,29 @@ def ol_calc(x):
         return x * f
 
     return impl
+
+
+def choose(x):
+    pass
+
+
+def choose_literal(x):
+    return x + 7
+
+
+def choose_float(x):
+    return x * 3.0
+
+
+# Two registrations of one function, tried in order: for float32 the first returns
+# nothing, and only the second one's implementation is compiled.
+@overload(choose, target="cuda", prefer_literal=True)
+def ol_choose_literal(x):
+    if isinstance(x, types.IntegerLiteral):
+        return choose_literal
+
+
+@overload(choose, target="cuda")
+def ol_choose(x):
+    if isinstance(x, types.Float):
+        return choose_float

@@ -89,6 +89,7 @@ def k_debug(x):
 @cuda.jit
 def k_pick(x):
     x[0] = ext.pick(x[0])
+    x[1] = ext.choose(x[1])
 
 
 @cuda.jit
