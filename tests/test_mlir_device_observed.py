@@ -12,6 +12,7 @@ read the constant rebuild.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -166,3 +167,67 @@ def test_incremental_matches_fresh(baseline, tmp_path, old, new, rebuilt):
     assert not stale, f"stale binaries served for {sorted(stale)}"
     assert _with_status(incremental, "built") == rebuilt
     assert {t for t in ALL if now[t] != _ptx(before)[t]} == rebuilt
+
+
+# -- under zero configuration (test_zeroconf_mlir's program, its kernel calling an eager
+# device function whose overload reads a constant by computed name) -------------------------
+
+ZK = '''\
+import importlib
+
+from numba_cuda_mlir import cuda
+from numba_cuda_mlir.numba_cuda.extending import overload
+
+
+def scaled(x):
+    pass
+
+
+@overload(scaled)
+def ol_scaled(x):
+    v = getattr(importlib.import_module("zconsts"), "SC" + "ALE")
+    return lambda x: x * v
+
+
+@cuda.jit("float32(float32)", device=True)
+def dev_eager(x):
+    return scaled(x) + 2.0
+
+
+@cuda.jit
+def saxpy(a, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * dev_eager(x[i]) + y[i]
+'''
+
+
+def _program(root: Path, store: Path, tmp: Path) -> dict:
+    """test_zeroconf_mlir's program, importing its kernels where no driver is asked (an
+    eager device function compiles at import, for the pinned arch)."""
+    import test_zeroconf_mlir as zc
+    from support import run
+
+    program = zc.PROGRAM.replace("\nimport zk\n", "\nfrom kbuild.backend.mlir.nodriver "
+                                 "import pinned_target as _pin\nwith _pin((9, 0)):\n"
+                                 "    import zk\n")
+    assert program != zc.PROGRAM
+    done = run(str(store), "build", cwd=root, home=tmp / "home", launcher=("-c", program))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_zero_config_rebuilds_when_an_eager_device_function_read_changes(tmp_path):
+    root = tmp_path / "prog"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "zk.py").write_text(ZK)
+    consts = root / "app" / "zconsts.py"
+    consts.write_text("SCALE = 2.0\n")
+    store = tmp_path / "store"
+    first = _program(root, store, tmp_path)
+    assert first["counts"] == {"built": 1, "served": 1}
+    consts.write_text("SCALE = 2.5\n")
+    edited = _program(root, store, tmp_path)
+    fresh = _program(root, tmp_path / "fresh", tmp_path)
+    assert edited["cubin"] == fresh["cubin"] != first["cubin"]
+    assert edited["counts"] == {"built": 1, "served": 1}
