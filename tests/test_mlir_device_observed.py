@@ -8,6 +8,11 @@ builds incrementally against a copy of the store and afresh into an empty store 
 kernel compiles in one process, after the eager import): no target is served `cached`
 with other bytes than the fresh build's, and exactly the kernels whose device function
 read the constant rebuild.
+
+numba-cuda-mlir 0.6.0 types a callee's body again in each caller's compile, eager or kept,
+inlined or not: what hid the read was its typing templates' kept overload result
+(`_overload_result_cache`), which the eager import made. Its device-function compile and
+call paths are hooked too (the same mechanism as numba-cuda's): these cases guard them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ backend = "numba-cuda-mlir"
 paths = ["."]
 arch = ["sm_80"]
 ''' + "".join(f'\n[kernels."dv.kernels:{k}"]\nsignatures = ["void(float32[::1])"]\n'
-              for k in ("k_dev_eager", "k_kept_a", "k_kept_b", "k_kept_c", "k_kept_d"))
+              for k in ("k_dev_eager", "k_dev_eager_callee", "k_kept_a", "k_kept_b",
+                        "k_kept_c", "k_kept_d"))
 
 EXT = '''\
 import importlib
@@ -64,9 +70,16 @@ def ol_shifted(x):
 
 
 # Compiled when the module is imported (an eager signature): its compile typed `scaled`.
+# A small one is inlined in numba IR (typed again in each caller); one never inlined is
+# a callee whose code numba-cuda-mlir never compiles again.
 @cuda.jit("float32(float32)", device=True)
 def dev_eager(x):
     return scaled(x) + 2.0
+
+
+@cuda.jit("float32(float32)", device=True, inline="never")
+def dev_eager_callee(x):
+    return scaled(x) + 4.0
 
 
 # Compiled for k_kept_a and kept: k_kept_b's compile reuses it (and the answer the
@@ -86,12 +99,17 @@ def dev_shifted(x):
 KERNELS = '''\
 from numba_cuda_mlir import cuda
 
-from .ext import dev_eager, dev_kept, dev_shifted
+from .ext import dev_eager, dev_eager_callee, dev_kept, dev_shifted
 
 
 @cuda.jit
 def k_dev_eager(a):
     a[0] = dev_eager(a[0])
+
+
+@cuda.jit
+def k_dev_eager_callee(a):
+    a[0] = dev_eager_callee(a[0])
 
 
 @cuda.jit
@@ -116,7 +134,7 @@ def k_kept_d(a):
 
 FILES = {"kbuild.toml": CONFIG, "dv/__init__.py": "", "dv/ext.py": EXT,
          "dv/kernels.py": KERNELS, "dv/consts.py": "SCALE = 2.0\nOFFSET = 0.5\n"}
-ALL = {"k_dev_eager", "k_kept_a", "k_kept_b", "k_kept_c", "k_kept_d"}
+ALL = {"k_dev_eager", "k_dev_eager_callee", "k_kept_a", "k_kept_b", "k_kept_c", "k_kept_d"}
 
 
 def _write(project: Path) -> Path:
@@ -148,7 +166,8 @@ def baseline(tmp_path_factory):
 
 
 @pytest.mark.parametrize("old, new, rebuilt", [
-    ("SCALE = 2.0", "SCALE = 2.5", {"k_dev_eager", "k_kept_a", "k_kept_b"}),
+    ("SCALE = 2.0", "SCALE = 2.5",
+     {"k_dev_eager", "k_dev_eager_callee", "k_kept_a", "k_kept_b"}),
     # A guard: numba-cuda-mlir 0.6.0 types a kept callee's body again in each caller
     # (its overloads' hooks see that), so this case held before the callee path was hooked.
     ("OFFSET = 0.5", "OFFSET = 0.75", {"k_kept_c", "k_kept_d"}),
