@@ -70,6 +70,9 @@ class FrontEnd:
     device_compiles: tuple = ()
     # (module, class, method) typing a call to a device function (its call template)
     device_calls: tuple = ()
+    # How its decorator compiles an eager device function (the method, and whether it is
+    # given the declared return type): made once more, observed, the same way.
+    eager_compile: tuple = ("compile_device", True)
 
 
 NUMBA_CUDA_FRONT_END = FrontEnd(
@@ -439,7 +442,7 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         def hooked(self, args, *rest, **kws):
             # Compiled into this target, kept or not: by content, unless its key holds it.
             observer.function(self.py_func)
-            question = ("device", self, repr_free(tuple(args)))
+            question = ("device", self, repr_free(_argument_types(args)))
             with observer.answering(question, lambda: _forget_device_compile(self, args)):
                 return original(self, args, *rest, **kws)
         return hooked
@@ -451,7 +454,7 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         # so what its compile read is in every key it is linked into.
         def hooked(self, *args, **kws):
             if not getattr(self, "_can_compile", True) and not _library_code(self):
-                _compile_eager_again(self)
+                _compile_eager_again(self, *front_end.eager_compile)
             return original(self, *args, **kws)
         return hooked
 
@@ -792,6 +795,12 @@ def _forget_answer(template, asked) -> bool:
     args, kws = tuple(called[0]), tuple(called[1].items())
     for key in [k for k in cache if isinstance(k, tuple) and k[1:3] == (args, kws)]:
         del cache[key]
+    # numba-cuda-mlir also keeps what the overload function returned, per the options
+    # it read (`_overload_result_cache`, keyed by (function, args, kws)): dropped too, or
+    # the rebuilt implementation is made from the kept result without running it.
+    results = getattr(type(template), "_overload_result_cache", None)
+    if isinstance(results, dict):
+        results.pop((func, args, kws), None)
     return True
 
 
@@ -802,17 +811,24 @@ def _library_code(dispatcher) -> bool:
         (code is not None and _installed(code.co_filename))
 
 
-def _compile_eager_again(dispatcher) -> None:
-    """Compile each signature of an eager device function through its (hooked)
-    `compile_device`, allowed for the call: an answer made before any observed compile is
-    dropped and made again there; one made observed in this process is replayed."""
+def _compile_eager_again(dispatcher, method: str, with_return_type: bool) -> None:
+    """Compile each signature of an eager device function through its (hooked) `method`,
+    as the front end's decorator did (with the declared return type or without), allowed
+    for the call: an answer made before any observed compile is dropped and made again
+    there; one made observed in this process is replayed."""
+    compile_device = getattr(dispatcher, method)
     for args, made in list(dispatcher.overloads.items()):
         restype = getattr(getattr(made, "signature", None), "return_type", None)
         dispatcher._can_compile = True
         try:
-            dispatcher.compile_device(args, restype)
+            compile_device(args, restype) if with_return_type else compile_device(args)
         finally:
             dispatcher._can_compile = False
+
+
+def _argument_types(args) -> tuple:
+    """A device compile's argument types: given as a tuple, or in a signature."""
+    return tuple(getattr(args, "args", args))
 
 
 def _forget_device_compile(dispatcher, args) -> bool:
@@ -820,7 +836,7 @@ def _forget_device_compile(dispatcher, args) -> bool:
     cannot compile again: False)."""
     if not getattr(dispatcher, "_can_compile", False):
         return False
-    dispatcher.overloads.pop(tuple(args), None)
+    dispatcher.overloads.pop(_argument_types(args), None)
     return True
 
 

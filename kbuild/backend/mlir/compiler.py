@@ -29,7 +29,18 @@ FRONT_END = FrontEnd(cores=("numba_cuda_mlir.numba_cuda.core",),
                      typings=("numba_cuda_mlir.numba_cuda.typing",),
                      bases=("numba_cuda_mlir.numba_cuda.core",),
                      models=("numba_cuda_mlir.numba_cuda.datamodel.manager",),
-                     nvrtc="numba_cuda_mlir.numba_cuda.cudadrv.nvrtc")
+                     nvrtc="numba_cuda_mlir.numba_cuda.cudadrv.nvrtc",
+                     # A device function called from a kernel is compiled (and kept per
+                     # argument types) by `_compile_device_callee`; an eager one at its
+                     # import by `compile_device`, without its return type; a call to
+                     # either is typed by `get_call_template`.
+                     device_compiles=(("numba_cuda_mlir.descriptor", "MLIRDispatcher",
+                                       "_compile_device_callee"),
+                                      ("numba_cuda_mlir.descriptor", "MLIRDispatcher",
+                                       "compile_device")),
+                     device_calls=(("numba_cuda_mlir.descriptor", "MLIRDispatcher",
+                                    "get_call_template"),),
+                     eager_compile=("compile_device", False))
 WHOLE_PROGRAM = ("numba-cuda-mlir compiles device functions into their callers "
                  "(no separately compiled objects)")
 
