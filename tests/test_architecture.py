@@ -716,8 +716,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 # (importer, backend module) -> why it goes past the interface. The one-build-service
 # refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
 BACKEND_REACH = {
-    ("kbuild.builder.compile", "kbuild.backend.dispatch"):
-        "launched_as/forget_compiled: a dispatcher's launch configuration (numba-cuda's)",
     ("kbuild.builder.compile", "kbuild.backend.observe"):
         "the Observer a compile records into (observation is not on Backend yet)",
     ("kbuild.builder.compile", "kbuild.backend.lto"):

@@ -21,6 +21,8 @@ interface only, never through a compiler's attribute names:
   (zero-config), `current_arch()` and `compile_arch(device_arch)`: what it builds for;
 - `prepare()`: its one-time set-up, done before a process forks compile workers;
 - `simulating()`: whether it runs a simulator in this process;
+- `holds_compiled`, `forget_code`, `forget_kernel`, `launched_as`, `watching`: the code
+  its dispatchers hold in this process and the launch configuration a compile sees;
 - `features`: what it supports, by name (see README "Backends").
 
 `backends` knows which backends exist and loads one only when a project or a kernel
@@ -156,6 +158,35 @@ class Backend(abc.ABC):
 
     def simulating(self) -> bool:
         return False
+
+    # -- its dispatchers (the code a process holds, the launch a compile sees) ----------
+
+    def holds_compiled(self, dispatcher) -> bool:
+        """Whether a (device function's) dispatcher holds code compiled earlier here."""
+        return False
+
+    def forget_code(self, dispatcher) -> None:
+        """Drop the code a device function's dispatcher holds: the next compile that calls
+        it types it again with the values it reads then."""
+
+    def forget_kernel(self, dispatcher) -> None:
+        """Drop every overload a lazy kernel's dispatcher holds: its next launch compiles
+        it again (through kbuild's hook)."""
+
+    def launched_as(self, kernel, launch):
+        """A block within which a compile of `kernel` sees `launch` = (grid, block, shared
+        memory) as its launch configuration (None: nothing changes); yields its marks
+        (`.sensitive` when the block ends: the compile depended on its launch)."""
+        return contextlib.nullcontext(_NoMarks())
+
+    def watching(self, config):
+        """A block yielding the marks of a compile for the launch configuration `config`
+        (the dispatcher's own, during a launch)."""
+        return contextlib.nullcontext(_NoMarks())
+
+
+class _NoMarks:
+    sensitive = False
 
 
 def type_namespace(module, types_module, from_dtype) -> dict:

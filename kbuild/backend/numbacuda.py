@@ -123,11 +123,36 @@ class NumbaCuda(Backend):
         prepare()
 
     def forget_compiled(self, device_functions=(), objects=None) -> None:
-        from . import dispatch, lto
+        from . import lto
 
         lto.forget(lto.made_keys() if objects is None else objects)
         for disp in device_functions:
-            dispatch.forget_compiled(disp)
+            self.forget_code(disp)
+
+    def holds_compiled(self, dispatcher) -> bool:
+        from .dispatch import holds_compiled
+
+        return holds_compiled(dispatcher)
+
+    def forget_code(self, dispatcher) -> None:
+        from .dispatch import forget_compiled
+
+        forget_compiled(dispatcher)
+
+    def forget_kernel(self, dispatcher) -> None:
+        from .dispatch import forget_kernel
+
+        forget_kernel(dispatcher)
+
+    def launched_as(self, kernel, launch):
+        from .dispatch import launched_as
+
+        return launched_as(kernel, launch)
+
+    def watching(self, config):
+        from .dispatch import watching
+
+        return watching(config)
 
     def simulating(self) -> bool:
         from .compiler import simulating

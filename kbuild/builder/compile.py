@@ -36,19 +36,19 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     """(Artifacts or CompileError, seconds) for one target, in this process; what `store`
     holds from earlier builds of the same bytes is reused (see `cutoff`; `objects`: the
     build's memo of the arch's stored objects)."""
-    from ..backend.dispatch import forget_compiled, launched_as
     from ..backend.observe import Observer
 
     resolved = the_plan.kernels[target.name]
+    backend = resolved.backend
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
     observer = _noting(Observer)(_static_functions(the_plan, target), the_plan.config.root)
     if target.launch is not None:  # callees typed for another launch configuration
         for disp in the_plan.keyer.device_functions:
-            forget_compiled(disp)
+            backend.forget_code(disp)
     try:
-        with launched_as(resolved.kernel, target.launch):
-            artifacts = resolved.backend.compile(
+        with backend.launched_as(resolved.kernel, target.launch):
+            artifacts = backend.compile(
                 resolved.kernel, resolved.argtypes[target.signature], arch_cc(target.arch),
                 device_functions=the_plan.keyer.device_functions,
                 stable_ids=the_plan.keyer.stable_ids, apart=apart, observer=observer,

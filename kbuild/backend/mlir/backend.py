@@ -100,5 +100,31 @@ class NumbaCudaMlir(Backend):
 
         prepare()
 
+    # Its dispatchers are numba's, vendored: numba-cuda's dispatcher helpers serve them.
+    def holds_compiled(self, dispatcher) -> bool:
+        from ..dispatch import holds_compiled
+
+        return holds_compiled(dispatcher)
+
+    def forget_code(self, dispatcher) -> None:
+        from ..dispatch import forget_compiled
+
+        forget_compiled(dispatcher)
+
+    def forget_kernel(self, dispatcher) -> None:
+        from ..dispatch import forget_kernel
+
+        forget_kernel(dispatcher)
+
+    def launched_as(self, kernel, launch):
+        from ..dispatch import launched_as
+
+        return launched_as(kernel, launch)
+
+    def watching(self, config):
+        from ..dispatch import watching
+
+        return watching(config)
+
 
 BACKEND = NumbaCudaMlir()
