@@ -13,7 +13,7 @@ interface only, never through a compiler's attribute names:
   driver (modules that compile eagerly at import are imported inside it);
 - `parse_signature(text, module)`: a kbuild.toml signature in its type vocabulary;
 - `compile(...)`: one target to `Artifacts`, for an arch, recording what its front end
-  consulted into an `observe.Observer` (its observation hooks);
+  consulted into an `observe.Observer` (its observation hooks), made by `observer(...)`;
 - `typing_registries()`: where its `@overload`s live, for observed names' digests;
 - `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
@@ -25,6 +25,9 @@ interface only, never through a compiler's attribute names:
   its dispatchers hold in this process and the launch configuration a compile sees;
 - `features`: what it supports, by name (see README "Backends").
 
+`observed_now(sources, root)` digests the names any backend's compile observed, as
+they are now (an entry's freshness).
+
 `backends` knows which backends exist and loads one only when a project or a kernel
 asks for it.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -116,6 +120,16 @@ class Backend(abc.ABC):
                 apart=None, observer=None, outputs=None, source_roots=()) -> Artifacts:
         """One target's PTX and cubin for `cc` (see `compiler.compile_kernel`)."""
 
+    def observer(self, static_functions=(), root=None, on_new=None):
+        """A record of what one compile consults (an `observe.Observer`, the one every
+        backend's `compile` records into): `static_functions` are held by the static key
+        by content, file names are relative to `root`; `on_new(kind, name)` is told each
+        name the first time it is recorded."""
+        from .observe import Observer
+
+        return Observer(static_functions, root) if on_new is None else \
+            _noting(Observer)(static_functions, root, on_new=on_new)
+
     def typing_registries(self) -> list:
         """Its typing registries holding user `@overload`s (each with `.globals`, `.attributes`)."""
         return []
@@ -183,6 +197,30 @@ class Backend(abc.ABC):
         """A block yielding the marks of a compile for the launch configuration `config`
         (the dispatcher's own, during a launch)."""
         return contextlib.nullcontext(_NoMarks())
+
+
+def observed_now(sources, root):
+    """`(kind, name) -> digest now` of the names compiles observe (an `observe.Current`,
+    memoized: make one per build), for every backend's observations: `sources` is a
+    keyer's, file names are relative to the project `root`."""
+    from .observe import Current
+
+    return Current(sources, root)
+
+
+@functools.cache
+def _noting(observer_class):
+    class Noting(observer_class):
+        def __init__(self, *args, on_new, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._on_new = on_new
+
+        def add(self, kind, name):
+            if (kind, name) not in self.names:
+                self._on_new(kind, name)
+            super().add(kind, name)
+
+    return Noting
 
 
 class _NoMarks:

@@ -36,13 +36,12 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     """(Artifacts or CompileError, seconds) for one target, in this process; what `store`
     holds from earlier builds of the same bytes is reused (see `cutoff`; `objects`: the
     build's memo of the arch's stored objects)."""
-    from ..backend.observe import Observer
-
     resolved = the_plan.kernels[target.name]
     backend = resolved.backend
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
-    observer = _noting(Observer)(_static_functions(the_plan, target), the_plan.config.root)
+    observer = backend.observer(_static_functions(the_plan, target), the_plan.config.root,
+                                on_new=_note)
     if target.launch is not None:  # callees typed for another launch configuration
         for disp in the_plan.keyer.device_functions:
             backend.forget_code(disp)
@@ -123,17 +122,10 @@ def _digests(the_plan: Plan):
     return the_plan.launch_digests
 
 
-@functools.cache
-def _noting(observer_class):
-    """`observer_class`, also sending each new name it records to the parent process
-    (`parallel.note`): a compile killed for its time still says what it had read."""
-    class Noting(observer_class):
-        def add(self, kind, name):
-            if (kind, name) not in self.names:
-                note((kind.value, name))
-            super().add(kind, name)
-
-    return Noting
+def _note(kind, name) -> None:
+    """Each new name a compile records goes to the parent process (`parallel.note`): a
+    compile killed for its time still says what it had read."""
+    note((kind.value, name))
 
 
 def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
