@@ -716,8 +716,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 # (importer, backend module) -> why it goes past the interface. The one-build-service
 # refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
 BACKEND_REACH = {
-    ("kbuild.builder.compile", "kbuild.backend.lto"):
-        "relinking stored LTO objects without a compile (not on Backend yet)",
     ("kbuild.cli.entry", "kbuild.backend.toolchain"):
         "`kbuild --version` prints every toolchain part's version (not on Backend)",
     ("kbuild.cli.project_cmds", "kbuild.backend.cubin"):

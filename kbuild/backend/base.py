@@ -14,6 +14,7 @@ interface only, never through a compiler's attribute names:
 - `parse_signature(text, module)`: a kbuild.toml signature in its type vocabulary;
 - `compile(...)`: one target to `Artifacts`, for an arch, recording what its front end
   consulted into an `observe.Observer` (its observation hooks), made by `observer(...)`;
+- `relink(...)`: a kernel linked again from its separately compiled objects;
 - `typing_registries()`: where its `@overload`s live, for observed names' digests;
 - `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
@@ -129,6 +130,13 @@ class Backend(abc.ABC):
 
         return Observer(static_functions, root) if on_new is None else \
             _noting(Observer)(static_functions, root, on_new=on_new)
+
+    def relink(self, ltoirs, cc: tuple, *, max_registers=None, outputs=None, entry: str = "",
+               flags=()):
+        """PTX and cubin (a `Linked`: `.ptx`, `.cubin`, `.cutoff`, `.keys`) of separately
+        compiled objects (their bytes, as stored), linked again for `cc` without a
+        compile; `outputs`, `entry` and `flags` as its compile's (see `lto.link`)."""
+        raise NotImplementedError(f"backend {self.name} compiles no objects apart")
 
     def typing_registries(self) -> list:
         """Its typing registries holding user `@overload`s (each with `.globals`, `.attributes`)."""

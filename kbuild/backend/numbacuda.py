@@ -74,6 +74,13 @@ class NumbaCuda(Backend):
         return compile_kernel(kernel, argtypes, cc, device_functions, stable_ids, apart,
                               observer, outputs, source_roots)
 
+    def relink(self, ltoirs, cc: tuple, *, max_registers=None, outputs=None, entry: str = "",
+               flags=()):
+        from .lto import link
+
+        return link(ltoirs, cc, max_registers=max_registers, outputs=outputs, entry=entry,
+                    flags=flags)
+
     def typing_registries(self) -> list:
         from .registry import registries
 

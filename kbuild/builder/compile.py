@@ -135,15 +135,16 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
     earlier link's take its output instead of linking (see `cutoff`)."""
     recipe = relink.recipe
     from ..backend.base import Artifacts
-    from ..backend.lto import link
 
     start = time.perf_counter()
-    options = the_plan.kernels[target.name].kernel.targetoptions
+    resolved = the_plan.kernels[target.name]
+    options = resolved.kernel.targetoptions
     try:
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
-        linked = link(ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
-                      outputs=outputs(the_plan, target, store, objects), entry=recipe.entry,
-                      flags=recipe.flags)
+        linked = resolved.backend.relink(
+            ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
+            outputs=outputs(the_plan, target, store, objects), entry=recipe.entry,
+            flags=recipe.flags)
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target, store, objects)
     if built_problem(target.arch, recipe.entry, {"ptx": linked.ptx, "cubin": linked.cubin}):
