@@ -19,7 +19,8 @@ interface only, never through a compiler's attribute names:
 - `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
 - `dispatcher_kernel(...)`: a stored entry as the kernel its own dispatcher launches
-  (zero-config), `current_arch()` and `compile_arch(device_arch)`: what it builds for;
+  (zero-config), `rebuilt_kernel(...)`: one as the compiler's own kernel object,
+  `current_arch()` and `compile_arch(device_arch)`: what it builds for;
 - `prepare()`: its one-time set-up, done before a process forks compile workers;
 - `simulating()`: whether it runs a simulator in this process;
 - `holds_compiled`, `forget_code`, `forget_kernel`, `launched_as`, `watching`: the code
@@ -159,6 +160,14 @@ class Backend(abc.ABC):
         so the dispatcher compiles (or fetches) another for other configurations."""
         raise NotImplementedError(f"backend {self.name} cannot hand a stored kernel to "
                                   "its dispatcher")
+
+    def rebuilt_kernel(self, manifest: dict, argtypes, binary: bytes, binary_kind: str,
+                       device_cc: tuple, options: dict, py_func=None, links=()):
+        """The compiler's own kernel object for a stored target, backed by `binary` (a
+        "cubin" or "ptx", linked with `links`): what its launcher hands kernels it cannot
+        launch itself (see `launcher.needs_numba_kernel`); `options` are the live
+        dispatcher's, `py_func` the kernel's Python function."""
+        raise NotImplementedError(f"backend {self.name} rebuilds no kernel from the store")
 
     def current_arch(self) -> str:
         """The current device's arch (`sm_90`), asked of the driver once per device."""

@@ -114,6 +114,14 @@ class NumbaCuda(Backend):
             mark_sensitive(kernel)
         return kernel
 
+    def rebuilt_kernel(self, manifest: dict, argtypes, binary: bytes, binary_kind: str,
+                       device_cc: tuple, options: dict, py_func=None, links=()):
+        # numba-cuda's own `_Kernel`: debug kernels launch through it.
+        from .loader import rebuild_kernel
+
+        return rebuild_kernel(manifest, argtypes, binary, binary_kind, device_cc, options,
+                              py_func=py_func, links=links)
+
     def compile_arch(self, device_arch: str) -> str:
         from .launcher import compile_arch
 
