@@ -724,8 +724,6 @@ BACKEND_REACH = {
         "the architectures NVRTC supports and its CUDA release, to check kbuild.toml's archs",
     ("kbuild.discover", "kbuild.backend.libraries"):
         "which modules are the toolchain's; numba-free, asked before numba is imported",
-    ("kbuild.project", "kbuild.backend.debugpaths"):
-        "placing a debug binary's source paths at load",
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
     ("kbuild.zeroconf", "kbuild.backend.dispatch"):
