@@ -718,8 +718,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 BACKEND_REACH = {
     ("kbuild.cli.entry", "kbuild.backend.toolchain"):
         "`kbuild --version` prints every toolchain part's version (not on Backend)",
-    ("kbuild.cli.project_cmds", "kbuild.backend.cubin"):
-        "`kbuild show --resources`: registers and memory read from a cubin's ELF (no numba)",
     ("kbuild.config", "kbuild.backend.toolchain"):
         "the architectures NVRTC supports and its CUDA release, to check kbuild.toml's archs",
     ("kbuild.discover", "kbuild.backend.libraries"):
