@@ -716,10 +716,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 # (importer, backend module) -> why it goes past the interface. The one-build-service
 # refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
 BACKEND_REACH = {
-    ("kbuild.cli.entry", "kbuild.backend.toolchain"):
-        "`kbuild --version` prints every toolchain part's version (not on Backend)",
-    ("kbuild.config", "kbuild.backend.toolchain"):
-        "the architectures NVRTC supports and its CUDA release, to check kbuild.toml's archs",
     ("kbuild.discover", "kbuild.backend.libraries"):
         "which modules are the toolchain's; numba-free, asked before numba is imported",
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):

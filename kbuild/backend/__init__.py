@@ -8,6 +8,9 @@ every backend shares and needs no compiler is named here, each imported when cal
   written over its placeholders (`debugpaths`);
 - `resources(cubin)`, `disassemble(cubin)`: a cubin's registers and memory per function
   (read from its ELF) and its SASS (`cubin`, for `kbuild show`);
+- `versions()`, `supported_ccs()`, `cuda_release()`: the toolchain's parts and their
+  versions (`kbuild --version`), the compute capabilities its NVRTC compiles for and
+  its CUDA release (checking kbuild.toml's archs) (`toolchain`);
 """
 
 from __future__ import annotations
@@ -34,3 +37,25 @@ def disassemble(cubin: bytes) -> str:
     from .cubin import disassemble
 
     return disassemble(cubin)
+
+
+def versions() -> dict:
+    """What `kbuild --version` reports, by name; see `toolchain.versions`."""
+    from .toolchain import versions
+
+    return versions()
+
+
+def supported_ccs() -> tuple | None:
+    """The compute capabilities the toolchain compiles for, ascending, or None when it
+    cannot be asked; see `toolchain.supported_ccs`."""
+    from .toolchain import supported_ccs
+
+    return supported_ccs()
+
+
+def cuda_release() -> str | None:
+    """The CUDA release of the toolchain's NVRTC ("13.0"), or None."""
+    from .toolchain import cuda_release
+
+    return cuda_release()
