@@ -716,8 +716,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 # (importer, backend module) -> why it goes past the interface. The one-build-service
 # refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
 BACKEND_REACH = {
-    ("kbuild.discover", "kbuild.backend.libraries"):
-        "which modules are the toolchain's; numba-free, asked before numba is imported",
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
     ("kbuild.zeroconf", "kbuild.backend.dispatch"):

@@ -11,9 +11,13 @@ every backend shares and needs no compiler is named here, each imported when cal
 - `versions()`, `supported_ccs()`, `cuda_release()`: the toolchain's parts and their
   versions (`kbuild --version`), the compute capabilities its NVRTC compiles for and
   its CUDA release (checking kbuild.toml's archs) (`toolchain`);
+- `is_library(module_name)`: whether a module is the toolchain's or the language's, not
+  the project's (`libraries`: asked before numba is imported, so imported here).
 """
 
 from __future__ import annotations
+
+from .libraries import is_library  # noqa: F401 - re-exported: no numba, asked per module
 
 
 def located(binary: bytes, roots) -> tuple[bytes, str]:
