@@ -722,8 +722,6 @@ BACKEND_REACH = {
         "enable()/disable() install numba-cuda's dispatcher hook",
     ("kbuild.zeroconf", "kbuild.backend.mlir.dispatch"):
         "enable()/disable() install numba-cuda-mlir's dispatcher hook",
-    ("kbuild.zeroconf.session", "kbuild.backend.dispatch"):
-        "the session serves numba's dispatcher (the zero-config builder; issue 33)",
     ("kbuild.builder.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
     ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):
