@@ -724,10 +724,6 @@ BACKEND_REACH = {
         "enable()/disable() install numba-cuda-mlir's dispatcher hook",
     ("kbuild.builder.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
-    ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):
-        "a served kernel's and its device functions' Python functions, for their globals",
-    ("kbuild.zeroconf.cellwatch", "kbuild.backend.dispatch"):
-        "`forget_kernel`: a notebook kernel's code dropped when a cell rebinds its globals",
 }
 
 # The compilers' names that code outside backend/ may reach: numba's type objects (the
