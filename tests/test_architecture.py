@@ -693,8 +693,6 @@ SYS_MODULES = {
         "whether an already imported module (by name, from a code object) is the project's",
     ("kbuild/zeroconf/naming.py", "import_path"):
         "the module of a kernel's Python function (`getattr(f, '__module__')` first)",
-    ("kbuild/zeroconf/__init__.py", "disable"):
-        "numba-cuda-mlir's hook is undone only if the program imported it; never imports it",
     ("kbuild/zeroconf/afterimport.py", "after_import"):
         "waits for a module to be imported, and must not import it",
     ("kbuild/zeroconf/startup.py", "stand_down"):
@@ -718,10 +716,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 BACKEND_REACH = {
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
-    ("kbuild.zeroconf", "kbuild.backend.dispatch"):
-        "enable()/disable() install numba-cuda's dispatcher hook",
-    ("kbuild.zeroconf", "kbuild.backend.mlir.dispatch"):
-        "enable()/disable() install numba-cuda-mlir's dispatcher hook",
     ("kbuild.builder.cluster", "kbuild.backend.lto"):
         "`Object`: a dask worker's separately compiled objects, checked before commit",
 }

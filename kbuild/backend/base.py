@@ -20,7 +20,8 @@ interface only, never through a compiler's attribute names:
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
 - `dispatcher_kernel(...)`: a stored entry as the kernel its own dispatcher launches
   (zero-config), `rebuilt_kernel(...)`: one as the compiler's own kernel object,
-  `current_arch()` and `compile_arch(device_arch)`: what it builds for;
+  `serve(resolver)` / `stop_serving()`: its dispatchers asking zero-config first,
+  `record_launches(record)`: its simulator's launches, `current_arch()` and `compile_arch(device_arch)`: what it builds for;
 - `prepare()`: its one-time set-up, done before a process forks compile workers;
 - `simulating()`: whether it runs a simulator in this process;
 - `holds_compiled`, `forget_code`, `forget_kernel`, `launched_as`, `watching`: the code
@@ -168,6 +169,19 @@ class Backend(abc.ABC):
         launch itself (see `launcher.needs_numba_kernel`); `options` are the live
         dispatcher's, `py_func` the kernel's Python function."""
         raise NotImplementedError(f"backend {self.name} rebuilds no kernel from the store")
+
+    def serve(self, resolver) -> None:
+        """From now on its dispatchers ask `resolver(Request)` (zero-config's session; a
+        `dispatch.Request`) for a kernel before compiling one; replaces an earlier one."""
+        raise NotImplementedError(f"backend {self.name} serves no dispatcher")
+
+    def stop_serving(self) -> None:
+        """Its dispatchers compile on their own again (kernels handed over stay loaded)."""
+
+    def record_launches(self, record) -> None:
+        """Under its simulator: `record(kernel, argtypes, launch)` is called for each kernel
+        launch (zero-config's `kbuild run --record`)."""
+        raise NotImplementedError(f"backend {self.name} has no simulator")
 
     def current_arch(self) -> str:
         """The current device's arch (`sm_90`), asked of the driver once per device."""

@@ -122,6 +122,22 @@ class NumbaCuda(Backend):
         return rebuild_kernel(manifest, argtypes, binary, binary_kind, device_cc, options,
                               py_func=py_func, links=links)
 
+    def serve(self, resolver) -> None:
+        from .dispatch import install
+
+        install(resolver)
+
+    def stop_serving(self) -> None:
+        from .dispatch import uninstall, uninstall_recorder
+
+        uninstall()
+        uninstall_recorder()
+
+    def record_launches(self, record) -> None:
+        from .dispatch import install_recorder
+
+        install_recorder(record)
+
     def compile_arch(self, device_arch: str) -> str:
         from .launcher import compile_arch
 

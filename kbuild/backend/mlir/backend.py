@@ -90,6 +90,16 @@ class NumbaCudaMlir(Backend):
         return cached_result(request.dispatcher, request.argtypes, binary, manifest["entry"],
                              bool(manifest.get("cooperative")))
 
+    def serve(self, resolver) -> None:
+        from .dispatch import install
+
+        install(resolver)
+
+    def stop_serving(self) -> None:
+        from .dispatch import uninstall
+
+        uninstall()
+
     def current_arch(self) -> str:
         from .launching import current_device, device_arch
 
