@@ -716,8 +716,6 @@ BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.ba
 BACKEND_REACH = {
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
-    ("kbuild.builder.cluster", "kbuild.backend.lto"):
-        "`Object`: a dask worker's separately compiled objects, checked before commit",
 }
 
 # The compilers' names that code outside backend/ may reach: numba's type objects (the

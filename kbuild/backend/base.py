@@ -45,6 +45,16 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Object:
+    """One separately compiled (LTO-IR) object and the manifest that describes its
+    interface (see `lto`)."""
+
+    key: str
+    ltoir: bytes
+    manifest: dict
+
+
+@dataclass(frozen=True)
 class Artifacts:
     """What one compiled target produced."""
 
@@ -55,7 +65,7 @@ class Artifacts:
     # How it was linked: {"mode": "lto", "objects": [keys]} from separately compiled
     # objects, or {"mode": "whole", "reason": ...} as one program.
     link: dict = field(default_factory=dict)
-    objects: tuple = ()  # the lto.Object files a separate compile made
+    objects: tuple = ()  # the `Object`s a separate compile made
     # What the compile consulted beyond the static key: (kind, name, digest) rows, see
     # keying/observed.py; filled in by the build once the compile is over.
     observed: tuple = ()
