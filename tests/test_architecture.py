@@ -711,8 +711,8 @@ SYS_MODULES = {
 # backend is; backends: which exist, `get(name)` one, its objects; the package itself).
 BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.backends"}
 
-# (importer, backend module) -> why it goes past the interface. The one-build-service
-# refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
+# (importer, backend module) -> why it goes past the interface; the list only shrinks
+# (issue 33 moved the others behind `Backend` and the `backend` package).
 BACKEND_REACH = {
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
