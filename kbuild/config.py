@@ -400,7 +400,7 @@ def validate_arch(arch: str, where: str, check_toolchain: bool = True) -> str:
         if cc not in KNOWN_CCS:
             raise ConfigError(f"{where}: unknown arch {arch!r}; known: {_names(KNOWN_CCS)}")
         return arch
-    from .backend.toolchain import cuda_release, supported_ccs
+    from .backend import cuda_release, supported_ccs
 
     supported = supported_ccs()
     if supported is None:

@@ -14,7 +14,7 @@ import sysconfig
 import traceback
 from dataclasses import dataclass, field
 
-from .backend.libraries import is_library
+from .backend import is_library
 from .config import KernelSpec, ProjectConfig, arch_cc
 from .errors import TargetError
 from .model import Target  # noqa: F401 - the noun's home is the model; named here too

@@ -277,12 +277,10 @@ class KernelLauncher:
         return self._numba_kernel(found, signature, device_arch)
 
     def _numba_kernel(self, found: Found, signature: str, device_arch: str):
-        from .backend.loader import rebuild_kernel
-
-        return rebuild_kernel(found.manifest, self.resolved.argtypes[signature], found.binary,
-                              found.kind, arch_cc(device_arch), self._options(),
-                              py_func=getattr(self.resolved.kernel, "py_func", None),
-                              links=found.links)
+        return self.resolved.backend.rebuilt_kernel(
+            found.manifest, self.resolved.argtypes[signature], found.binary, found.kind,
+            arch_cc(device_arch), self._options(),
+            py_func=getattr(self.resolved.kernel, "py_func", None), links=found.links)
 
     def _options(self) -> dict:
         return dict(getattr(self.resolved.kernel, "targetoptions", {}))

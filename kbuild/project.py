@@ -106,7 +106,7 @@ class Project:
         its source files (written against placeholders, so that one store serves every
         checkout), this checkout's folders (`backend.debugpaths.located`); and what it was
         located to ("" for the stored bytes)."""
-        from .backend.debugpaths import located
+        from .backend import located
 
         return located(binary, self.source_roots())
 

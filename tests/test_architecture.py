@@ -693,8 +693,6 @@ SYS_MODULES = {
         "whether an already imported module (by name, from a code object) is the project's",
     ("kbuild/zeroconf/naming.py", "import_path"):
         "the module of a kernel's Python function (`getattr(f, '__module__')` first)",
-    ("kbuild/zeroconf/__init__.py", "disable"):
-        "numba-cuda-mlir's hook is undone only if the program imported it; never imports it",
     ("kbuild/zeroconf/afterimport.py", "after_import"):
         "waits for a module to be imported, and must not import it",
     ("kbuild/zeroconf/startup.py", "stand_down"):
@@ -713,43 +711,11 @@ SYS_MODULES = {
 # backend is; backends: which exist, `get(name)` one, its objects; the package itself).
 BACKEND_INTERFACE = {"kbuild.backend", "kbuild.backend.base", "kbuild.backend.backends"}
 
-# (importer, backend module) -> why it goes past the interface. The one-build-service
-# refactor (issue 33) moves these behind `Backend`; each move deletes its line here.
+# (importer, backend module) -> why it goes past the interface; the list only shrinks
+# (issue 33 moved the others behind `Backend` and the `backend` package).
 BACKEND_REACH = {
-    ("kbuild.builder.compile", "kbuild.backend.dispatch"):
-        "launched_as/forget_compiled: a dispatcher's launch configuration (numba-cuda's)",
-    ("kbuild.builder.compile", "kbuild.backend.observe"):
-        "the Observer a compile records into (observation is not on Backend yet)",
-    ("kbuild.builder.compile", "kbuild.backend.lto"):
-        "relinking stored LTO objects without a compile (not on Backend yet)",
-    ("kbuild.builder.entries", "kbuild.backend.observe"):
-        "`Current`: digests of what a stored entry observed, for its freshness",
-    ("kbuild.cli.entry", "kbuild.backend.toolchain"):
-        "`kbuild --version` prints every toolchain part's version (not on Backend)",
-    ("kbuild.cli.project_cmds", "kbuild.backend.cubin"):
-        "`kbuild show --resources`: registers and memory read from a cubin's ELF (no numba)",
-    ("kbuild.config", "kbuild.backend.toolchain"):
-        "the architectures NVRTC supports and its CUDA release, to check kbuild.toml's archs",
-    ("kbuild.discover", "kbuild.backend.libraries"):
-        "which modules are the toolchain's; numba-free, asked before numba is imported",
-    ("kbuild.launch", "kbuild.backend.loader"):
-        "debug kernels launch through numba's own _Kernel, rebuilt from the store",
-    ("kbuild.project", "kbuild.backend.debugpaths"):
-        "placing a debug binary's source paths at load",
     ("kbuild.testing", "kbuild.backend.testing.fakedriver"):
         "the fake device for users' tests is the fake driver's public face",
-    ("kbuild.zeroconf", "kbuild.backend.dispatch"):
-        "enable()/disable() install numba-cuda's dispatcher hook",
-    ("kbuild.zeroconf", "kbuild.backend.mlir.dispatch"):
-        "enable()/disable() install numba-cuda-mlir's dispatcher hook",
-    ("kbuild.zeroconf.session", "kbuild.backend.dispatch"):
-        "the session serves numba's dispatcher (the zero-config builder; issue 33)",
-    ("kbuild.builder.cluster", "kbuild.backend.lto"):
-        "`Object`: a dask worker's separately compiled objects, checked before commit",
-    ("kbuild.zeroconf.cellwatch", "kbuild.backend.objectmodel"):
-        "a served kernel's and its device functions' Python functions, for their globals",
-    ("kbuild.zeroconf.cellwatch", "kbuild.backend.dispatch"):
-        "`forget_kernel`: a notebook kernel's code dropped when a cell rebinds its globals",
 }
 
 # The compilers' names that code outside backend/ may reach: numba's type objects (the

@@ -13,15 +13,23 @@ interface only, never through a compiler's attribute names:
   driver (modules that compile eagerly at import are imported inside it);
 - `parse_signature(text, module)`: a kbuild.toml signature in its type vocabulary;
 - `compile(...)`: one target to `Artifacts`, for an arch, recording what its front end
-  consulted into an `observe.Observer` (its observation hooks);
+  consulted into an `observe.Observer` (its observation hooks), made by `observer(...)`;
+- `relink(...)`: a kernel linked again from its separately compiled objects;
 - `typing_registries()`: where its `@overload`s live, for observed names' digests;
 - `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
 - `dispatcher_kernel(...)`: a stored entry as the kernel its own dispatcher launches
-  (zero-config), `current_arch()` and `compile_arch(device_arch)`: what it builds for;
+  (zero-config), `rebuilt_kernel(...)`: one as the compiler's own kernel object,
+  `serve(resolver)` / `stop_serving()`: its dispatchers asking zero-config first,
+  `record_launches(record)`: its simulator's launches, `current_arch()` and `compile_arch(device_arch)`: what it builds for;
 - `prepare()`: its one-time set-up, done before a process forks compile workers;
 - `simulating()`: whether it runs a simulator in this process;
+- `holds_compiled`, `forget_code`, `forget_kernel`, `launched_as`, `watching`: the code
+  its dispatchers hold in this process and the launch configuration a compile sees;
 - `features`: what it supports, by name (see README "Backends").
+
+`observed_now(sources, root)` digests the names any backend's compile observed, as
+they are now (an entry's freshness).
 
 `backends` knows which backends exist and loads one only when a project or a kernel
 asks for it.
@@ -31,8 +39,19 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Object:
+    """One separately compiled (LTO-IR) object and the manifest that describes its
+    interface (see `lto`)."""
+
+    key: str
+    ltoir: bytes
+    manifest: dict
 
 
 @dataclass(frozen=True)
@@ -46,7 +65,7 @@ class Artifacts:
     # How it was linked: {"mode": "lto", "objects": [keys]} from separately compiled
     # objects, or {"mode": "whole", "reason": ...} as one program.
     link: dict = field(default_factory=dict)
-    objects: tuple = ()  # the lto.Object files a separate compile made
+    objects: tuple = ()  # the `Object`s a separate compile made
     # What the compile consulted beyond the static key: (kind, name, digest) rows, see
     # keying/observed.py; filled in by the build once the compile is over.
     observed: tuple = ()
@@ -114,6 +133,24 @@ class Backend(abc.ABC):
                 apart=None, observer=None, outputs=None, source_roots=()) -> Artifacts:
         """One target's PTX and cubin for `cc` (see `compiler.compile_kernel`)."""
 
+    def observer(self, static_functions=(), root=None, on_new=None, digest_now=None):
+        """A record of what one compile consults (an `observe.Observer`, the one every
+        backend's `compile` records into): `static_functions` are held by the static key
+        by content, file names are relative to `root`; `on_new(kind, name)` is told each
+        name the first time it is recorded; `digest_now` (`observed_now`'s, memoized)
+        digests a typing function as it is about to run."""
+        from .observe import Observer
+
+        return Observer(static_functions, root, digest_now) if on_new is None else \
+            _noting(Observer)(static_functions, root, digest_now, on_new=on_new)
+
+    def relink(self, ltoirs, cc: tuple, *, max_registers=None, outputs=None, entry: str = "",
+               flags=()):
+        """PTX and cubin (a `Linked`: `.ptx`, `.cubin`, `.cutoff`, `.keys`) of separately
+        compiled objects (their bytes, as stored), linked again for `cc` without a
+        compile; `outputs`, `entry` and `flags` as its compile's (see `lto.link`)."""
+        raise NotImplementedError(f"backend {self.name} compiles no objects apart")
+
     def typing_registries(self) -> list:
         """Its typing registries holding user `@overload`s (each with `.globals`, `.attributes`)."""
         return []
@@ -136,6 +173,27 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"backend {self.name} cannot hand a stored kernel to "
                                   "its dispatcher")
 
+    def rebuilt_kernel(self, manifest: dict, argtypes, binary: bytes, binary_kind: str,
+                       device_cc: tuple, options: dict, py_func=None, links=()):
+        """The compiler's own kernel object for a stored target, backed by `binary` (a
+        "cubin" or "ptx", linked with `links`): what its launcher hands kernels it cannot
+        launch itself (see `launcher.needs_numba_kernel`); `options` are the live
+        dispatcher's, `py_func` the kernel's Python function."""
+        raise NotImplementedError(f"backend {self.name} rebuilds no kernel from the store")
+
+    def serve(self, resolver) -> None:
+        """From now on its dispatchers ask `resolver(Request)` (zero-config's session; a
+        `dispatch.Request`) for a kernel before compiling one; replaces an earlier one."""
+        raise NotImplementedError(f"backend {self.name} serves no dispatcher")
+
+    def stop_serving(self) -> None:
+        """Its dispatchers compile on their own again (kernels handed over stay loaded)."""
+
+    def record_launches(self, record) -> None:
+        """Under its simulator: `record(kernel, argtypes, launch)` is called for each kernel
+        launch (zero-config's `kbuild run --record`)."""
+        raise NotImplementedError(f"backend {self.name} has no simulator")
+
     def current_arch(self) -> str:
         """The current device's arch (`sm_90`), asked of the driver once per device."""
         raise NotImplementedError(f"backend {self.name} launches nothing")
@@ -156,6 +214,59 @@ class Backend(abc.ABC):
 
     def simulating(self) -> bool:
         return False
+
+    # -- its dispatchers (the code a process holds, the launch a compile sees) ----------
+
+    def holds_compiled(self, dispatcher) -> bool:
+        """Whether a (device function's) dispatcher holds code compiled earlier here."""
+        return False
+
+    def forget_code(self, dispatcher) -> None:
+        """Drop the code a device function's dispatcher holds: the next compile that calls
+        it types it again with the values it reads then."""
+
+    def forget_kernel(self, dispatcher) -> None:
+        """Drop every overload a lazy kernel's dispatcher holds: its next launch compiles
+        it again (through kbuild's hook)."""
+
+    def launched_as(self, kernel, launch):
+        """A block within which a compile of `kernel` sees `launch` = (grid, block, shared
+        memory) as its launch configuration (None: nothing changes); yields its marks
+        (`.sensitive` when the block ends: the compile depended on its launch)."""
+        return contextlib.nullcontext(_NoMarks())
+
+    def watching(self, config):
+        """A block yielding the marks of a compile for the launch configuration `config`
+        (the dispatcher's own, during a launch)."""
+        return contextlib.nullcontext(_NoMarks())
+
+
+def observed_now(sources, root):
+    """`(kind, name) -> digest now` of the names compiles observe (an `observe.Current`,
+    memoized: make one per build), for every backend's observations: `sources` is a
+    keyer's, file names are relative to the project `root`."""
+    from .observe import Current
+
+    return Current(sources, root)
+
+
+@functools.cache
+def _noting(observer_class):
+    class Noting(observer_class):
+        def __init__(self, *args, on_new, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._on_new = on_new
+
+        def add(self, kind, name):
+            if (kind, name) not in self.names:
+                self._on_new(kind, name)
+            super().add(kind, name)
+
+    return Noting
+
+
+class _NoMarks:
+    sensitive = False
 
 
 def type_namespace(module, types_module, from_dtype) -> dict:

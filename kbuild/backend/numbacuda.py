@@ -74,6 +74,13 @@ class NumbaCuda(Backend):
         return compile_kernel(kernel, argtypes, cc, device_functions, stable_ids, apart,
                               observer, outputs, source_roots)
 
+    def relink(self, ltoirs, cc: tuple, *, max_registers=None, outputs=None, entry: str = "",
+               flags=()):
+        from .lto import link
+
+        return link(ltoirs, cc, max_registers=max_registers, outputs=outputs, entry=entry,
+                    flags=flags)
+
     def typing_registries(self) -> list:
         from .registry import registries
 
@@ -107,6 +114,30 @@ class NumbaCuda(Backend):
             mark_sensitive(kernel)
         return kernel
 
+    def rebuilt_kernel(self, manifest: dict, argtypes, binary: bytes, binary_kind: str,
+                       device_cc: tuple, options: dict, py_func=None, links=()):
+        # numba-cuda's own `_Kernel`: debug kernels launch through it.
+        from .loader import rebuild_kernel
+
+        return rebuild_kernel(manifest, argtypes, binary, binary_kind, device_cc, options,
+                              py_func=py_func, links=links)
+
+    def serve(self, resolver) -> None:
+        from .dispatch import install
+
+        install(resolver)
+
+    def stop_serving(self) -> None:
+        from .dispatch import uninstall, uninstall_recorder
+
+        uninstall()
+        uninstall_recorder()
+
+    def record_launches(self, record) -> None:
+        from .dispatch import install_recorder
+
+        install_recorder(record)
+
     def compile_arch(self, device_arch: str) -> str:
         from .launcher import compile_arch
 
@@ -123,11 +154,36 @@ class NumbaCuda(Backend):
         prepare()
 
     def forget_compiled(self, device_functions=(), objects=None) -> None:
-        from . import dispatch, lto
+        from . import lto
 
         lto.forget(lto.made_keys() if objects is None else objects)
         for disp in device_functions:
-            dispatch.forget_compiled(disp)
+            self.forget_code(disp)
+
+    def holds_compiled(self, dispatcher) -> bool:
+        from .dispatch import holds_compiled
+
+        return holds_compiled(dispatcher)
+
+    def forget_code(self, dispatcher) -> None:
+        from .dispatch import forget_compiled
+
+        forget_compiled(dispatcher)
+
+    def forget_kernel(self, dispatcher) -> None:
+        from .dispatch import forget_kernel
+
+        forget_kernel(dispatcher)
+
+    def launched_as(self, kernel, launch):
+        from .dispatch import launched_as
+
+        return launched_as(kernel, launch)
+
+    def watching(self, config):
+        from .dispatch import watching
+
+        return watching(config)
 
     def simulating(self) -> bool:
         from .compiler import simulating

@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..artifacts import names_kernel
-from ..backend.base import Artifacts
-from ..backend.lto import Object
+from ..backend.base import Artifacts, Object
 from ..config import load_config
 from ..model import Target
 from ..errors import CompileError

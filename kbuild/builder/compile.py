@@ -36,20 +36,18 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     """(Artifacts or CompileError, seconds) for one target, in this process; what `store`
     holds from earlier builds of the same bytes is reused (see `cutoff`; `objects`: the
     build's memo of the arch's stored objects)."""
-    from ..backend.dispatch import forget_compiled, launched_as
-    from ..backend.observe import Observer
-
     resolved = the_plan.kernels[target.name]
+    backend = resolved.backend
     start = time.perf_counter()
     apart = (the_plan.keyer.nodes, the_plan.keys[target]) if the_plan.separate else None
-    observer = _noting(Observer)(_static_functions(the_plan, target), the_plan.config.root,
-                                 digest_now=_digests(the_plan))
+    observer = backend.observer(_static_functions(the_plan, target), the_plan.config.root,
+                                on_new=_note, digest_now=_digests(the_plan))
     if target.launch is not None:  # callees typed for another launch configuration
         for disp in the_plan.keyer.device_functions:
-            forget_compiled(disp)
+            backend.forget_code(disp)
     try:
-        with launched_as(resolved.kernel, target.launch):
-            artifacts = resolved.backend.compile(
+        with backend.launched_as(resolved.kernel, target.launch):
+            artifacts = backend.compile(
                 resolved.kernel, resolved.argtypes[target.signature], arch_cc(target.arch),
                 device_functions=the_plan.keyer.device_functions,
                 stable_ids=the_plan.keyer.stable_ids, apart=apart, observer=observer,
@@ -124,17 +122,10 @@ def _digests(the_plan: Plan):
     return the_plan.launch_digests
 
 
-@functools.cache
-def _noting(observer_class):
-    """`observer_class`, also sending each new name it records to the parent process
-    (`parallel.note`): a compile killed for its time still says what it had read."""
-    class Noting(observer_class):
-        def add(self, kind, name):
-            if (kind, name) not in self.names:
-                note((kind.value, name))
-            super().add(kind, name)
-
-    return Noting
+def _note(kind, name) -> None:
+    """Each new name a compile records goes to the parent process (`parallel.note`): a
+    compile killed for its time still says what it had read."""
+    note((kind.value, name))
 
 
 def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
@@ -144,15 +135,16 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
     earlier link's take its output instead of linking (see `cutoff`)."""
     recipe = relink.recipe
     from ..backend.base import Artifacts
-    from ..backend.lto import link
 
     start = time.perf_counter()
-    options = the_plan.kernels[target.name].kernel.targetoptions
+    resolved = the_plan.kernels[target.name]
+    options = resolved.kernel.targetoptions
     try:
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
-        linked = link(ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
-                      outputs=outputs(the_plan, target, store, objects), entry=recipe.entry,
-                      flags=recipe.flags)
+        linked = resolved.backend.relink(
+            ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
+            outputs=outputs(the_plan, target, store, objects), entry=recipe.entry,
+            flags=recipe.flags)
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target, store, objects)
     if built_problem(target.arch, recipe.entry, {"ptx": linked.ptx, "cubin": linked.cubin}):

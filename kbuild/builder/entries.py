@@ -45,9 +45,9 @@ def current_digests(the_plan: Plan):
 def digests_now(sources, root):
     """`(kind, name) -> digest now` of observed names, for `sources` (a keyer's) under
     the project `root`, memoized (see `current_digests`)."""
-    from ..backend.observe import Current
+    from ..backend.base import observed_now
 
-    return Current(sources, root)
+    return observed_now(sources, root)
 
 
 def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> dict | None:

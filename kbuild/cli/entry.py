@@ -76,7 +76,7 @@ def _fail(args, opened: Opened, message: str, code: int, kind: str) -> int:
 
 def _print_versions() -> int:
     """kbuild's version first (what scripts parse), then the toolchain's; no driver is fine."""
-    from ..backend.toolchain import versions
+    from ..backend import versions
 
     print(f"kbuild {__version__}")
     for name, version in versions().items():

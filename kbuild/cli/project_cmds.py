@@ -254,7 +254,7 @@ def cmd_show(args, opened) -> int:
 
 def _shown(store, the_plan, target, manifest, what: str) -> dict:
     """`show`'s row of one built target: its resources, its PTX or its SASS."""
-    from ..backend.cubin import disassemble, resources
+    from ..backend import disassemble, resources
 
     cubin = store.read_blob(manifest["artifacts"]["cubin"])
     row = {"target": target.name, "signature": target.signature, "arch": target.arch,

@@ -10,11 +10,9 @@ what happens at each compile and `settings` for where the store is.
 
 from __future__ import annotations
 
-import sys
-
 __all__ = ["ZeroConfigWarning", "current", "disable", "enable"]
 
-_current = {"session": None}
+_current = {"session": None, "serving": []}  # serving: the backends serving the session
 
 
 def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, record=None,
@@ -46,16 +44,22 @@ def enable(store=None, archs=None, remote=None, on_miss=None, *, config=None, re
     from ..backend.backends import DEFAULT, get
 
     _current["session"] = session
-    if get(DEFAULT).simulating():
-        _enable_simulated(session)
+    backend = get(DEFAULT)
+    if backend.simulating():
+        _enable_simulated(session, backend)
     else:
-        from ..backend import dispatch
         from .afterimport import after_import
 
-        dispatch.install(session)
+        _serve(backend, session)
         # numba-cuda-mlir's dispatchers too, once (if ever) the program imports it.
         after_import("numba_cuda_mlir", _serve_mlir)
     return session
+
+
+def _serve(backend, session) -> None:
+    backend.serve(session)
+    if backend not in _current["serving"]:
+        _current["serving"].append(backend)
 
 
 def _serve_mlir() -> None:
@@ -65,32 +69,30 @@ def _serve_mlir() -> None:
     if session is None:
         return
     try:
-        from ..backend.mlir import dispatch as mlir_dispatch
+        from ..backend.backends import MLIR_NAME, get
 
-        mlir_dispatch.install(session)
+        _serve(get(MLIR_NAME), session)
     except Exception as exc:  # noqa: BLE001 - numba-cuda-mlir then compiles on its own
         session.warn(f"kbuild: numba-cuda-mlir kernels are compiled by numba-cuda-mlir, "
                      f"not cached: {type(exc).__name__}: {exc}")
 
 
-def _enable_simulated(session) -> None:
+def _enable_simulated(session, backend) -> None:
     """numba's simulator compiles nothing: only what is launched is recorded."""
-    from ..backend import dispatch
-
     if session.recording is None:
         return
-    dispatch.install_recorder(session.recording.launched)
+    backend.record_launches(session.recording.launched)
 
 
 def disable() -> None:
     """numba compiles on its own again (kernels already handed over stay loaded)."""
-    from ..backend import dispatch
+    from ..backend.backends import DEFAULT, get
 
-    dispatch.uninstall()
-    dispatch.uninstall_recorder()
-    mlir_dispatch = sys.modules.get("kbuild.backend.mlir.dispatch")
-    if mlir_dispatch is not None:
-        mlir_dispatch.uninstall()
+    # numba-cuda's always (kbuild depends on it); another backend only if it served.
+    default = get(DEFAULT)
+    for backend in [default, *(b for b in _current["serving"] if b is not default)]:
+        backend.stop_serving()
+    _current["serving"] = []
     _current["session"] = None
 
 

@@ -5,8 +5,8 @@ of a device function and run it again, and the kernels that call it launch the o
 until their own cell runs again. In a notebook that is never what the user meant. After
 each cell runs (IPython's `post_run_cell` event), every kernel kbuild served whose code,
 or the code of a device function it reaches, reads a global of the notebook's namespace
-that the cell rebound to another object, drops its compiled code (`dispatch.forget_kernel`):
-its next launch asks kbuild again, which keys it with what it reads now (the store may
+that the cell rebound to another object, drops its compiled code (its backend's
+`forget_kernel`): its next launch asks kbuild again, which keys it with what it reads now (the store may
 hold it already). Identities only decide when to key again; they are never in a key.
 """
 
@@ -31,14 +31,14 @@ def active() -> bool:
 def follow(dispatcher, keyer) -> None:
     """Watch the notebook globals that the kernel of `dispatcher` and the device functions
     its key reached (`keyer.device_functions`) read; nothing outside IPython."""
-    from ..backend.objectmodel import NUMBA_CUDA
+    from ..backend.backends import ALL_OBJECTS
 
     namespace = _notebook_namespace()
     if namespace is None or not _listening():
         return
     read = {}
     for disp in [dispatcher, *keyer.device_functions]:
-        fn = NUMBA_CUDA.function_of(disp)
+        fn = ALL_OBJECTS.function_of(disp)
         if fn is not None and fn.py_func.__globals__ is namespace:
             for name in _global_names(fn.py_func.__code__):
                 if name in namespace:
@@ -52,11 +52,11 @@ def follow(dispatcher, keyer) -> None:
 
 def after_cell(*_args) -> None:
     """IPython's `post_run_cell`: forget the kernels whose globals the cell rebound."""
-    from ..backend.dispatch import forget_kernel
+    from ..backend.backends import DEFAULT, get, of_object
 
     for dispatcher, (namespace, read) in list(_watched.items()):
         if any(namespace.get(name, _GONE) is not value for name, value in read):
-            forget_kernel(dispatcher)
+            (of_object(dispatcher) or get(DEFAULT)).forget_kernel(dispatcher)
             _watched.pop(dispatcher, None)
 
 

@@ -270,14 +270,12 @@ class Session:
         reads set at run time), and whose earlier code numba holds, is reused by numba's
         compile of this kernel: kbuild's, typed again with today's values, would compute
         something else (KbuildError: numba compiles it)."""
-        from ..backend import dispatch
-
         for disp in plan.keyer.device_functions:
             node = plan.keyer.nodes.get(disp.py_func)
             if node is None:
                 continue
             first = self._first_keyed.setdefault(disp.py_func, node.digest)
-            if first != node.digest and dispatch.holds_compiled(disp):
+            if first != node.digest and _backend_of(disp).holds_compiled(disp):
                 raise KbuildError(
                     f"device function {disp.py_func.__qualname__} changed since numba "
                     "compiled it in this process (a value it reads was set at run time); "
@@ -438,15 +436,13 @@ class Session:
 
     def _build_others(self, service, others, served, request):
         """The same kernel for the other archs asked for (`archs=`): a store for a fleet."""
-        from ..backend import dispatch
-
         for other in others:
             if served.launch is not None:
                 other = service.for_launch(other, served.launch)
             self._ensure(service, other, request)
         # Device functions now hold code for another arch: typed again when next needed.
         for disp in service.plan.keyer.device_functions:
-            dispatch.forget_compiled(disp)
+            _backend_of(disp).forget_code(disp)
             self._compiled.pop(disp.py_func, None)
 
     def _ensure(self, service, target, request, lookup=None):
@@ -454,12 +450,11 @@ class Session:
         compiled device functions kept in step, `_compiled_now`), committed under the
         key of its launch configuration when the compile depends on it; a failure warns
         (numba compiles it). (entry, target as stored) or (None, None)."""
-        from ..backend import dispatch
-
         marks, placed = [], []
+        backend = _backend_of(request.dispatcher)
 
         def produce(target):
-            with dispatch.watching(request.config) as watched:
+            with backend.watching(request.config) as watched:
                 marks.append(watched)
                 return service.produce(target, compile=lambda t: self._compiled_now(service, t))
 
@@ -485,30 +480,26 @@ class Session:
         """What a compile marked launch-config sensitive made for its launch alone: its
         objects, and the device functions numba typed meanwhile (typed again for the next
         launch configuration, as a fresh process types them)."""
-        from ..backend import dispatch
-
         made = [o.key for o in outcome.objects]
         plan.kernels[target.name].backend.forget_compiled(objects=made)
         for disp in plan.keyer.device_functions:
-            dispatch.forget_compiled(disp)
+            _backend_of(disp).forget_code(disp)
             self._compiled.pop(disp.py_func, None)
 
     def _compiled_now(self, service, target):
         """Compile in this process. A device function numba compiled earlier here holds
         the values it read then: it is typed again if its key has changed since."""
-        from ..backend import dispatch
-
         keyer = service.plan.keyer
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
-            if dispatch.holds_compiled(disp) and node is not None \
+            if _backend_of(disp).holds_compiled(disp) and node is not None \
                     and self._compiled.get(disp.py_func) != node.digest:
-                dispatch.forget_compiled(disp)
+                _backend_of(disp).forget_code(disp)
         self._compiling = True  # a compile, not a relink (see `_start_background`)
         outcome = service.compile(target, early_cutoff=False)
         for disp in keyer.device_functions:
             node = keyer.nodes.get(disp.py_func)
-            if node is not None and dispatch.holds_compiled(disp):
+            if node is not None and _backend_of(disp).holds_compiled(disp):
                 self._compiled[disp.py_func] = node.digest
         return outcome
 

@@ -90,6 +90,16 @@ class NumbaCudaMlir(Backend):
         return cached_result(request.dispatcher, request.argtypes, binary, manifest["entry"],
                              bool(manifest.get("cooperative")))
 
+    def serve(self, resolver) -> None:
+        from .dispatch import install
+
+        install(resolver)
+
+    def stop_serving(self) -> None:
+        from .dispatch import uninstall
+
+        uninstall()
+
     def current_arch(self) -> str:
         from .launching import current_device, device_arch
 
@@ -99,6 +109,32 @@ class NumbaCudaMlir(Backend):
         from .compiler import prepare
 
         prepare()
+
+    # Its dispatchers are numba's, vendored: numba-cuda's dispatcher helpers serve them.
+    def holds_compiled(self, dispatcher) -> bool:
+        from ..dispatch import holds_compiled
+
+        return holds_compiled(dispatcher)
+
+    def forget_code(self, dispatcher) -> None:
+        from ..dispatch import forget_compiled
+
+        forget_compiled(dispatcher)
+
+    def forget_kernel(self, dispatcher) -> None:
+        from ..dispatch import forget_kernel
+
+        forget_kernel(dispatcher)
+
+    def launched_as(self, kernel, launch):
+        from ..dispatch import launched_as
+
+        return launched_as(kernel, launch)
+
+    def watching(self, config):
+        from ..dispatch import watching
+
+        return watching(config)
 
 
 BACKEND = NumbaCudaMlir()
