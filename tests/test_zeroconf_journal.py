@@ -281,7 +281,9 @@ COUNTING_APP = dedent("""\
         from kbuild.keying import keyer, encode
         from kbuild.store import local, tree
         import xxhash
+        from numba.cuda import config
         _count(keyer.Keyer, "target_node", "keyed")
+        _count(config, "reload_config", "numba config reloads")
         _count(keyer.Keyer, "function_node", "function trees")
         _count(base, "type_namespace", "signature namespaces")
         _count(numbacuda, "type_namespace", "signature namespaces")
@@ -341,6 +343,10 @@ def test_the_work_of_a_journal_answered_start_is_bounded_per_kernel(tmp_path):
     assert large["digests"] - small["digests"] <= MAX_DIGESTS_PER_KERNEL * added, \
         (small, large)
     assert large["modules imported"] == small["modules imported"], (small, large)
+    # numba's reload of NUMBA_* variables (a scan decoding the whole environment) runs
+    # only when one of them changed, not once per kernel.
+    assert large.get("numba config reloads", 0) == small.get("numba config reloads", 0), \
+        (small, large)
 
 
 HELD_KERNELS = KERNELS + dedent("""\

@@ -16,6 +16,7 @@ or dumped (`DEBUG_*`, `DUMP_*`, `SHOW_HELP`) change no code and are not keyed.
 from __future__ import annotations
 
 import inspect
+import os
 
 # Read while compiling, whatever the function's options: NRT (`target.enable_nrt`),
 # its statistics, polymorphic debug variables, bounds checks (`BaseContext.
@@ -38,12 +39,37 @@ def codegen_config() -> dict:
     does at the start of every compile, so a `NUMBA_*` variable set since counts)."""
     from numba.cuda import config
 
-    config.reload_config()
+    _reload(config)
     out = {}
     for name in CODEGEN_CONFIG:
         value = getattr(config, name, None)
         out[name] = tuple(value) if isinstance(value, list) else value
     return out
+
+
+def _reload(config) -> None:
+    """`config.reload_config()`, skipped where numba's own would change nothing: the
+    `NUMBA_*` variables are the very ones numba applied last (its test, made here
+    without decoding the whole environment: numba's scan decodes every variable, ~30 µs
+    a launch-time compile with 39 of them, most of the journal's settings digest). A config file
+    (`.numba_config.yaml`), which numba reads at every reload, reloads every time."""
+    reloader = getattr(config, "_env_reloader", None)
+    applied = getattr(reloader, "old_environ", None)
+    data = getattr(os.environ, "_data", None)
+    fname = getattr(config, "_config_fname", None)
+    if not isinstance(applied, dict) or not isinstance(data, dict) \
+            or not isinstance(fname, str) or os.path.exists(fname):
+        config.reload_config()
+        return
+    try:
+        # POSIX: os.environ holds bytes, decoded as os.environ decodes them.
+        now = {os.fsdecode(k): os.fsdecode(v) for k, v in data.items()
+               if k.startswith(b"NUMBA_")}
+    except TypeError:  # not bytes (Windows): numba's own scan
+        config.reload_config()
+        return
+    if now != applied:
+        config.reload_config()
 
 
 def process_config() -> dict:

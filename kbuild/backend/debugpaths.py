@@ -19,6 +19,7 @@ keeps its placeholder (the binary still loads; its debugger shows the placeholde
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -76,6 +77,7 @@ def located(binary: bytes, roots) -> tuple[bytes, str]:
     return found, "" if found == binary else os.pathsep.join(map(str, roots))
 
 
+@functools.lru_cache(maxsize=None)
 def _placeholder(name: str) -> str:
     found = _padded(f"/kbuild-{name}")
     assert found is not None
@@ -84,7 +86,14 @@ def _placeholder(name: str) -> str:
 
 def path_map(roots) -> PathMap:
     """The map for a project whose import roots are `roots` (in kbuild.toml's order) and
-    for this process's toolchain (the folder numba-cuda is installed in)."""
+    for this process's toolchain (the folder numba-cuda is installed in): made once per
+    process for the same roots, spelled the same, from the same working folder (a
+    relative root is taken from it)."""
+    return _path_map(tuple(str(root) for root in roots), os.getcwd())
+
+
+@functools.lru_cache(maxsize=64)
+def _path_map(roots: tuple, cwd: str) -> PathMap:
     pairs = [(os.path.abspath(str(root)), _placeholder(f"root-{i}"))
              for i, root in enumerate(roots)]
     try:

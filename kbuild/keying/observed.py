@@ -220,7 +220,28 @@ def value_form(value, objects: ObjectModel):
 def value_digest(value, objects: ObjectModel) -> str:
     """A frozen value's digest; `unkeyable: TYPE` when it has no content-only form."""
     try:
-        return digest_of(value_form(value, objects))
+        form = value_form(value, objects)
     except Unencodable:
         return f"{UNKEYABLE}: a {type(value).__module__}.{type(value).__qualname__}"
+    if not _names_only(form):
+        return digest_of(form)
+    found = _NAMED.get(form)
+    if found is None:
+        if len(_NAMED) >= _NAMED_MAX:
+            _NAMED.clear()
+        found = _NAMED[form] = digest_of(form)
+    return found
+
+
+# A form of strings only (a dispatcher's, a module's, a function's name) -> its digest,
+# for the process: equal such forms encode alike (a number's form is never kept: 0.0 and
+# -0.0, 1 and True are equal keys with other encodings). The form itself is made anew
+# each time, from the value as it is now.
+_NAMED: dict = {}
+_NAMED_MAX = 4096
+
+
+def _names_only(form) -> bool:
+    return all(type(part) is str or (type(part) is tuple and _names_only(part))
+               for part in form) if type(form) is tuple else False
 
