@@ -35,7 +35,10 @@ MLIR_NAME = "numba-cuda-mlir"
 DEFAULT = NUMBA_CUDA_NAME
 KNOWN = {k.name: k for k in (
     Known(NUMBA_CUDA_NAME, "kbuild.backend.numbacuda", "numba", None),
-    Known(MLIR_NAME, "kbuild.backend.mlir", "numba_cuda_mlir", "mlir"),
+    # Its `backend` module, not the package: importing the package imports numba-cuda-mlir,
+    # and zero-config asks for this backend right after that import, before the package
+    # has finished (`zeroconf._serve_mlir`).
+    Known(MLIR_NAME, "kbuild.backend.mlir.backend", "numba_cuda_mlir", "mlir"),
 )}
 
 

@@ -270,3 +270,23 @@ def forget_kernel(dispatcher) -> None:
     if getattr(dispatcher, "_can_compile", False) and hasattr(dispatcher, "_reset_overloads"):
         dispatcher._reset_overloads()
         getattr(dispatcher, "_launch_config_specializations", {}).clear()
+
+
+class NumbaDispatchers:
+    """`Backend`'s dispatcher methods for numba's dispatchers: numba-cuda's, and the copy
+    numba-cuda-mlir vendors (both backends inherit these; see `base.Backend`)."""
+
+    def holds_compiled(self, dispatcher) -> bool:
+        return holds_compiled(dispatcher)
+
+    def forget_code(self, dispatcher) -> None:
+        forget_compiled(dispatcher)
+
+    def forget_kernel(self, dispatcher) -> None:
+        forget_kernel(dispatcher)
+
+    def launched_as(self, kernel, launch):
+        return launched_as(kernel, launch)
+
+    def watching(self, config):
+        return watching(config)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from .backends import NUMBA_CUDA_NAME
 from .base import Backend, Features, TypeNamespace, eval_signature, type_namespace
+from .dispatch import NumbaDispatchers
 
 
-class NumbaCuda(Backend):
+class NumbaCuda(NumbaDispatchers, Backend):
     """numba-cuda: its front end, NVVM, nvJitLink; separately compiled device functions."""
 
     name = NUMBA_CUDA_NAME
@@ -159,31 +160,6 @@ class NumbaCuda(Backend):
         lto.forget(lto.made_keys() if objects is None else objects)
         for disp in device_functions:
             self.forget_code(disp)
-
-    def holds_compiled(self, dispatcher) -> bool:
-        from .dispatch import holds_compiled
-
-        return holds_compiled(dispatcher)
-
-    def forget_code(self, dispatcher) -> None:
-        from .dispatch import forget_compiled
-
-        forget_compiled(dispatcher)
-
-    def forget_kernel(self, dispatcher) -> None:
-        from .dispatch import forget_kernel
-
-        forget_kernel(dispatcher)
-
-    def launched_as(self, kernel, launch):
-        from .dispatch import launched_as
-
-        return launched_as(kernel, launch)
-
-    def watching(self, config):
-        from .dispatch import watching
-
-        return watching(config)
 
     def simulating(self) -> bool:
         from .compiler import simulating

@@ -36,7 +36,9 @@ _CLASS_PLUMBING = frozenset({"__dict__", "__weakref__", "__module__", "__qualnam
                              "__firstlineno__", "__static_attributes__", "__annotations__",
                              "__slots__", "__dataclass_fields__", "__dataclass_params__",
                              "__match_args__"})
-_VERSIONED_LIBRARIES = frozenset({"numpy", "numba", "llvmlite"})  # in the toolchain key
+# Libraries whose plain objects are keyed by their public state (their versions are in
+# the toolchain key). Not numba's: its objects of state (device arrays) hold addresses.
+_VERSIONED_LIBRARIES = frozenset({"numpy"})
 _DEPTH = 32  # objects held in objects, at most (deeper: a cycle, refused)
 
 
@@ -376,8 +378,8 @@ class Keyer:
         if isinstance(value, PurePath):
             return "path", {"at": self._path_form(value)}
         if not self._is_project_object(type(value)):
-            # numpy's and numba's (`np.finfo(np.float32)`): their versions are keyed, so
-            # their classes by name and their public state by value.
+            # numpy's (`np.finfo(np.float32)`): its version is keyed, so its classes by
+            # name and their public state by value.
             library = type(value).__module__.partition(".")[0] in _VERSIONED_LIBRARIES
             state = instance_state(value) if library else None
             return None if state is None else (
@@ -438,7 +440,7 @@ class Keyer:
                 form = None if attr in _CLASS_PLUMBING else self._class_attribute(value, where)
                 if form is None and attr not in _CLASS_PLUMBING:
                     label = LabelKind.GLOBAL.label(cls.__qualname__)
-                    return Keyer._project_class(self, label, cls, where).digest
+                    return self._project_class(label, cls, where).digest
                 if form is not None:
                     parts.append((klass.__qualname__, attr, form))
         return digest_of(("class", cls.__module__, cls.__qualname__, tuple(parts)))

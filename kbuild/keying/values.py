@@ -273,6 +273,7 @@ _LOCKS = (type(threading.Lock()), type(threading.RLock()))
 def cache_unwrapped(value):
     """The function a `functools.lru_cache`/`cache` wrapper calls (what it returns is that
     function's), else `value`."""
-    while isinstance(value, functools._lru_cache_wrapper):
+    while callable(getattr(value, "cache_info", None)) and \
+            isinstance(getattr(value, "__wrapped__", None), pytypes.FunctionType):
         value = value.__wrapped__
     return value

@@ -8,13 +8,15 @@ from numba_cuda_mlir.numba_cuda import types as mtypes
 from ...keying.values import add_type_vocabulary
 from ..backends import MLIR_NAME
 from ..base import Backend, Features, TypeNamespace, eval_signature, type_namespace
+from ..dispatch import NumbaDispatchers
 from .objects import MLIR_OBJECTS, registries
 
 add_type_vocabulary(mtypes)
 
 
-class NumbaCudaMlir(Backend):
-    """numba-cuda-mlir: numba's front end vendored, lowered through MLIR, NVVM, nvJitLink."""
+class NumbaCudaMlir(NumbaDispatchers, Backend):
+    """numba-cuda-mlir: numba's front end vendored, lowered through MLIR, NVVM, nvJitLink
+    (its dispatchers are numba's, vendored: numba-cuda's dispatcher helpers serve them)."""
 
     name = MLIR_NAME
     features = Features(
@@ -109,32 +111,6 @@ class NumbaCudaMlir(Backend):
         from .compiler import prepare
 
         prepare()
-
-    # Its dispatchers are numba's, vendored: numba-cuda's dispatcher helpers serve them.
-    def holds_compiled(self, dispatcher) -> bool:
-        from ..dispatch import holds_compiled
-
-        return holds_compiled(dispatcher)
-
-    def forget_code(self, dispatcher) -> None:
-        from ..dispatch import forget_compiled
-
-        forget_compiled(dispatcher)
-
-    def forget_kernel(self, dispatcher) -> None:
-        from ..dispatch import forget_kernel
-
-        forget_kernel(dispatcher)
-
-    def launched_as(self, kernel, launch):
-        from ..dispatch import launched_as
-
-        return launched_as(kernel, launch)
-
-    def watching(self, config):
-        from ..dispatch import watching
-
-        return watching(config)
 
 
 BACKEND = NumbaCudaMlir()
