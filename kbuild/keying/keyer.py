@@ -449,8 +449,9 @@ class Keyer:
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
         if isinstance(value, property):
-            return ("property",) + tuple(self._class_attribute(f, where) if f else ("none",)
-                                         for f in (value.fget, value.fset, value.fdel))
+            parts = tuple(self._class_attribute(f, where) if f else ("none",)
+                          for f in (value.fget, value.fset, value.fdel))
+            return None if None in parts else ("property",) + parts
         try:
             return ("value", canonical(value))
         except Unencodable:
