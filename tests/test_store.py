@@ -3,6 +3,7 @@ targets, a tree that is never followed through a link."""
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 
@@ -11,6 +12,7 @@ import xxhash
 from store_support import make_cubin, make_ptx
 
 from kbuild.errors import StoreError
+from kbuild.model import LinkMode
 from kbuild.store import blobformat
 from kbuild.store.local import MANIFEST_SCHEMA, CorruptBlob, Store
 
@@ -397,6 +399,10 @@ def test_an_envelope_that_unpacks_past_its_recorded_size_is_refused(store):
     assert not store.blob_path(name).exists()
 
 
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
 def test_a_manifest_is_written_as_json_indents_it():
     """The store writes manifests without json's slow indenting encoder: the same text."""
     import json
@@ -409,6 +415,22 @@ def test_a_manifest_is_written_as_json_indents_it():
          "a": {}, "c": [], "d": {"z": {"y": [{}]}}, "e": 0.1},
         {"nan": float("nan"), "inf": [float("inf")]},  # json's own spelling
         {1: "a key that is not a string"},
+        {"link": {"mode": LinkMode.RELINK}, "n": [_Level.HIGH, {"k": LinkMode.LTO}]},
     ]
     for value in cases:
         assert manifest_text(value) == json.dumps(value, sort_keys=True, indent=1)
+
+
+def test_a_manifest_with_enums_is_written_without_json(monkeypatch):
+    """A relinked entry's link mode is a `str` enum: json spells it as its string, and so
+    does the fast path, without handing the whole manifest to json's slow encoder (it did,
+    for every relinked target of an edit: twice the encoding work)."""
+    import json
+
+    from kbuild.store import manifest
+
+    calls = []
+    monkeypatch.setattr(manifest.json, "dumps", lambda *a, **k: calls.append(a) or "")
+    value = {"link": {"mode": LinkMode.RELINK, "objects": ["a" * 32]}, "n": _Level.HIGH}
+    assert manifest.manifest_text(value).startswith('{\n "link": {\n  "mode": "relink"')
+    assert calls == []

@@ -52,7 +52,9 @@ def manifest_text(manifest: dict) -> str:
     """`json.dumps(manifest, sort_keys=True, indent=1)`, character for character, made
     faster: json's own encoder takes its slow, pure-Python path whenever it indents, and a
     target's manifest is a tree of some 400 small lists (its key's inputs) written once per
-    entry a build commits. Anything but plain JSON types goes to json itself."""
+    entry a build commits. Values are told apart as json tells them (a `str` enum, such as
+    a relinked entry's link mode, is its string); what json itself would spell otherwise
+    (NaN, infinities, keys that are not strings) goes to json."""
     parts: list[str] = []
     try:
         _encode(manifest, parts, "\n")
@@ -70,22 +72,22 @@ _CONSTANTS = {True: "true", False: "false", None: "null"}
 
 
 def _encode(value, parts: list, newline: str) -> None:
-    kind = type(value)
-    if kind is str:
+    # The order of json's own `_iterencode`: strings, the three constants, int, float.
+    if isinstance(value, str):
         parts.append(_ENCODE_STRING(value))
-    elif kind is bool or value is None:
+    elif value is None or value is True or value is False:
         parts.append(_CONSTANTS[value])
-    elif kind is int:
+    elif isinstance(value, int):
         parts.append(int.__repr__(value))
-    elif kind is float:
+    elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise _NotPlain  # NaN and infinities: json's own spelling
         parts.append(float.__repr__(value))
-    elif kind is dict:
+    elif isinstance(value, dict):
         if not value:
             parts.append("{}")
             return
-        if any(type(k) is not str for k in value):
+        if not all(isinstance(k, str) for k in value):
             raise _NotPlain
         inner = newline + " "
         parts.append("{")
@@ -97,12 +99,12 @@ def _encode(value, parts: list, newline: str) -> None:
             parts.append(": ")
             _encode(value[key], parts, inner)
         parts.append(newline + "}")
-    elif kind is list or kind is tuple:
+    elif isinstance(value, (list, tuple)):
         if not value:
             parts.append("[]")
             return
         inner = newline + " "
-        if all(type(item) is str for item in value):  # most lists: one join
+        if all(isinstance(item, str) for item in value):  # most lists: one join
             parts.append("[" + inner + ("," + inner).join(map(_ENCODE_STRING, value))
                          + newline + "]")
             return
