@@ -666,13 +666,13 @@ COMPUTED_IMPORTS = {
         "a backend's module, named in KNOWN, loaded when a project or kernel asks for it",
     ("kbuild/backend/compiler.py", "_flag_names"):
         "numba's option classes, whose module moved between numba-cuda releases",
-    ("kbuild/backend/observe.py", "_hooks"):
+    ("kbuild/backend/observe/hooks.py", "_hooks"):
         "a front end's interpreter and base modules, under its own package (FrontEnd)",
-    ("kbuild/backend/observe.py", "_hooks.typing"):
+    ("kbuild/backend/observe/hooks.py", "_hooks.typing"):
         "a front end's typing modules, under its own package (FrontEnd)",
-    ("kbuild/backend/observe.py", "_nvrtc_headers"):
+    ("kbuild/backend/observe/hooks.py", "_nvrtc_headers"):
         "the front end's NVRTC module (FrontEnd.nvrtc)",
-    ("kbuild/backend/observe.py", "_module"):
+    ("kbuild/backend/observe/current.py", "_module"):
         "the module an observed global was found in, named in a stored observation",
     ("kbuild/store/remotes/plugin.py", "_import"):
         "a remote backend the user names (`module:Class` in the remote URL or setting)",
