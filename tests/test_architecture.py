@@ -1286,6 +1286,41 @@ def test_keying_reads_no_compiler_object_shapes(path):
     assert not private, f"keying/{path.name} reads private attributes: {private}"
 
 
+# A compiler's dispatcher attributes that the Backend interface answers for the rest of kbuild
+# (`Backend.target_options`, `Backend.python_function` on a kernel).
+DISPATCHER_READS = ("targetoptions",)
+KBUILD = Path(__file__).resolve().parents[1] / "kbuild"
+OUTSIDE_BACKEND = sorted(p for p in KBUILD.rglob("*.py")
+                         if p.relative_to(KBUILD).parts[0] != "backend")
+
+
+def _dispatcher_reads(source: str) -> list[str]:
+    """`x.targetoptions` and `getattr(x, "targetoptions", ...)`, by line."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Constant):
+            name = node.args[1].value
+        else:
+            continue
+        if name in DISPATCHER_READS:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_outside_backend_no_module_reads_a_dispatchers_options():
+    # What a kernel was decorated with is the backend's to say (`Backend.target_options`).
+    found = {p.relative_to(KBUILD).as_posix(): _dispatcher_reads(p.read_text())
+             for p in OUTSIDE_BACKEND}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert _dispatcher_reads("options = kernel.targetoptions\n"
+                             "more = getattr(k, 'targetoptions', {})\n") == [
+        "line 1: kernel.targetoptions", "line 2: getattr(k, 'targetoptions', {})"]
+
+
 def test_a_second_builder_is_found_however_it_reaches_the_steps(tmp_path):
     """A module that commits, compiles or takes a key's lock itself, by any import form,
     is a second builder; the build service and the steps' own modules are not."""
