@@ -235,7 +235,7 @@ class Observer:
     def read_by_project(self, frame=None) -> bool:
         """Whether the code reading an env var (the nearest caller of `frame`, by default
         the caller's, outside the os module, collections.abc, kbuild's stand-ins and this
-        module) is the project's, directly or through a library
+        package) is the project's, directly or through a library
         (`oscalls.asked_by_project`): numba's and the standard library's own reads are
         pinned by the toolchain."""
         frame = frame or sys._getframe(1)
@@ -379,7 +379,7 @@ def repr_free(value):
 
 def linked_paths(observer: Observer, paths) -> None:
     """Record linked files (paths; other items are keyed by content). Their headers are
-    what NVRTC opened while compiling them (`_nvrtc_headers`)."""
+    what NVRTC opened while compiling them (`hooks._nvrtc_headers`)."""
     for path in paths:
         if isinstance(path, (str, os.PathLike)):
             observer.file(path, Kind.LINK)
@@ -387,7 +387,7 @@ def linked_paths(observer: Observer, paths) -> None:
 
 def link_files(observer: Observer, library) -> None:
     """Record the files linked into `library` (and its libraries). Their headers are what
-    NVRTC opened while compiling them (`_nvrtc_headers`)."""
+    NVRTC opened while compiling them (`hooks._nvrtc_headers`)."""
     seen, todo = set(), [library]
     while todo:
         lib = todo.pop()
