@@ -280,10 +280,11 @@ class KernelLauncher:
         return self.resolved.backend.rebuilt_kernel(
             found.manifest, self.resolved.argtypes[signature], found.binary, found.kind,
             arch_cc(device_arch), self._options(),
-            py_func=getattr(self.resolved.kernel, "py_func", None), links=found.links)
+            py_func=self.resolved.backend.python_function(self.resolved.kernel),
+            links=found.links)
 
     def _options(self) -> dict:
-        return dict(getattr(self.resolved.kernel, "targetoptions", {}))
+        return self.resolved.backend.target_options(self.resolved.kernel)
 
 
 class _Configured:

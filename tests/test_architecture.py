@@ -666,13 +666,13 @@ COMPUTED_IMPORTS = {
         "a backend's module, named in KNOWN, loaded when a project or kernel asks for it",
     ("kbuild/backend/compiler.py", "_flag_names"):
         "numba's option classes, whose module moved between numba-cuda releases",
-    ("kbuild/backend/observe.py", "_hooks"):
+    ("kbuild/backend/observe/hooks.py", "_hooks"):
         "a front end's interpreter and base modules, under its own package (FrontEnd)",
-    ("kbuild/backend/observe.py", "_hooks.typing"):
+    ("kbuild/backend/observe/hooks.py", "_hooks.typing"):
         "a front end's typing modules, under its own package (FrontEnd)",
-    ("kbuild/backend/observe.py", "_nvrtc_headers"):
+    ("kbuild/backend/observe/hooks.py", "_nvrtc_headers"):
         "the front end's NVRTC module (FrontEnd.nvrtc)",
-    ("kbuild/backend/observe.py", "_module"):
+    ("kbuild/backend/observe/current.py", "_module"):
         "the module an observed global was found in, named in a stored observation",
     ("kbuild/store/remotes/plugin.py", "_import"):
         "a remote backend the user names (`module:Class` in the remote URL or setting)",
@@ -1284,6 +1284,41 @@ def test_keying_reads_no_compiler_object_shapes(path):
     assert not named, f"keying/{path.name} names numba's objects: {named}"
     private = _private_reads(source)
     assert not private, f"keying/{path.name} reads private attributes: {private}"
+
+
+# A compiler's dispatcher attributes that the Backend interface answers for the rest of kbuild
+# (`Backend.target_options`, `Backend.python_function` on a kernel).
+DISPATCHER_READS = ("targetoptions",)
+KBUILD = Path(__file__).resolve().parents[1] / "kbuild"
+OUTSIDE_BACKEND = sorted(p for p in KBUILD.rglob("*.py")
+                         if p.relative_to(KBUILD).parts[0] != "backend")
+
+
+def _dispatcher_reads(source: str) -> list[str]:
+    """`x.targetoptions` and `getattr(x, "targetoptions", ...)`, by line."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and len(node.args) > 1 \
+                and isinstance(node.args[1], ast.Constant):
+            name = node.args[1].value
+        else:
+            continue
+        if name in DISPATCHER_READS:
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_outside_backend_no_module_reads_a_dispatchers_options():
+    # What a kernel was decorated with is the backend's to say (`Backend.target_options`).
+    found = {p.relative_to(KBUILD).as_posix(): _dispatcher_reads(p.read_text())
+             for p in OUTSIDE_BACKEND}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert _dispatcher_reads("options = kernel.targetoptions\n"
+                             "more = getattr(k, 'targetoptions', {})\n") == [
+        "line 1: kernel.targetoptions", "line 2: getattr(k, 'targetoptions', {})"]
 
 
 def test_a_second_builder_is_found_however_it_reaches_the_steps(tmp_path):

@@ -158,7 +158,7 @@ def test_two_overloads_of_one_function_are_keyed_in_registration_order(tmp_path)
 def test_the_namespace_globals_hands_out_records_reads_and_writes_through():
     """`globals()` during a compile is a dict `exec` takes, whose writes reach the module's
     namespace, and which notes each name read (a scan reads every name)."""
-    from kbuild.backend.observe import _RecordingGlobals
+    from kbuild.backend.observe.reads import _RecordingGlobals
 
     class Seen:
         def __init__(self):
@@ -292,7 +292,8 @@ def test_modules_of_every_module_class_have_their_reads_observed(tmp_path, monke
     import sys
     import types
 
-    from kbuild.backend.observe import Observer, _module_reads
+    from kbuild.backend.observe import Observer
+    from kbuild.backend.observe.reads import _module_reads
     from kbuild.keying.observed import Kind
 
     class WithProperty(types.ModuleType):

@@ -81,7 +81,8 @@ def test_headers_are_what_nvrtc_opened(tmp_path):
     path in either form and transitively, never parsed again with other rules."""
     from numba.cuda.cudadrv import nvrtc
 
-    from kbuild.backend.observe import Observer, _nvrtc_headers
+    from kbuild.backend.observe import Observer
+    from kbuild.backend.observe.hooks import _nvrtc_headers
 
     (tmp_path / "inc" / "sub").mkdir(parents=True)
     (tmp_path / "inc" / "a.h").write_text('#include "sub/b.cuh"\n#define A 1\n')

@@ -17,6 +17,8 @@ interface only, never through a compiler's attribute names:
 - `relink(...)`: a kernel linked again from its separately compiled objects;
 - `typing_registries()`: where its `@overload`s live, for observed names' digests;
 - `entry_expectation(kernel)`: what a stored entry must say to be this kernel's;
+- `target_options(kernel)` / `python_function(kernel)`: what a kernel was decorated with
+  (`max_registers`, `link`, `debug`, ...) and the Python function it compiles;
 - `launcher()`: the module that types, packs (its kernel ABI) and launches arguments;
 - `dispatcher_kernel(...)`: a stored entry as the kernel its own dispatcher launches
   (zero-config), `rebuilt_kernel(...)`: one as the compiler's own kernel object,
@@ -158,6 +160,16 @@ class Backend(abc.ABC):
     def entry_expectation(self, kernel) -> dict:
         """Fields a stored entry must hold to be `kernel`'s (see `builder.expected`)."""
         return {}
+
+    def target_options(self, kernel) -> dict:
+        """The options `kernel` (one of its kernels) was decorated with, as its compiler
+        recorded them (`max_registers`, `link`, `debug`, ...): a copy; {} for an object
+        that holds none."""
+        return {}
+
+    def python_function(self, kernel):
+        """The Python function `kernel` compiles; None for an object that holds none."""
+        return None
 
     @abc.abstractmethod
     def launcher(self):

@@ -276,6 +276,12 @@ class NumbaDispatchers:
     """`Backend`'s dispatcher methods for numba's dispatchers: numba-cuda's, and the copy
     numba-cuda-mlir vendors (both backends inherit these; see `base.Backend`)."""
 
+    def target_options(self, kernel) -> dict:
+        return dict(getattr(kernel, "targetoptions", {}))
+
+    def python_function(self, kernel):
+        return getattr(kernel, "py_func", None)
+
     def holds_compiled(self, dispatcher) -> bool:
         return holds_compiled(dispatcher)
 

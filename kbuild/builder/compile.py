@@ -138,7 +138,7 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
 
     start = time.perf_counter()
     resolved = the_plan.kernels[target.name]
-    options = resolved.kernel.targetoptions
+    options = resolved.backend.target_options(resolved.kernel)
     try:
         ltoirs = [store.read_blob(blob) for _, blob in recipe.objects]
         linked = resolved.backend.relink(

@@ -343,8 +343,9 @@ def error_location(error: str, resolved, root) -> str:
         path, line = found.group("file") or found.group("file2"), \
             found.group("line") or found.group("line2")
     else:
-        code = getattr(getattr(getattr(resolved, "kernel", None), "py_func", None),
-                       "__code__", None)
+        backend = getattr(resolved, "backend", None)
+        func = backend.python_function(resolved.kernel) if backend is not None else None
+        code = getattr(func, "__code__", None)
         if code is None:
             return "?"
         path, line = code.co_filename, _def_line(code.co_filename, code.co_firstlineno)

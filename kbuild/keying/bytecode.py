@@ -460,7 +460,7 @@ def _reachable(ins: tuple, decided: dict) -> set | None:
 # implementation numba compiles, often one of several nested ones chosen by the argument
 # types. A nested function the selector only makes and returns is never run by it: what
 # it holds is what numba compiles when it is chosen, and the compile observes that one
-# (backend/observe.py). Any other use of it (a call, a decorator, a closure capturing it,
+# (backend/observe/). Any other use of it (a call, a decorator, a closure capturing it,
 # a container, the frame's locals) keeps it part of the selector.
 
 _RETURNED_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK"})

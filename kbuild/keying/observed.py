@@ -1,7 +1,7 @@
 """What a compile actually consulted: observation records, full keys, explanations.
 
 The static key (`keyer.Keyer.target_node`) is a fast first check built from the
-source. While a target is typed and lowered, the backend (`backend/observe.py`)
+source. While a target is typed and lowered, the backend (`backend/observe/`)
 records every dependency numba resolved - globals and module attributes it froze,
 Python functions it interpreted or ran at typing time (device functions,
 `@overload*`, `register_jitable`, `@intrinsic`, with the options they were registered

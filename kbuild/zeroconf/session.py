@@ -243,7 +243,7 @@ class Session:
         (None, None) when a fresh build fails. Checked before the launch, so a binary
         that differs is never launched."""
         for disp in service.plan.keyer.device_functions:
-            self._compiled.pop(disp.py_func, None)
+            self._compiled.pop(_function_of(disp), None)
         outcome, seconds = service.compile_fresh(served, manifest)
         self.counts["verified"] += 1
         label = f"{served.name} {served.signature} {served.arch}"
@@ -271,13 +271,14 @@ class Session:
         compile of this kernel: kbuild's, typed again with today's values, would compute
         something else (KbuildError: numba compiles it)."""
         for disp in plan.keyer.device_functions:
-            node = plan.keyer.nodes.get(disp.py_func)
+            func = _function_of(disp)
+            node = plan.keyer.nodes.get(func)
             if node is None:
                 continue
-            first = self._first_keyed.setdefault(disp.py_func, node.digest)
+            first = self._first_keyed.setdefault(func, node.digest)
             if first != node.digest and _backend_of(disp).holds_compiled(disp):
                 raise KbuildError(
-                    f"device function {disp.py_func.__qualname__} changed since numba "
+                    f"device function {func.__qualname__} changed since numba "
                     "compiled it in this process (a value it reads was set at run time); "
                     "numba reuses that code, so numba compiles this kernel")
 
@@ -443,7 +444,7 @@ class Session:
         # Device functions now hold code for another arch: typed again when next needed.
         for disp in service.plan.keyer.device_functions:
             _backend_of(disp).forget_code(disp)
-            self._compiled.pop(disp.py_func, None)
+            self._compiled.pop(_function_of(disp), None)
 
     def _ensure(self, service, target, request, lookup=None):
         """`service.ensure` as zero-config builds: compiled in this process (numba's
@@ -484,23 +485,23 @@ class Session:
         plan.kernels[target.name].backend.forget_compiled(objects=made)
         for disp in plan.keyer.device_functions:
             _backend_of(disp).forget_code(disp)
-            self._compiled.pop(disp.py_func, None)
+            self._compiled.pop(_function_of(disp), None)
 
     def _compiled_now(self, service, target):
         """Compile in this process. A device function numba compiled earlier here holds
         the values it read then: it is typed again if its key has changed since."""
         keyer = service.plan.keyer
         for disp in keyer.device_functions:
-            node = keyer.nodes.get(disp.py_func)
+            node = keyer.nodes.get(_function_of(disp))
             if _backend_of(disp).holds_compiled(disp) and node is not None \
-                    and self._compiled.get(disp.py_func) != node.digest:
+                    and self._compiled.get(_function_of(disp)) != node.digest:
                 _backend_of(disp).forget_code(disp)
         self._compiling = True  # a compile, not a relink (see `_start_background`)
         outcome = service.compile(target, early_cutoff=False)
         for disp in keyer.device_functions:
-            node = keyer.nodes.get(disp.py_func)
+            node = keyer.nodes.get(_function_of(disp))
             if node is not None and _backend_of(disp).holds_compiled(disp):
-                self._compiled[disp.py_func] = node.digest
+                self._compiled[_function_of(disp)] = node.digest
         return outcome
 
     # -- loading ----------------------------------------------------------------------
@@ -621,4 +622,9 @@ def _backend_of(dispatcher):
     from ..backend.backends import DEFAULT, get, of_object
 
     return of_object(dispatcher) or get(DEFAULT)
+
+
+def _function_of(dispatcher):
+    """The Python function a device function's dispatcher compiles (its backend says)."""
+    return _backend_of(dispatcher).python_function(dispatcher)
 

@@ -1,0 +1,346 @@
+"""Stand-ins that record what Python code reads while numba compiles a target.
+
+Within `_module_reads`, the attribute reads of every module that is not a library's
+(`mod.X`, `getattr(mod, name)`, `from m import X` in a function body) are observed, and
+`globals()`, `vars(mod)`, `__import__` and `importlib.import_module` are stand-ins that
+observe the names read through them; within `_environ`, `os.environ` (and the mapping
+class behind every alias of it) observes each variable read. Reads by kbuild, by numba
+and by installed packages (`_installed`), and a module body's at its import, are none of
+the project's and are left out.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import importlib
+import os
+import sys
+import sysconfig
+import threading
+import types as pytypes
+
+from ...environ import WatchedEnviron
+from ...keying.observed import Kind
+from ..registrations import is_library
+
+
+def _reader_is_kbuild(frame) -> bool:
+    # kbuild's own reads (keying, these hooks) are no dependency of the compile.
+    name = frame.f_globals.get("__name__", "") if frame is not None else ""
+    return name == "kbuild" or name.startswith("kbuild.")
+
+
+class _RecordingGlobals(dict):
+    """A module's namespace, as `globals()` or `module.__dict__` hands it to code running
+    during the compile: each name read from it is observed (`Kind.READ`; a scan reads
+    every name). A dict (`exec(code, globals())` takes it) holding the namespace's items,
+    whose writes also go to the namespace."""
+
+    def __init__(self, namespace: dict, observer):
+        super().__init__(namespace)
+        self._namespace = namespace
+        self._observer = observer
+        self._module = namespace.get("__name__", "")
+
+    def _read(self, name) -> None:
+        if isinstance(name, str) and not _dunder(name):
+            self._observer.read(self._module, name)
+
+    def _read_all(self) -> None:
+        for name in list(self._namespace):
+            self._read(name)
+
+    def __getitem__(self, name):
+        self._read(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        self._read(name)
+        return super().get(name, default)
+
+    def __contains__(self, name):
+        self._read(name)
+        return super().__contains__(name)
+
+    def __setitem__(self, name, value):
+        self._namespace[name] = value
+        super().__setitem__(name, value)
+
+    def __delitem__(self, name):
+        del self._namespace[name]
+        super().__delitem__(name)
+
+    def setdefault(self, name, default=None):
+        self._read(name)
+        self._namespace.setdefault(name, default)
+        return super().setdefault(name, default)
+
+    def update(self, *args, **kwargs):
+        self._namespace.update(*args, **kwargs)
+        super().update(*args, **kwargs)
+
+    def pop(self, name, *default):
+        self._read(name)
+        self._namespace.pop(name, *default)
+        return super().pop(name, *default)
+
+    def __iter__(self):
+        self._read_all()
+        return super().__iter__()
+
+    def keys(self):
+        self._read_all()
+        return super().keys()
+
+    def items(self):
+        self._read_all()
+        return super().items()
+
+    def values(self):
+        self._read_all()
+        return super().values()
+
+    def copy(self):
+        self._read_all()
+        return dict(super().items())
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+@contextlib.contextmanager
+def _module_reads(observer):
+    """Every module that is not a library's (the project's, a third-party extension's) has
+    its attribute reads observed for the block, however made: `mod.X`, `getattr(mod,
+    computed)`, `importlib.import_module(m).X`, `from m import X` in a function body; and
+    `globals()` or `vars(mod)` hand code that is not a library's a namespace that observes
+    each name read from it. A module's class is swapped for a subclass that observes (and
+    put back after), so nothing is traced outside those modules and this block."""
+    watched: dict = {}  # id(module) -> (module, the class it had: put back after)
+    compiling = threading.get_ident()  # another thread's namespaces are left alone
+
+    def read(module, attr, value, frame):
+        if _reader_is_kbuild(frame):
+            return value
+        name = pytypes.ModuleType.__getattribute__(module, "__name__")
+        if attr == "__dict__" and not _import_or_toolchain_read(frame) \
+                and threading.get_ident() == compiling:
+            return _RecordingGlobals(value, observer)
+        if not _dunder(attr) and not _import_or_toolchain_read(frame):
+            observer.read(name, attr)
+        return value
+
+    classes: dict = {}  # a module class -> its recording subclass
+
+    def recording(cls):
+        """A subclass of the module's own class (ModuleType, a lazy loader's, a module's
+        own subclass with properties) that records each attribute read after it."""
+        if cls not in classes:
+            def __getattribute__(self, attr):
+                if cls is _LAZY_OWN_CLASS:
+                    # The loader loads only a module of exactly its class: hand it back
+                    # for this read, then record the loaded module's reads.
+                    self.__class__ = cls
+                    value = getattr(self, attr)
+                    swap(self)
+                    return read(self, attr, value, sys._getframe(1))
+                value = cls.__getattribute__(self, attr)
+                if type(self) is not classes[cls]:  # a lazy module loaded: its class went
+                    swap(self)
+                return read(self, attr, value, sys._getframe(1))
+
+            classes[cls] = type(f"Recording{cls.__name__}", (cls,),
+                                {"__getattribute__": __getattribute__, "__slots__": ()})
+        return classes[cls]
+
+    def swap(module):
+        cls = type(module)
+        try:
+            module.__class__ = recording(cls)
+        except TypeError:  # a class whose layout forbids it
+            return
+        watched[id(module)] = (module, cls)
+
+    seen = [0]
+
+    def watch_new():
+        # Modules imported within the block (a lazy import in an overload) are watched too.
+        if len(sys.modules) == seen[0]:
+            return
+        seen[0] = len(sys.modules)
+        for name, module in list(sys.modules.items()):
+            if isinstance(module, pytypes.ModuleType) and id(module) not in watched \
+                    and not is_library(name) and _module_name(module) == name:
+                swap(module)
+
+    original_import, original_import_module = builtins.__import__, importlib.import_module
+
+    def watching_import(*args, **kwargs):
+        try:
+            return original_import(*args, **kwargs)
+        finally:
+            watch_new()
+
+    def watching_import_module(*args, **kwargs):
+        try:
+            return original_import_module(*args, **kwargs)
+        finally:
+            watch_new()
+
+    watch_new()
+    original_globals = builtins.globals
+
+    def recording_globals():
+        frame = sys._getframe(1)
+        if frame is None or _import_or_toolchain_read(frame) or \
+                threading.get_ident() != compiling:
+            return frame.f_globals if frame is not None else original_globals()
+        return _RecordingGlobals(frame.f_globals, observer)
+
+    # The stand-ins are named as what they stand in for: code keyed while they are in
+    # place (a typing function digested as it is about to run) reads Python's own
+    # `globals`, as it does after the compile.
+    for stand_in, original in ((recording_globals, original_globals),
+                               (watching_import, original_import),
+                               (watching_import_module, original_import_module)):
+        functools.update_wrapper(stand_in, original)
+    builtins.globals = recording_globals
+    builtins.__import__, importlib.import_module = watching_import, watching_import_module
+    try:
+        yield
+    finally:
+        builtins.globals = original_globals
+        builtins.__import__, importlib.import_module = original_import, original_import_module
+        for module, cls in watched.values():
+            if type(module) is classes.get(cls):
+                module.__class__ = cls
+
+
+def _module_name(module):
+    # Read past the module's own class: a lazy module's would load it.
+    try:
+        return pytypes.ModuleType.__getattribute__(module, "__name__")
+    except AttributeError:
+        return None
+
+
+def _lazy_own_class():
+    """Python 3.13's lazy module loads itself only while its class is exactly its own
+    (`__class__ is _LazyModule`): under a recording subclass each read would recurse, so
+    the first read gives it its class back to load. Before 3.13 the loader takes a
+    subclass."""
+    if sys.version_info < (3, 13):
+        return None
+    import importlib.util
+
+    return getattr(importlib.util, "_LazyModule", None)
+
+
+_LAZY_OWN_CLASS = _lazy_own_class()
+
+
+def _import_or_toolchain_read(frame) -> bool:
+    """A read that is no dependency of the project's: a module body running at its import
+    (a package importing its parts: what the project's code then reads of them is
+    observed), numba's own code reading a module (typing a global the compiled code
+    names, which the static key holds, or an installed package it supports, `cffi.FFI`),
+    or an installed package's own code: what Python *runs* of the project's while numba
+    compiles is what this observes."""
+    return frame.f_code.co_name == "<module>" or \
+        is_library(frame.f_globals.get("__name__")) or _installed(frame.f_code.co_filename)
+
+
+def _installed(filename: str) -> bool:
+    """Whether code runs from an installed package (site-packages): an installed package
+    that numba imports mid-compile (cffi reading `_cffi_backend`) runs its own code, whose
+    reads are the package's, pinned by its installed files, not the project's. What the
+    project's code reads of such a package is observed."""
+    return filename.startswith(_site_packages())
+
+
+@functools.cache
+def _site_packages() -> tuple:
+    import site
+
+    found = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    found.update(getattr(site, "getsitepackages", lambda: [])())
+    return tuple(sorted({os.path.join(p, "") for p in found if p} |
+                        {os.path.join(os.path.realpath(p), "") for p in found if p}))
+
+
+class _RecordingEnviron(WatchedEnviron):
+    """`os.environ` that records each variable read by name, and a scan or copy of the
+    whole environment by the project's code as a read of all of it (numba's config reload
+    and subprocess scan it too: theirs are no dependencies)."""
+
+    def __init__(self, environ, observer):
+        super().__init__(environ)
+        self._observer = observer
+
+    def read(self, name) -> None:
+        if self._observer.read_by_project():
+            self._observer.add(Kind.ENV, str(name))
+
+    def scanned(self) -> None:
+        # The project's code took every variable (a scan, a copy): all of them are read.
+        if self._observer.read_by_project():
+            self._observer.add(Kind.ENVIRON, "*")
+
+
+@contextlib.contextmanager
+def _environ(observer):
+    original = os.environ
+    os.environ = _RecordingEnviron(original, observer)
+    try:
+        with _environ_aliases(observer, getattr(os, "_Environ", type(original))):
+            yield
+    finally:
+        os.environ = original
+
+
+# Reads of the environment that one stand-in for `os.environ` cannot see: a name bound to
+# the real mapping before the compile (`from os import environ`, `ENV = os.environ`; under
+# direct mode's recorder, its stand-in) and `os.environb` (bytes names) read it directly.
+# The mapping class (`os._Environ`) itself records them, by name; an iteration or copy
+# records a read of every variable, and an iteration's own look-ups are left out.
+_SCANNING = threading.local()
+_ABC = frozenset({"_collections_abc", "collections.abc"})  # its module's name, either way
+
+
+@contextlib.contextmanager
+def _environ_aliases(observer, cls):
+    getitem, iterate, copy = cls.__getitem__, cls.__iter__, cls.copy
+
+    def by_project(frame) -> bool:
+        if getattr(_SCANNING, "depth", 0) > 0 or \
+                (frame.f_globals.get("__name__") in _ABC and frame.f_code.co_name == "__iter__"):
+            return False  # a copy's or an iteration's own look-ups: the scan is recorded
+        return observer.read_by_project(frame)
+
+    def read(self, key):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENV, os.fsdecode(key) if isinstance(key, bytes) else str(key))
+        return getitem(self, key)
+
+    def scan(self):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENVIRON, "*")
+        return iterate(self)
+
+    def copied(self):
+        if by_project(sys._getframe(1)):
+            observer.add(Kind.ENVIRON, "*")
+        _SCANNING.depth = getattr(_SCANNING, "depth", 0) + 1
+        try:
+            return copy(self)
+        finally:
+            _SCANNING.depth -= 1
+
+    cls.__getitem__, cls.__iter__, cls.copy = read, scan, copied
+    try:
+        yield
+    finally:
+        cls.__getitem__, cls.__iter__, cls.copy = getitem, iterate, copy
