@@ -86,9 +86,9 @@ def _run(proj, case, simulator, fake, target, args, out, expected):
 
 
 def _fake_driver(proj, arch):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
-    return fakedriver.installed((int(arch[3:-1]), int(arch[-1])), proj.store)
+    return testing.fake_device(arch, proj.store)
 
 
 def _count_compiles():
