@@ -2,7 +2,7 @@
 
 Builds run the real `kbuild` CLI with the real numba-cuda-mlir compiler (NVVM, nvJitLink)
 on a machine with no GPU and no driver; launches go down to the driver boundary through
-the fake driver (`kbuild/backend/testing/fakedriver.py`), which checks every parameter against
+the fake device (`kbuild.testing.fake_device`), which checks every parameter against
 the stored PTX's `.entry` and every array against numba-cuda-mlir's memref descriptor.
 
 Tests that need the package are skipped with the reason where it is not installed; the
