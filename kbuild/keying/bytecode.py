@@ -23,7 +23,6 @@ from .values import canonical, cannot_key
 # 3.12 on (and an annotation scope a global with LOAD_FROM_DICT_OR_GLOBALS).
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
 _CELL_LOADS = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
-_LOAD_NAME_OPS = _GLOBAL_LOADS | _CELL_LOADS
 _LOAD_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 
 
@@ -121,16 +120,8 @@ def code_names(code) -> set[tuple[str, ...]]:
     """Dotted names read by bytecode (a function without source): `helpers.typed` is
     followed through the module like in source, not keyed as the bare module."""
     names = set((n,) for n in code.co_freevars)
-    chain = None
-    for ins in instructions(code):
-        if ins[OPNAME] in _LOAD_NAME_OPS:
-            chain = (ins[ARGVAL],)
-        elif ins[OPNAME] in _LOAD_ATTR_OPS and chain is not None:
-            chain += (ins[ARGVAL],)
-        else:
-            chain = None
-            continue
-        names.add(chain)
+    for chain, *_ in _chain_loads(instructions(code)):
+        names.update(chain[:end] for end in range(1, len(chain) + 1))
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
             names |= code_names(const)
