@@ -11,7 +11,7 @@ Time to first launch (fresh processes, whole-process wall time and in-process ti
 the finished launch): kbuild from a warm store, numba `cache=True` with a warm cache, and
 numba's JIT. Prints a table and one JSON object (also written to --out).
 
-With --fake-driver every driver call is kbuild's fake (backend/testing/fakedriver.py, as the
+With --fake-driver every driver call is kbuild's fake (`kbuild.testing.fake_device`, as the
 tests use): nothing runs on a device, a launch costs the host-side work down to the
 driver call (argument packing, including cuda.core's own ParamHolder), and the first
 launch is timed to the moment the driver would be called. The kernels are tests/launchproj's.
@@ -149,7 +149,7 @@ def _arguments(fake: bool) -> dict:
     import numpy as np
 
     if fake:
-        from kbuild.backend.testing.fakedriver import device_array
+        from kbuild.testing import device_array
 
         arrays = [device_array(np.ones(ELEMENTS, np.float32)) for _ in range(16)]
     else:
@@ -198,12 +198,10 @@ class _driver:
 
         self.stack = contextlib.ExitStack()
         if self.opts.fake_driver:
-            from kbuild.backend import compiler
-            from kbuild.backend.testing import fakedriver
+            from kbuild import testing
 
-            cc = (int(self.opts.arch[3:-1]), int(self.opts.arch[-1]))
-            self.stack.enter_context(fakedriver.installed(cc, record=False))
-            self.stack.enter_context(compiler.targeting(cc))  # numba's JIT compiles for it
+            # numba's JIT compiles for its arch too
+            self.stack.enter_context(testing.fake_device(self.opts.arch, record=False))
         return self
 
     def __exit__(self, *exc):
@@ -224,11 +222,9 @@ FIRST = textwrap.dedent('''
     from numba import cuda
     ctx = contextlib.ExitStack()
     if fake:
-        from kbuild.backend import compiler
-        from kbuild.backend.testing import fakedriver
-        fake_driver = ctx.enter_context(fakedriver.installed((8, 0), record=False))
-        ctx.enter_context(compiler.targeting((8, 0)))
-        x = fakedriver.device_array(np.ones(%(n)d, np.float32))
+        from kbuild import testing
+        fake_driver = ctx.enter_context(testing.fake_device("sm_80", record=False))
+        x = fake_driver.array(np.ones(%(n)d, np.float32))
     else:
         x = cuda.to_device(np.ones(%(n)d, np.float32))
     if way == "kbuild":

@@ -6,7 +6,7 @@ What a user without kbuild pays on every program start: import numba-cuda and
 the project, then compile each declared (kernel, signature) for sm_90 the way
 numba's dispatcher does (`_Kernel` with the decorator's options), taking the
 PTX and the linked cubin, one after the other. The only kbuild code used is
-`kbuild.backend.compiler.targeting`, which lets numba-cuda compile with no driver.
+numba-cuda's `targeting` (its backend's), which lets numba-cuda compile with no driver.
 Prints one JSON line: the target count, artifact sizes and in-process phases.
 """
 
@@ -24,7 +24,7 @@ import numba.cuda  # noqa: E402, F401
 from numba.core import types  # noqa: E402
 from numba.cuda.dispatcher import _Kernel  # noqa: E402
 
-from kbuild.backend.compiler import targeting  # noqa: E402
+from kbuild.backend.backends import DEFAULT, get  # noqa: E402
 
 CC = (9, 0)
 
@@ -56,7 +56,7 @@ def compile_all(root: Path) -> dict:
     sys.path.insert(0, str(root))
     imported = time.perf_counter()
     ptx_bytes = cubin_bytes = count = 0
-    with targeting(CC):
+    with get(DEFAULT).targeting(CC):
         for module_name, attr, signature in declared_targets(root):
             module, kernel = resolve(module_name, attr)
             compiled = _Kernel(kernel.py_func, argtypes(module, signature),

@@ -35,7 +35,7 @@ even kernels call (N/2 of N), and each repeat edits it (a new constant) before e
 
 For each: seconds from process start to the first launch's driver call, to the N-th
 launch's, and the whole process (wall and CPU). With --fake-driver (no GPU) every driver
-call is kbuild's fake (backend/testing/fakedriver.py): nothing runs on a device, so the times are
+call is kbuild's fake (`kbuild.testing.fake_device`): nothing runs on a device, so the times are
 the host side down to the driver call; on a GPU (without it) the launches are real and the
 last one is synchronized. `--profile` also runs one warm kbuild process per size under
 cProfile and prints where its time went. Prints a table per size and one JSON object.
@@ -114,16 +114,14 @@ def _main_script() -> str:
         from numba import cuda
         if fake:
             import contextlib
-            from kbuild.backend import compiler
-            from kbuild.backend.testing import fakedriver
+            from kbuild import testing
             stack = contextlib.ExitStack()
-            driver = stack.enter_context(fakedriver.installed((8, 0), record=False))
-            stack.enter_context(compiler.targeting((8, 0)))
+            driver = stack.enter_context(testing.fake_device("sm_80", record=False))
             # numba binds (loads) a kernel it compiled before cache=True saves it, as on a GPU.
             from numba.cuda import dispatcher
             dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
-            x = fakedriver.device_array(np.ones(4096, np.float32))
-            out = fakedriver.device_array(np.zeros(4096, np.float32))
+            x = driver.array(np.ones(4096, np.float32))
+            out = driver.array(np.zeros(4096, np.float32))
         else:
             x = cuda.to_device(np.ones(4096, np.float32))
             out = cuda.device_array(4096, np.float32)

@@ -140,6 +140,22 @@ def with_status(result: dict, status: str) -> set[str]:
     return {short(r["target"]) for r in result["targets"] if r["status"] == status}
 
 
+def artifacts(result: dict) -> dict:
+    """Short name -> (PTX digest, cubin digest) of each target (its last row) in a
+    `build --json` result; (None, None) for a target with none (a failed build)."""
+    return {short(r["target"]): ((r["artifacts"] or {}).get("ptx"),
+                                 (r["artifacts"] or {}).get("cubin"))
+            for r in result["targets"]}
+
+
+def fresh_checkout(source: Path, where: Path, name: str = "proj") -> Path:
+    """A copy of the project folder `source` at `where/name` (its path), without bytecode
+    caches: a case's edit must be read from source, never met by a stale .pyc."""
+    project = where / name
+    shutil.copytree(source, project, ignore=shutil.ignore_patterns("__pycache__"))
+    return project
+
+
 def keys_of(result: dict) -> dict:
     """(target, signature, arch) -> key, from `build --json` or `status --json`."""
     return {(r["target"], r["signature"], r["arch"]): r["key"] for r in result["targets"]}

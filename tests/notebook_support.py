@@ -22,27 +22,18 @@ from zeroconf_support import env_for
 
 SETUP = """\
 import json, os, warnings
-_report = {"nvvm": 0, "loads": [], "warnings": []}
+_report = {"nvvm": 0, "warnings": []}
 import numba.cuda.cudadrv.nvvm as _nvvm
 _compile_ir = _nvvm.compile_ir
 def _counted_ir(*a, **k):
     _report["nvvm"] += 1
     return _compile_ir(*a, **k)
 _nvvm.compile_ir = _counted_ir
-from kbuild.backend import compiler
-from kbuild.backend.testing import fakedriver
+from kbuild import testing
 from kbuild.keying.encode import digest
-_installed = [fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0))]
-_fake = _installed[0].__enter__()  # kept: a context left behind is closed when collected
-_installed[1].__enter__()
-_load = _fake.load_kernel
-def _loading(binary, kind, entry):
-    data = binary.encode() if isinstance(binary, str) else bytes(binary)
-    _report["loads"].append([entry, digest(data)])
-    return _load(binary, kind, entry)
-_fake.load_kernel = _loading
-from kbuild.backend import driver as _kbuild_driver
-_kbuild_driver.load_kernel = _loading
+# kept: a context left behind is closed when collected
+_fake = testing.fake_device("sm_80", record=False)
+_device = _fake.__enter__()
 from numba.cuda import dispatcher as _dispatcher
 _dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
 _shown = warnings.showwarning
@@ -53,7 +44,7 @@ def _showing(message, *a, **k):
 warnings.showwarning = _showing
 warnings.simplefilter("always")
 from kbuild import zeroconf as _zeroconf
-device_array = fakedriver.device_array
+device_array = testing.device_array
 _seen = {"served": 0, "loads": 0, "warnings": 0, "nvvm": 0, "counts": {}}
 def snap(label):
     _session = _zeroconf.current()
@@ -62,9 +53,10 @@ def snap(label):
     row = {"label": label, "nvvm": _report["nvvm"] - _seen["nvvm"],
            "counts": {k: v - _seen["counts"].get(k, 0) for k, v in counts.items()
                       if v != _seen["counts"].get(k, 0)},
-           "served": served[_seen["served"]:], "loads": _report["loads"][_seen["loads"]:],
+           "served": served[_seen["served"]:],
+           "loads": [[l.entry, digest(l.binary)] for l in _device.loads[_seen["loads"]:]],
            "warnings": _report["warnings"][_seen["warnings"]:]}
-    _seen.update(served=len(served), loads=len(_report["loads"]), nvvm=_report["nvvm"],
+    _seen.update(served=len(served), loads=len(_device.loads), nvvm=_report["nvvm"],
                  warnings=len(_report["warnings"]), counts=counts)
     print("SNAP " + json.dumps(row))
 import time
@@ -137,7 +129,7 @@ def add1(x, out):
 SCRIPT = """\
 import numpy as np
 from numba import cuda
-from kbuild.backend.testing.fakedriver import device_array
+from kbuild.testing import device_array
 
 
 @cuda.jit

@@ -2,8 +2,8 @@
 
 Used by tests/test_examples_run.py in a fresh interpreter, under numba's
 simulator (CI), on a GPU (tests marked `gpu`), or with `--fake-driver SM_XY`:
-the real launch path down to the driver calls, which fakes check (kbuild's
-backend/testing/fakedriver.py); nothing runs, so a case is true when its launch reached
+the real launch path down to the driver calls, which fakes check
+(`kbuild.testing.fake_device`); nothing runs, so a case is true when its launch reached
 the driver with a right stream, config and parameters. Prints one JSON object:
 {case: true|"error text"} plus "compiles": how many numba compiles happened
 after the store was warm (must be 0 on a GPU; the simulator never compiles).
@@ -86,9 +86,9 @@ def _run(proj, case, simulator, fake, target, args, out, expected):
 
 
 def _fake_driver(proj, arch):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
-    return fakedriver.installed((int(arch[3:-1]), int(arch[-1])), proj.store)
+    return testing.fake_device(arch, proj.store)
 
 
 def _count_compiles():

@@ -57,6 +57,7 @@ A new top-level module or subpackage must be placed in LAYERS before this test p
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -944,6 +945,22 @@ def test_the_product_never_imports_the_test_doubles(graph):
     assert not found, _report("imports of the test doubles", found)
     assert any(a.source == TEST_DOUBLES_DOOR and _is_test_double(a.target)
                for a in graph.arrows), "kbuild.testing no longer uses backend/testing/"
+
+
+# What kbuild's own tests must not reach past `kbuild.testing` for: the fake driver, and
+# the compiler's arch pinning (a fake device pins it; a compile-only test asks the backend).
+_PAST_THE_TESTING_API = re.compile(
+    r"backend\.testing|backend import compiler\b|backend\.compiler import[^\n]*\btargeting")
+
+
+def test_kbuilds_own_tests_use_the_testing_api():
+    """The fake device's users in tests/ go through `kbuild.testing` (in their programs'
+    text too), so the API is what the suite exercises."""
+    here = Path(__file__).resolve()
+    found = [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+             for path in sorted(here.parent.glob("*.py")) if path != here
+             for text in [path.read_text()] for m in _PAST_THE_TESTING_API.finditer(text)]
+    assert not found, "use kbuild.testing instead:\n" + "\n".join(found)
 
 
 def test_the_allow_lists_have_no_stale_entries(graph):

@@ -49,13 +49,11 @@ print(json.dumps({"installed": installed, "describe": proj.describe(),
 
 FAKE_DRIVER = NO_BUILDS + """
 import json, sys, numpy as np
-from kbuild import Project
-from kbuild.backend.testing import fakedriver
+from kbuild import Project, testing
 proj = Project.load(package="kbdemo", on_miss="error")
-cc = tuple(int(c) for c in sys.argv[1])
-with fakedriver.installed(cc, proj.store) as fake:
-    x = fakedriver.device_array(np.arange(8, dtype=np.float32))
-    arch = "sm_" + sys.argv[1]
+arch = "sm_" + sys.argv[1]
+with testing.fake_device(arch, proj.store) as fake:
+    x = fake.array(np.arange(8, dtype=np.float32))
     described = proj.describe(arch)
     try:
         proj.kernel("kbdemo.kernels:saxpy")[1, 32](np.float32(2), x, x, x)
@@ -158,14 +156,13 @@ def test_fallback_chain_down_to_the_driver(wheel_env, cc, loads, error):
 
 INSTALLED_FAKE_DRIVER = NO_BUILDS + """
 import json, numpy as np
-from kbuild import Project
-from kbuild.backend.testing import fakedriver
+from kbuild import Project, testing
 proj = Project.load(package="kbdemo", on_miss="error")
-with fakedriver.installed((8, 6), proj.store) as fake:
+with testing.fake_device("sm_86", proj.store) as fake:
     proj.install()
     from kbdemo.kernels import saxpy
     type(saxpy).compile = _refuse  # numba's dispatcher must find the overload ready
-    x = fakedriver.device_array(np.arange(8, dtype=np.float32))
+    x = fake.array(np.arange(8, dtype=np.float32))
     saxpy[1, 32](np.float32(2), x, x, x)
     print(json.dumps({"loads": [k.kind for k in fake.loads], "launches": len(fake.launches)}))
 """

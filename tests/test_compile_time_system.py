@@ -17,13 +17,13 @@ why.
 
 from __future__ import annotations
 
+import functools
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, matrix_baseline, replace, short
+from editmatrix_support import build, case, copy_tree, fresh_checkout, matrix_baseline, replace, short
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
@@ -82,10 +82,7 @@ SAME_BYTES = {"variable-read-by-a-kept-answer": {"k_scan"},
               "unrelated-variable-beside-a-named-read": {"k_scan"}}
 
 
-def _checkout(where: Path) -> Path:
-    project = where / "proj"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
-    return project
+_checkout = functools.partial(fresh_checkout, PROJECT)  # where -> the copy at where/proj
 
 
 def _rows(result: dict) -> dict:

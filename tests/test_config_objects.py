@@ -19,12 +19,14 @@ than the fresh build's, and exactly the targets the case names are built.
 
 from __future__ import annotations
 
-import shutil
+import functools
 from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, replace, short
+from editmatrix_support import (
+    artifacts, build, case, copy_tree, fresh_checkout, replace, with_status,
+)
 
 PROJECT = Path(__file__).resolve().parent / "cfgproj"
 TARGETS = frozenset({"k_dataclass", "k_nested", "k_property", "k_namespace", "k_partial",
@@ -59,19 +61,7 @@ CASES = [
 ]
 
 
-def _checkout(where: Path) -> Path:
-    project = where / "proj"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
-    return project
-
-
-def _artifacts(result: dict) -> dict:
-    return {short(r["target"]): (r["artifacts"].get("ptx"), r["artifacts"].get("cubin"))
-            for r in result["targets"]}
-
-
-def _with_status(result: dict, status: str) -> set:
-    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
+_checkout = functools.partial(fresh_checkout, PROJECT)  # where -> the copy at where/proj
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +72,7 @@ def baseline(tmp_path_factory):
 
 def test_every_kernel_reading_a_configuration_object_builds(baseline):
     _, result = baseline
-    assert _with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
+    assert with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
 
 
 @pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
@@ -95,9 +85,9 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     fresh = build(project, tmp_path / "fresh-store")
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0, \
         [r["error"] for r in incremental["targets"] + fresh["targets"] if r.get("error")]
-    now, clean = _artifacts(incremental), _artifacts(fresh)
-    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    now, clean = artifacts(incremental), artifacts(fresh)
+    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
-    assert _with_status(incremental, "built") == the_case.rebuilt
+    assert with_status(incremental, "built") == the_case.rebuilt
     # The edit changes what the rebuilt targets compile to (the case tests something).
-    assert all(now[t] != _artifacts(first)[t] for t in the_case.rebuilt)
+    assert all(now[t] != artifacts(first)[t] for t in the_case.rebuilt)

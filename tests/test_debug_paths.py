@@ -85,15 +85,14 @@ FILES = {
 # each binary handed to the driver names as source files.
 LOAD = """
 import hashlib, json, re, sys
-from kbuild import Project
-from kbuild.backend.testing import fakedriver
+from kbuild import Project, testing
 
 SIGS = {"k_lines": "void(float32[::1], int64)", "k_debug": "void(float32[::1])",
         "k_plain": "void(float32[::1])"}
 proj = Project.load(sys.argv[1], store=sys.argv[2], on_miss="error")
 out = {}
 for cc, arch in (((8, 0), "sm_80"), ((8, 6), "sm_86")):
-    with fakedriver.installed(cc, proj.store) as fake:
+    with testing.fake_device(arch, proj.store) as fake:
         binaries = {}
         for name in ("k_lines", "k_plain"):
             proj.kernel(name).prepare(SIGS[name], arch)
@@ -239,24 +238,15 @@ import json, os, sys
 sys.path.insert(0, os.path.join(os.getcwd(), "src"))
 import numpy as np
 import kbuild
-from kbuild.backend import compiler
-from kbuild.backend.testing import fakedriver
+from kbuild import testing
 
-loaded = []
-with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 0)):
-    load = fake.load_kernel
-    def loading(binary, kind, entry):
-        loaded.append(binary.encode() if isinstance(binary, str) else bytes(binary))
-        return load(binary, kind, entry)
-    fake.load_kernel = loading
-    from kbuild.backend import driver
-    driver.load_kernel = loading
+with testing.fake_device("sm_80", record=False) as fake:
     from numba.cuda import dispatcher
     dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
     session = kbuild.enable(store=sys.argv[1], archs=["sm_80"])
     import lined
-    lined.k_lined[1, 4](fakedriver.device_array(np.arange(4, dtype=np.float32)))
-print(json.dumps({"counts": dict(session.counts), "blobs": [b.hex() for b in loaded]}))
+    lined.k_lined[1, 4](fake.array(np.arange(4, dtype=np.float32)))
+print(json.dumps({"counts": dict(session.counts), "blobs": [l.binary.hex() for l in fake.loads]}))
 '''
 
 LINED = '''from numba import cuda

@@ -13,12 +13,14 @@ read, a comment beside an overload, rebuilds nothing).
 
 from __future__ import annotations
 
-import shutil
+import functools
 from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, matrix_baseline, replace, short
+from editmatrix_support import (
+    artifacts, build, case, copy_tree, fresh_checkout, matrix_baseline, replace, with_status,
+)
 from spurious_support import check as check_spurious
 
 HERE = Path(__file__).resolve().parent
@@ -62,19 +64,7 @@ PRECISE = [
 ]
 
 
-def _checkout(where: Path) -> Path:
-    project = where / "proj"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
-    return project
-
-
-def _artifacts(result: dict) -> dict:
-    return {short(r["target"]): (r["artifacts"].get("ptx"), r["artifacts"].get("cubin"))
-            for r in result["targets"]}
-
-
-def _with_status(result: dict, status: str) -> set:
-    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
+_checkout = functools.partial(fresh_checkout, PROJECT)  # where -> the copy at where/proj
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +74,7 @@ def baseline(tmp_path_factory):
 
 def test_baseline_builds_every_target(baseline):
     _, result = baseline
-    assert _with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
+    assert with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
 
 
 @pytest.mark.parametrize("the_case", STALE + PRECISE, ids=lambda c: c.id)
@@ -98,13 +88,13 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     fresh = build(project, tmp_path / "fresh-store", env_extra=env)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0, \
         [r["error"] for r in incremental["targets"] + fresh["targets"] if r.get("error")]
-    now, clean = _artifacts(incremental), _artifacts(fresh)
-    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    now, clean = artifacts(incremental), artifacts(fresh)
+    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
-    assert _with_status(incremental, "built") == the_case.rebuilt
+    assert with_status(incremental, "built") == the_case.rebuilt
     check_spurious("dynamic", the_case.id, baseline[1], incremental)
     if the_case.rebuilt:  # the edit changes what the rebuilt targets compile to
-        assert {t for t in the_case.rebuilt if now[t] != _artifacts(baseline[1])[t]}
+        assert {t for t in the_case.rebuilt if now[t] != artifacts(baseline[1])[t]}
 
 
 TWO_OVERLOADS = '''
@@ -145,14 +135,14 @@ def test_two_overloads_of_one_function_are_keyed_in_registration_order(tmp_path)
         '[project]\nname = "two"\npaths = ["."]\narch = ["sm_80"]\n\n'
         '[kernels."tw.kernels:k_two"]\nsignatures = ["void(float32[::1], int32[::1])"]\n')
     first = build(project, tmp_path / "store")
-    assert _with_status(first, "built") == {"k_two"}, [r["error"] for r in first["targets"]]
-    assert _with_status(build(project, tmp_path / "store"), "cached") == {"k_two"}
+    assert with_status(first, "built") == {"k_two"}, [r["error"] for r in first["targets"]]
+    assert with_status(build(project, tmp_path / "store"), "cached") == {"k_two"}
     text = TWO_OVERLOADS
     a, b = text.index("@overload"), text.index("@overload", text.index("@overload") + 1)
     end = text.index("@cuda.jit")
     (project / "tw" / "kernels.py").write_text(text[:a] + text[b:end] + text[a:b] + text[end:])
     swapped = build(project, tmp_path / "store")
-    assert _with_status(swapped, "built") == {"k_two"}
+    assert with_status(swapped, "built") == {"k_two"}
 
 
 def test_the_namespace_globals_hands_out_records_reads_and_writes_through():
@@ -241,13 +231,13 @@ def test_an_installed_class_an_overload_reads_is_keyed_by_its_code(tmp_path):
         '[kernels."ic.kernels:k_widen"]\nsignatures = ["void(float32[::1])"]\n')
     env, store = {"PYTHONPATH": str(vendor)}, tmp_path / "store"
     first = build(project, store, env_extra=env)
-    assert _with_status(first, "built") == {"k_widen"}, [r["error"] for r in first["targets"]]
+    assert with_status(first, "built") == {"k_widen"}, [r["error"] for r in first["targets"]]
     again = build(project, store, env_extra=env)
-    assert _with_status(again, "cached") == {"k_widen"}, [r.get("reason") for r in again["targets"]]
+    assert with_status(again, "cached") == {"k_widen"}, [r.get("reason") for r in again["targets"]]
     (vendor / "lazycodec.py").write_text(INSTALLED_CLASS.replace("2.0", "3.0"))
     edited = build(project, store, env_extra=env)
-    assert _with_status(edited, "built") == {"k_widen"}
-    assert _artifacts(edited) != _artifacts(first)
+    assert with_status(edited, "built") == {"k_widen"}
+    assert artifacts(edited) != artifacts(first)
 
 
 def test_an_installed_class_digests_the_same_before_and_after_its_first_instance(

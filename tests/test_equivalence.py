@@ -103,16 +103,15 @@ SUFFIXES = ["default", "fastmath", "fastflags", "noopt", "maxreg", "lineinfo",
 # numba's JIT under a fake device of CC: for each (module:attr, signature) its PTX.
 NUMBA_JIT = '''
 import json, importlib, sys
-from kbuild.backend import compiler
-from kbuild.backend.testing import fakedriver
+from kbuild import testing
 from kbuild.backend.backends import DEFAULT, get
 
 wanted = json.loads(sys.argv[1])
 out = {}
 cc = tuple(json.loads(sys.argv[2]))
-# The fake driver is the device; `targeting` answers numba's device-function typing's
-# question for the current device's compute capability (the same cc) without a driver.
-with fakedriver.installed(cc, record=False), compiler.targeting(cc):
+# The fake device stands in for the GPU and pins numba-cuda to its arch: numba's
+# device-function typing asks the current device's compute capability (the same cc).
+with testing.fake_device("sm_%d%d" % cc, record=False):
     for name, signature in wanted:
         module_name, _, attr = name.partition(":")
         kernel = module = importlib.import_module(module_name)

@@ -29,7 +29,9 @@ _names = itertools.count()
 def _keys(tmp_path, versions, kernel="k", before=None, compile=False):
     """The key of `kernel` in each version of one module (same module name, same file name);
     `before(i)` runs before version i is imported. With `compile`, (key, PTX, cubin)."""
-    from kbuild.backend.compiler import compile_kernel, targeting
+    from kbuild.backend.backends import DEFAULT, get
+
+    backend = get(DEFAULT)  # numba-cuda, through the interface the build uses
 
     name = f"kbuild_forms_{next(_names)}"
     keys = []
@@ -41,12 +43,12 @@ def _keys(tmp_path, versions, kernel="k", before=None, compile=False):
             folder.mkdir(parents=True)
             path = folder / f"{name}.py"
             path.write_text(textwrap.dedent(source))
-            with targeting((8, 0)):  # an explicit signature compiles at import
+            with backend.targeting((8, 0)):  # an explicit signature compiles at import
                 module = load_module(path, name)
             found = getattr(module, kernel)
             key = target_key(found, f"{name}:{kernel}", [F32], [folder]).digest
             if compile:
-                made = compile_kernel(found, [F32], (8, 0))
+                made = backend.compile(found, [F32], (8, 0))
                 key = (key, made.ptx, made.cubin)
             keys.append(key)
     finally:

@@ -3,7 +3,7 @@
 `Project.load()` on tests/launchproj built into a temp store with the real
 compiler, then `proj.kernel(...)[grid, block, stream, sharedmem](...)`: the key
 check, the artifact choice, loading, argument packing and the stream conversion
-all run; only the driver calls are fakes (kbuild/backend/testing/fakedriver.py) that
+all run; only the driver calls are fakes (`kbuild.testing.fake_device`) that
 check what they are handed as cuda.core would (a Stream, a LaunchConfig of
 3-tuples, parameters as many and as large as the stored PTX's `.entry`
 declares) and record it. The launch of today's GPUs failed at exactly this
@@ -46,12 +46,12 @@ def _load(root, on_miss="error"):
 
 @pytest.fixture
 def launch(built):
-    """(project, fake driver) for a device of compute capability 8.0."""
-    from kbuild.backend.testing import fakedriver
+    """(project, fake device) for a device of compute capability 8.0."""
+    from kbuild import testing
 
     proj = _load(built)
-    with fakedriver.installed((8, 0), proj.store) as fake:
-        yield proj, fake
+    with testing.fake_device("sm_80", proj.store) as device:
+        yield proj, device
 
 
 # -- every stream form -----------------------------------------------------------------
@@ -97,15 +97,15 @@ STREAMS = [  # (name, make the stream, the CUstream handle the launch must get)
 @pytest.mark.parametrize("target", ["lk.bench:noargs", "lk.bench:saxpy"])
 def test_every_stream_form_reaches_the_driver_as_a_cuda_core_stream(launch, name, make,
                                                                      handle, target):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj, fake = launch
-    x = fakedriver.device_array(np.arange(8, dtype=np.float32))
+    x = testing.device_array(np.arange(8, dtype=np.float32))
     args = () if target.endswith("noargs") else (np.float32(2), x, x, x)
     kernel = proj.kernel(target)
     config = kernel[2, 4] if make is None else kernel[2, 4, make(), 0]
     config(*args)
-    assert fake.launches[-1].stream_handle == handle
+    assert fake.launches[-1].stream == handle
     assert (fake.launches[-1].grid, fake.launches[-1].block) == ((2, 1, 1), (4, 1, 1))
 
 
@@ -137,10 +137,8 @@ def _array_fields(a):
 
 
 def _saxpy_with(wrap):
-    from kbuild.backend.testing import fakedriver
-
     x, y, out = _host(), _host(), _host()
-    wrapped = [wrap(a, fakedriver) for a in (x, y, out)]
+    wrapped = [wrap(a) for a in (x, y, out)]
     return "lk.bench:saxpy", (2, 4), (np.float32(2), *wrapped), (x, y, out)
 
 
@@ -152,19 +150,19 @@ def _mixed_args():
             rec, np.zeros((), np.float64), np.zeros(8))
 
 
-ARGUMENT_KINDS = {  # case -> (target, grid/block, args, host arrays behind the array args)
-    "host numpy arrays": lambda: _saxpy_with(lambda a, f: a),
-    "numba device arrays": lambda: _saxpy_with(lambda a, f: f.device_array(a)),
-    "__cuda_array_interface__": lambda: _saxpy_with(lambda a, f: f.CudaArray(a)),
-    "DLPack": lambda: _saxpy_with(lambda a, f: f.DLPackArray(a)),
-    "cuda.InOut hints": lambda: _saxpy_with(lambda a, f: __import__("numba").cuda.InOut(a)),
+ARGUMENT_KINDS = {  # case -> device -> (target, grid/block, args, hosts behind the arrays)
+    "host numpy arrays": lambda d: _saxpy_with(lambda a: a),
+    "numba device arrays": lambda d: _saxpy_with(d.array),
+    "__cuda_array_interface__": lambda d: _saxpy_with(d.foreign_array),
+    "DLPack": lambda d: _saxpy_with(d.dlpack_array),
+    "cuda.InOut hints": lambda d: _saxpy_with(__import__("numba").cuda.InOut),
 }
 
 
 @pytest.mark.parametrize("case", list(ARGUMENT_KINDS))
 def test_arrays_are_packed_in_numbas_abi(launch, case):
     proj, fake = launch
-    target, (grid, block), args, hosts = ARGUMENT_KINDS[case]()
+    target, (grid, block), args, hosts = ARGUMENT_KINDS[case](fake)
     proj.kernel(target)[grid, block](*args)
     packed = fake.launches[-1].args
     assert type(packed[0]) is np.float32 and packed[0] == 2.0
@@ -196,12 +194,12 @@ def test_python_scalars_take_the_declared_type(launch):
 
 
 def test_dynamic_shared_memory_and_2d_strided_arrays(launch):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj, fake = launch
-    x, sums = fakedriver.device_array(_host(16)), fakedriver.device_array(_host(4))
+    x, sums = testing.device_array(_host(16)), testing.device_array(_host(4))
     proj.kernel("lk.kinds:block_sums")[4, 4, 0, 4 * 4](x, sums)
-    assert fake.launches[-1].shmem == 16
+    assert fake.launches[-1].shared_memory == 16
     a = np.zeros((8, 4), np.float32).T  # F-ordered: declared float32[:, :]
     out = np.zeros((4, 8), np.float32)
     proj.kernel("lk.kinds:transpose_add")[(1, 2), [4, 4]](a, out)
@@ -211,12 +209,13 @@ def test_dynamic_shared_memory_and_2d_strided_arrays(launch):
 
 
 def test_a_grid_sync_kernel_launches_cooperatively(launch):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj, fake = launch
-    x = fakedriver.device_array(_host(64))
+    x = testing.device_array(_host(64))
     proj.kernel("lk.kinds:grid_reverse")[2, 32](x, x, x)
-    assert fake.launches[-1].cooperative and fake.launches[-1].kernel.cooperative
+    # (the fake device refuses a cooperative flag the kernel's code does not need)
+    assert fake.launches[-1].cooperative
 
 
 @pytest.mark.parametrize("config, error", [
@@ -237,13 +236,13 @@ def test_a_wrong_launch_configuration_is_refused(launch, config, error):
 
 def test_arguments_are_typed_once_per_kind_and_modules_loaded_once(launch, monkeypatch):
     from kbuild.backend import launcher
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj, fake = launch
     typed = []
     real = launcher.argument_types
     monkeypatch.setattr(launcher, "argument_types", lambda *a: typed.append(1) or real(*a))
-    x = fakedriver.device_array(_host())
+    x = testing.device_array(_host())
     saxpy = proj.kernel("lk.bench:saxpy")
     for _ in range(50):
         saxpy[1, 8](np.float32(1), x, x, x)
@@ -260,22 +259,22 @@ def test_arguments_are_typed_once_per_kind_and_modules_loaded_once(launch, monke
     ((8, 9), "ptx", "sm_80"),      # not declared: the highest below
 ])
 def test_the_device_gets_the_cubin_else_the_highest_ptx_below(built, cc, kind, target):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj = _load(built, on_miss="build")  # PTX is usable: nothing is built
     entries = sorted(p.name for p in (built / "store").rglob("*.json"))
-    with fakedriver.installed(cc, proj.store) as fake:
-        proj.kernel("lk.bench:saxpy")[1, 8](np.float32(1), *[fakedriver.device_array(_host())] * 3)
+    with testing.fake_device(f"sm_{cc[0]}{cc[1]}", proj.store) as fake:
+        proj.kernel("lk.bench:saxpy")[1, 8](np.float32(1), *[testing.device_array(_host())] * 3)
     assert [(k.kind, k.ptx_target) for k in fake.loads] == [(kind, target)]
     assert sorted(p.name for p in (built / "store").rglob("*.json")) == entries
 
 
 def test_a_cooperative_kernels_ptx_is_linked_with_cudadevrt_for_the_device(built):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj = _load(built)
-    with fakedriver.installed((9, 0), proj.store) as fake:
-        x = fakedriver.device_array(_host(64))
+    with testing.fake_device("sm_90", proj.store) as fake:
+        x = testing.device_array(_host(64))
         proj.kernel("lk.kinds:grid_reverse")[2, 32](x, x, x)
     # sm_80's PTX + cudadevrt, linked by nvJitLink into a cubin for sm_90, loaded
     assert [k.kind for k in fake.loads] == ["cubin"]
@@ -283,11 +282,11 @@ def test_a_cooperative_kernels_ptx_is_linked_with_cudadevrt_for_the_device(built
 
 
 def test_a_device_below_every_declared_arch_is_refused_by_name(built):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
     from kbuild.errors import LaunchError
 
     proj = _load(built)
-    with fakedriver.installed((7, 5), proj.store) as fake, pytest.raises(LaunchError) as info:
+    with testing.fake_device("sm_75", proj.store) as fake, pytest.raises(LaunchError) as info:
         proj.kernel("lk.bench:noargs")[1, 1]()
     assert str(info.value) == (
         "kernel 'lk.bench:noargs' void() has no usable artifact for device sm_75: nothing is "
@@ -298,14 +297,14 @@ def test_a_device_below_every_declared_arch_is_refused_by_name(built):
 # -- debug kernels and install() --------------------------------------------------------
 
 def test_a_debug_kernel_reports_a_device_exception_as_numba_does(launch):
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj, fake = launch
-    x = fakedriver.device_array(_host())
+    x = testing.device_array(_host())
     checked = proj.kernel("lk.kinds:checked_store")
     checked[1, 1, _core_stream(0x8000), 0](x, 3)
-    assert fake.launches[-1].stream_handle == 0x8000
-    fake.device_error = 1  # the code numba's exception table gives the IndexError
+    assert fake.launches[-1].stream == 0x8000
+    fake.raise_in_kernel(1)  # the code numba's exception table gives the IndexError
     with pytest.raises(IndexError) as info:
         checked[1, 1](x, 30)
     assert str(info.value).endswith(
@@ -318,7 +317,7 @@ def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch
     from numba.cuda import dispatcher
 
     from kbuild.backend import launcher
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     compiles, packed = [], []
     real = dispatcher.compile_cuda
@@ -327,15 +326,15 @@ def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch
     monkeypatch.setattr(launcher.StoredKernel, "bind",
                         lambda self, kinds: packed.append(kinds) or real_bind(self, kinds))
     proj = _load(built)
-    with fakedriver.installed(cc, proj.store) as fake:
+    with testing.fake_device(f"sm_{cc[0]}{cc[1]}", proj.store) as fake:
         installed = proj.install(["lk.bench:saxpy", "lk.kinds:grid_reverse"])
         from lk import bench, kinds
 
-        x = fakedriver.device_array(_host(64))
+        x = testing.device_array(_host(64))
         bench.saxpy[1, 8, _numba_stream(0x9000), 0](np.float32(1), x, x, x)
         kinds.grid_reverse[2, 32](x, x, x)
     assert len(installed) == 2
-    assert [(l.stream_handle, l.cooperative) for l in fake.launches] == [(0x9000, False),
+    assert [(l.stream, l.cooperative) for l in fake.launches] == [(0x9000, False),
                                                                         (0, True)]
     assert [k.kind for k in fake.loads] == (["cubin", "cubin"] if cc == (8, 0)
                                             else ["ptx", "cubin"])
@@ -397,12 +396,12 @@ def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked, ker
     """sm_80's PTX declares `mul` but the CUDA C code is only in the cubin: on an sm_90
     device the PTX is linked with it again (NVRTC + nvJitLink), not handed to the
     driver, whose JIT fails on an unresolved extern function."""
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     proj = _load(linked)
     launcher = proj.kernel(f"lkfile.ops:{kernel}")
-    with fakedriver.installed((9, 0), proj.store) as fake:
-        launcher[1, 1](fakedriver.device_array(_host()))
+    with testing.fake_device("sm_90", proj.store) as fake:
+        launcher[1, 1](testing.device_array(_host()))
         assert launcher.numba_kernel("void(float32[::1])") is not None  # install()'s path
     assert [k.kind for k in fake.loads] == ["cubin"]
     assert len(fake.launches) == 1
@@ -411,12 +410,12 @@ def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked, ker
 def test_ptx_calling_code_kbuild_cannot_link_is_refused_by_name(linked):
     """A declare_device whose code is an in-memory object: the compile records no file
     and the kernel names no link item, so there is nothing to link the PTX with."""
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
     from kbuild.errors import LaunchError
 
     proj = _load(linked)
-    with fakedriver.installed((9, 0), proj.store) as fake, pytest.raises(LaunchError) as info:
-        proj.kernel("lkfile.ops:from_declaration")[1, 1](fakedriver.device_array(_host()))
+    with testing.fake_device("sm_90", proj.store) as fake, pytest.raises(LaunchError) as info:
+        proj.kernel("lkfile.ops:from_declaration")[1, 1](testing.device_array(_host()))
     assert fake.loads == []
     assert str(info.value) == (
         "kernel 'lkfile.ops:from_declaration' void(float32[::1]): its sm_80 PTX calls "

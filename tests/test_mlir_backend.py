@@ -2,7 +2,7 @@
 
 Builds run the real `kbuild` CLI with the real numba-cuda-mlir compiler (NVVM, nvJitLink)
 on a machine with no GPU and no driver; launches go down to the driver boundary through
-the fake driver (`kbuild/backend/testing/fakedriver.py`), which checks every parameter against
+the fake device (`kbuild.testing.fake_device`), which checks every parameter against
 the stored PTX's `.entry` and every array against numba-cuda-mlir's memref descriptor.
 
 Tests that need the package are skipped with the reason where it is not installed; the
@@ -367,26 +367,25 @@ def test_an_entry_of_one_backend_is_never_taken_for_the_others(built):
 
 @pytest.fixture
 def launching(built, monkeypatch):
-    """(project, fake driver module): the built project loaded in this process."""
-    from kbuild import Project
-    from kbuild.backend.testing import fakedriver
+    """(project, kbuild.testing): the built project loaded in this process."""
+    from kbuild import Project, testing
 
     project, store, _ = built
     monkeypatch.syspath_prepend(str(project))
-    return Project.load(project / "kbuild.toml", store=store, on_miss="error"), fakedriver
+    return Project.load(project / "kbuild.toml", store=store, on_miss="error"), testing
 
 
 @needs_mlir
 def test_launches_pack_numba_cuda_mlir_s_abi_checked_against_the_ptx(launching):
-    proj, fakedriver = launching
+    proj, testing = launching
     x = np.arange(8, dtype=np.float32)
     y, out = np.ones(8, np.float32), np.zeros(8, np.float32)
     m = np.asfortranarray(np.ones((3, 4), np.float32))
-    with fakedriver.installed((9, 0), proj.store) as fake:
+    with testing.fake_device("sm_90", proj.store) as fake:
         proj.kernel("saxpy")[1, 8](np.float32(2), x, y, out)
-        proj.kernel("saxpy")[2, 4](2.0, fakedriver.device_array(np.arange(4.0)[::-1].copy()),
-                                   fakedriver.CudaArray(np.ones(4)),
-                                   fakedriver.DLPackArray(np.zeros(4)))
+        proj.kernel("saxpy")[2, 4](2.0, fake.array(np.arange(4.0)[::-1].copy()),
+                                   fake.foreign_array(np.ones(4)),
+                                   fake.dlpack_array(np.zeros(4)))
         proj.kernel("grid2")[(1, 1), (4, 4)](m, np.complex64(1 + 2j), (np.float32(1), np.float32(2)))
         import pm.k
 
@@ -394,11 +393,11 @@ def test_launches_pack_numba_cuda_mlir_s_abi_checked_against_the_ptx(launching):
         proj.kernel("zero_d")[1, 1](np.zeros((), np.int64), True)
         proj.kernel("gsync")[1, 8](x, out)
     launches = fake.launches
-    assert [l.kernel.abi for l in launches] == [MLIR] * 6
-    assert [l.kernel.kind for l in launches] == ["cubin"] * 6
+    assert [l.abi for l in launches] == [MLIR] * 6
+    assert [l.kind for l in launches] == ["cubin"] * 6
     # saxpy: a float32, then three 1-d memrefs of 5 values (pointer, pointer, 0, size, stride).
     first = launches[0].args
-    assert len(first) == 1 + 3 * 5 and first[1:6] == fakedriver.memref_of(x)
+    assert len(first) == 1 + 3 * 5 and first[1:6] == testing.memref_of(x)
     # grid2: a 2-d F-ordered memref (strides in elements: 1, 3), complex64 as one value,
     # the tuple flattened.
     grid = launches[2].args
@@ -416,9 +415,9 @@ def test_the_fake_driver_refuses_numba_cuda_s_abi_for_its_kernels(launching):
     from kbuild.backend import launcher
     from kbuild.launch import current_arch
 
-    proj, fakedriver = launching
+    proj, testing = launching
     x = np.arange(8, dtype=np.float32)
-    with fakedriver.installed((9, 0), proj.store):
+    with testing.fake_device("sm_90", proj.store):
         kernel = proj.kernel("saxpy")
         ready = kernel.prepare(SAXPY, current_arch(("sm_80", "sm_90")))
         from numba.core import types
@@ -432,14 +431,13 @@ def test_the_fake_driver_refuses_numba_cuda_s_abi_for_its_kernels(launching):
 
 @needs_mlir
 def test_a_device_newer_than_every_build_gets_the_ptx_of_the_highest_arch(built, monkeypatch):
-    from kbuild import Project
-    from kbuild.backend.testing import fakedriver
+    from kbuild import Project, testing
 
     project, store, _ = built
     monkeypatch.syspath_prepend(str(project))
     proj = Project.load(project / "kbuild.toml", store=store, on_miss="error")
     x = np.arange(8, dtype=np.float32)
-    with fakedriver.installed((8, 6), proj.store) as fake:
+    with testing.fake_device("sm_86", proj.store) as fake:
         proj.kernel("saxpy")[1, 8](np.float32(2), x, x, x)
         proj.kernel("gsync")[1, 8](x, x)  # cooperative: its PTX linked with cudadevrt first
     assert [(k.kind, k.ptx_target) for k in fake.loads] == [("ptx", "sm_80"), ("cubin", None)]
@@ -451,12 +449,12 @@ def test_install_hands_the_stored_cubin_to_its_own_dispatcher(launching, monkeyp
     overload; what its C++ launcher asks (`_compile_impl`) is answered without a compile."""
     from numba_cuda_mlir import mlir_compiler
 
-    proj, fakedriver = launching
+    proj, testing = launching
     compiles = []
     real = mlir_compiler.compile_mlir
     monkeypatch.setattr(mlir_compiler, "compile_mlir",
                         lambda *a, **k: compiles.append(1) or real(*a, **k))
-    with fakedriver.installed((9, 0), proj.store):
+    with testing.fake_device("sm_90", proj.store):
         installed = proj.install(["pm.k:saxpy"])
     import pm.k
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    VARIANTS, build, case, copy_tree, kbuild_result, replace, run_kbuild, short,
+    VARIANTS, artifacts, build, case, copy_tree, fresh_checkout, kbuild_result, replace,
+    run_kbuild, short, with_status,
 )
 from spurious_support import check as check_spurious
 from support import shared_dir, template
@@ -100,10 +101,8 @@ CASES = [
 
 def _checkout(where: Path) -> Path:
     """tests/obsproj at where/proj and tests/obsvendor at where/vendor; the project path."""
-    project = where / "proj"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(VENDOR, where / "vendor", ignore=shutil.ignore_patterns("__pycache__"))
-    return project
+    fresh_checkout(VENDOR, where, "vendor")
+    return fresh_checkout(PROJECT, where)
 
 
 def _ported(variant, project: Path) -> Path:
@@ -115,15 +114,6 @@ def _env(project: Path, extra=None) -> dict:
     # its search path.
     return {"PYTHONPATH": str(project.parent / "vendor"),
             "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": str(project / "ob" / "lib"), **(extra or {})}
-
-
-def _artifacts(result: dict) -> dict:
-    return {short(r["target"]): (r["artifacts"].get("ptx"), r["artifacts"].get("cubin"))
-            for r in result["targets"]}
-
-
-def _with_status(result: dict, status: str) -> set:
-    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
 
 
 @pytest.fixture(scope="module", params=VARIANTS[:1], ids=lambda v: v.id)
@@ -159,13 +149,13 @@ def journaled(baseline, variant, tmp_path_factory):
     project = _ported(variant, _checkout(work))
     copy_tree(where / "store", work / "store")
     noop = build(project, work / "store", env_extra=_env(project))
-    assert _with_status(noop, "cached") == variant.supported(TARGETS), noop["mode"]
+    assert with_status(noop, "cached") == variant.supported(TARGETS), noop["mode"]
     kept = tmp_path_factory.mktemp("obs-journaled") / "kept"
     shutil.copytree(work, kept, symlinks=True)
     _restore(work, kept)
     again = build(project, work / "store", env_extra=_env(project))
     assert again["mode"]["used"] == "direct", again["mode"]
-    assert _with_status(again, "cached") == variant.supported(TARGETS)
+    assert with_status(again, "cached") == variant.supported(TARGETS)
     return work, kept
 
 
@@ -190,7 +180,7 @@ def _edited(journaled, variant, the_case) -> Path:
 
 def test_baseline_builds_every_target(baseline, variant):
     _, result = baseline
-    assert _with_status(result, "built") == variant.supported(TARGETS), \
+    assert with_status(result, "built") == variant.supported(TARGETS), \
         [r["error"] for r in result["targets"]]
 
 
@@ -204,17 +194,17 @@ def test_incremental_matches_fresh(baseline, journaled, variant, tmp_path, the_c
     # missed the edit with the bytes from before it, the fault this matrix looks for.
     fresh = build(project, tmp_path / "fresh-store", env_extra=env)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
-    now, clean = _artifacts(incremental), _artifacts(fresh)
-    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    now, clean = artifacts(incremental), artifacts(fresh)
+    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
-    assert _with_status(incremental, "built") == variant.supported(the_case.rebuilt)
+    assert with_status(incremental, "built") == variant.supported(the_case.rebuilt)
     check_spurious(f"observed-{variant.id}", the_case.id, baseline[1], incremental)
     # An edit nobody's compile read changes no key, yet the journal saw a file change.
     assert incremental["mode"]["used"] == "full", incremental["mode"]
     again = build(project, project.parent / "store", env_extra=env)
     assert again["mode"]["used"] == "direct", again["mode"]
-    assert _with_status(again, "cached") == variant.supported(TARGETS) and _artifacts(again) == now
-    changed = {t for t, arts in _artifacts(baseline[1]).items() if arts != clean[t]}
+    assert with_status(again, "cached") == variant.supported(TARGETS) and artifacts(again) == now
+    changed = {t for t, arts in artifacts(baseline[1]).items() if arts != clean[t]}
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
 
 
@@ -248,9 +238,9 @@ def test_two_environments_are_both_kept(baseline, journaled, variant):
         pytest.skip(reason)
     project = _edited(journaled, variant, CASES[-1])
     store = project.parent / "store"
-    assert _with_status(build(project, store, env_extra=_env(project, {"OB_BIAS": "2"})),
+    assert with_status(build(project, store, env_extra=_env(project, {"OB_BIAS": "2"})),
                         "built") == {"k_attr"}
     back = build(project, store, env_extra=_env(project))
-    assert _with_status(back, "built") == set()
-    assert _artifacts(back)["k_attr"] == _artifacts(baseline[1])["k_attr"]
+    assert with_status(back, "built") == set()
+    assert artifacts(back)["k_attr"] == artifacts(baseline[1])["k_attr"]
     assert os.path.isdir(store)

@@ -281,12 +281,11 @@ ZEROCONF_LAUNCH = """
 import sys
 import numpy as np
 import kbuild
-from kbuild.backend import compiler
-from kbuild.backend.testing import fakedriver
-with fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0)):
+from kbuild import testing
+with testing.fake_device("sm_80", record=False) as device:
     session = kbuild.enable(store=sys.argv[1])
     from pkg.k import k
-    k[1, 4](fakedriver.device_array(np.zeros(4, np.float32)))
+    k[1, 4](device.array(np.zeros(4, np.float32)))
     print(dict(session.counts))
 """
 

@@ -10,12 +10,15 @@ fresh build does not make, and the targets rebuilt are the ones the case names.
 
 from __future__ import annotations
 
-import shutil
+import functools
 from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, edits, matrix_baseline, replace, short
+from editmatrix_support import (
+    artifacts, build, case, copy_tree, edits, fresh_checkout, matrix_baseline, replace,
+    with_status,
+)
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "staleproj"
@@ -86,23 +89,11 @@ CASES = [
 ]
 
 
-def _checkout(where: Path) -> Path:
-    project = where / "proj"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
-    return project
+_checkout = functools.partial(fresh_checkout, PROJECT)  # where -> the copy at where/proj
 
 
 def _env(project: Path) -> dict:
     return {"NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": str(project / "sp" / "include")}
-
-
-def _artifacts(result: dict) -> dict:
-    return {short(r["target"]): (r["artifacts"].get("ptx"), r["artifacts"].get("cubin"))
-            for r in result["targets"]}
-
-
-def _with_status(result: dict, status: str) -> set:
-    return {short(r["target"]) for r in result["targets"] if r["status"] == status}
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +103,7 @@ def baseline(tmp_path_factory):
 
 def test_baseline_builds_every_target_and_then_nothing(baseline, tmp_path):
     where, result = baseline
-    assert _with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
+    assert with_status(result, "built") == TARGETS, [r["error"] for r in result["targets"]]
     # What a compile registers itself (an @overload_method's lowering, an @intrinsic's code
     # generator) is never part of what is observed: a process that compiled nothing finds
     # the same, and two worker processes the same as one.
@@ -120,7 +111,7 @@ def test_baseline_builds_every_target_and_then_nothing(baseline, tmp_path):
     for jobs in ("1", "2"):
         again = build(project, copy_tree(where / "store", tmp_path / f"store{jobs}"),
                       "-j", jobs, env_extra=_env(project))
-        assert _with_status(again, "cached") == TARGETS
+        assert with_status(again, "cached") == TARGETS
 
 
 @pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
@@ -132,11 +123,11 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     incremental = build(project, tmp_path / "store", env_extra=_env(project))
     fresh = build(project, tmp_path / "fresh-store", env_extra=_env(project))
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
-    now, clean = _artifacts(incremental), _artifacts(fresh)
-    stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
+    now, clean = artifacts(incremental), artifacts(fresh)
+    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"
-    assert _with_status(incremental, "built") == the_case.rebuilt
-    changed = {t for t, arts in _artifacts(first).items() if arts != clean[t]}
+    assert with_status(incremental, "built") == the_case.rebuilt
+    changed = {t for t, arts in artifacts(first).items() if arts != clean[t]}
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
     if the_case.rebuilt:
         assert changed, "the case changes no compiled code: it proves nothing"

@@ -81,3 +81,46 @@ def test_an_architecture_that_is_none_is_named():
         pass
     assert str(info.value) == ("fake_device: 'ampere' is not an architecture; name one as "
                                "kbuild.toml does, e.g. 'sm_80'")
+
+
+def test_loads_say_how_each_kernel_came_and_hand_back_its_code(project):
+    from kbuild import Project, testing
+
+    proj = Project.load(project / "kbuild.toml", store=project / "store", on_miss="build")
+    with testing.fake_device("sm_80", store=project / "store") as device:
+        x = testing.device_array(np.ones(32, np.float32))
+        proj.kernel("fakedevice_kernels:scale")[1, 32](x, 1.0)
+    (loaded,) = device.loads
+    assert (loaded.entry, loaded.kind, loaded.ptx_target) == (device.loaded[0], "cubin", None)
+    assert loaded.binary[:4] == b"\x7fELF" and loaded.entry.encode() in loaded.binary
+    assert device.launches[0].abi == "numba-cuda" and device.launch_count == 1
+
+
+def test_unrecorded_launches_are_only_counted_and_need_no_stored_abi(project):
+    """record=False: a kernel no store holds (the test above refuses it) launches and is
+    counted; the JIT's compile inside the block is for the device's arch."""
+    from numba import cuda
+
+    from kbuild import testing
+
+    with testing.fake_device("sm_86", record=False) as device:
+        @cuda.jit
+        def fill(x):
+            x[cuda.grid(1)] = 1.0
+
+        fill[1, 8](device.array(np.zeros(8, np.float32)))
+        fill[1, 8](device.array(np.zeros(8, np.float32)))
+        ptx = fill.inspect_asm(next(iter(fill.overloads)))
+    assert device.launch_count == 2 and device.launches == []
+    assert [(loaded.kind, loaded.binary[:4]) for loaded in device.loads] == [("cubin", b"\x7fELF")]
+    assert ".target sm_86" in ptx.splitlines()
+
+
+def test_a_compiler_that_is_none_is_named():
+    from kbuild import testing
+    from kbuild.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info, testing.fake_device("sm_80", compilers=("nvcc",)):
+        pass
+    assert str(info.value) == ("fake_device: no compiler named 'nvcc'; name one of "
+                               "numba-cuda, numba-cuda-mlir")

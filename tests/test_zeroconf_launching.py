@@ -34,21 +34,14 @@ SCRIPT = """\
 import json, sys
 import numpy as np
 import kbuild
-from kbuild.backend import compiler, driver
-from kbuild.backend.testing import fakedriver
+from kbuild import testing
 
 store = sys.argv[1]
 session = kbuild.enable(store=store)
-with fakedriver.installed((8, 0), record=True) as fake, compiler.targeting((8, 0)):
-    load = fake.load_kernel
-    def learning(binary, kind, entry):
-        from kbuild.store.local import Store
-        if entry not in fake.abi:
-            fake.learn_store(Store(store))
-        return load(binary, kind, entry)
-    fake.load_kernel = driver.load_kernel = learning
+# The store's ABI is read again when a kernel compiled in the block is loaded.
+with testing.fake_device("sm_80", store) as fake:
     import kernels as K
-    dev = fakedriver.device_array(np.arange(64, dtype=np.float32))
+    dev = fake.array(np.arange(64, dtype=np.float32))
     host = np.zeros(64, np.float32)
     pts = np.zeros(2, K.POINT)
     K.many[2, 32](dev, host, np.float32(2.0), 3, (1.0, 2.0), pts)
@@ -56,7 +49,7 @@ with fakedriver.installed((8, 0), record=True) as fake, compiler.targeting((8, 0
     K.many[2, 32](dev, host, np.float32(1.0), 5, (0.5, 0.5), pts)
     K.checked[1, 64](dev)
     kinds = sorted(type(k).__name__ for d in (K.many, K.checked) for k in d.overloads.values())
-    print(json.dumps({"launches": [[l.kernel.entry[:20], list(l.grid), list(l.block),
+    print(json.dumps({"launches": [[l.entry[:20], list(l.grid), list(l.block),
                                     len(l.args)] for l in fake.launches],
                       "copies_back": fake.copies_back, "kinds": kinds,
                       "counts": dict(session.counts), "loads": len(fake.loads)}))

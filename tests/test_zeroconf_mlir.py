@@ -5,8 +5,8 @@ processes. Its dispatcher's compile, as its C++ launcher asks for it
 (`MLIRDispatcher._compile_impl`), is answered from kbuild's store: built and stored by
 the first process, taken with no compile by the next, under the key `kbuild build` gives
 the same kernel declared; an edit of the device function builds again. No driver here:
-`nodriver.pinned_target` gives the answer a GPU would (sm_90), and the fake driver
-stands in for the current device.
+`kbuild.testing.fake_device` pins numba-cuda-mlir to the answer a GPU would give (sm_90)
+and stands in for the current device.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ PROGRAM = textwrap.dedent('''
     import json, sys
     import numpy as np
     import kbuild, kbuild.zeroconf
-    from kbuild.backend.testing import fakedriver
+    from kbuild import testing
 
     if sys.argv[2] != "environment":
         kbuild.enable(store=sys.argv[1], on_miss=sys.argv[2])
@@ -52,13 +52,12 @@ PROGRAM = textwrap.dedent('''
     import zk
     session = kbuild.zeroconf.current()
     from numba_cuda_mlir import mlir_compiler
-    from kbuild.backend.mlir.nodriver import pinned_target
 
     compiles = []
     real = mlir_compiler.compile_mlir
     mlir_compiler.compile_mlir = lambda *a, **k: compiles.append(1) or real(*a, **k)
     x = np.arange(8, dtype=np.float32)
-    with fakedriver.installed((9, 0), session.store), pinned_target((9, 0)):
+    with testing.fake_device("sm_90", session.store, compilers=("numba-cuda-mlir",)):
         cubin, entry, cooperative = zk.saxpy._compile_impl([np.float32(2), x, x, x])[:3]
     print(json.dumps({"counts": dict(session.counts), "served": session.served,
                       "entry": entry, "compiles": len(compiles),

@@ -156,10 +156,9 @@ def _launch_program(body: str) -> str:
         warnings.simplefilter("always")
         import numpy as np
         from numba import cuda
-        from kbuild.backend import compiler
-        from kbuild.backend.testing import fakedriver
-        installed = [fakedriver.installed((8, 0), record=False), compiler.targeting((8, 0))]
-        entered = [context.__enter__() for context in installed]
+        from kbuild import testing
+        fake = testing.fake_device("sm_80", record=False)  # kept: closed when collected
+        fake.__enter__()  # for the whole session: a prompt has no block to run in
         import kbuild
         kbuild.enable()
         """) + body
@@ -168,7 +167,7 @@ def _launch_program(body: str) -> str:
 @pytest.mark.parametrize("how", ["python -c", ">>> prompt"])
 def test_a_kernel_with_no_kept_text_falls_back_saying_why_once(tmp_path, how):
     body = ("@cuda.jit\ndef k(x):\n    x[0] = 1.0\n\n"
-            "for _ in range(2): k[1, 1](fakedriver.device_array(np.zeros(4, np.float32)))\n\n")
+            "for _ in range(2): k[1, 1](testing.device_array(np.zeros(4, np.float32)))\n\n")
     program = _launch_program(body)
     env = env_for(tmp_path, KBUILD_STORE=tmp_path / "store")
     if how == "python -c":

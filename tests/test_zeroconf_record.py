@@ -169,16 +169,14 @@ def test_pytest_plugin(root, tmp_path, how):
     (root / "test_app.py").write_text(textwrap.dedent("""\
         import json, os
 
-        from kbuild import zeroconf
-        from kbuild.backend import compiler
-        from kbuild.backend.testing import fakedriver
+        from kbuild import testing, zeroconf
 
 
         def test_launch():
-            with fakedriver.installed((8, 0), record=False) as fake, compiler.targeting((8, 0)):
+            with testing.fake_device("sm_80", record=False) as device:
                 import app
-                app.main(fakedriver.device_array, ("scale",))
-                assert fake.launched == 1
+                app.main(device.array, ("scale",))
+                assert device.launch_count == 1
             with open(os.environ["RESULT"], "w") as fh:
                 json.dump(dict(zeroconf.current().counts), fh)
         """))

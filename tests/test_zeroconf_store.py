@@ -16,9 +16,9 @@ FALLBACK_KERNELS = """\
 import numpy as np
 from numba import cuda
 
-from kbuild.backend.testing import fakedriver
+from kbuild import testing
 
-TABLE = fakedriver.device_array(np.ones(64, np.float32))  # a device pointer: no content
+TABLE = testing.device_array(np.ones(64, np.float32))  # a device pointer: no content
 
 
 @cuda.jit

@@ -1,8 +1,8 @@
 """A small program with lazy kernels, and a harness that runs it in a fresh process.
 
 The program (`app.py` + `app_kernels.py` + `mathlib.py`, the device function in a file
-of its own) launches its kernels under kbuild's fake driver (backend/testing/fakedriver.py: the
-launch path runs for real down to the `cuda.core` call) on an sm_80 "device". The
+of its own) launches its kernels under `kbuild.testing.fake_device` (the launch path runs for real
+down to the `cuda.core` call) on an sm_80 "device". The
 harness counts what a run compiled: NVVM compiles (`nvvm.compile_ir`) and links (numba's
 `_Linker.complete`, cuda.core's `Linker.link` and nvJitLink's own `complete`), and records the
 digest of every binary the driver was handed. Modes: `kbuild` (`kbuild.enable()` first),
@@ -94,7 +94,7 @@ HARNESS = """\
 import json, os, sys, warnings
 sys.path.insert(0, os.getcwd())
 mode, which = sys.argv[1], sys.argv[2].split(",")
-report = {"nvvm": 0, "links": 0, "loads": [], "launches": 0}
+report = {"nvvm": 0, "links": 0, "launches": 0}
 
 import numba.cuda.cudadrv.nvvm as _nvvm
 _compile_ir = _nvvm.compile_ir
@@ -121,22 +121,13 @@ def _counted_nvjitlink(*a, **k):
     return _nvjitlink_complete(*a, **k)
 _nvjitlink.complete = _counted_nvjitlink
 
-from kbuild.backend import compiler
-from kbuild.backend.testing import fakedriver
+from kbuild import testing
 from kbuild.keying.encode import digest
 
-_cc = tuple(json.loads(os.environ.get("HARNESS_CC", "[8, 0]")))  # the fake device's
-with fakedriver.installed(_cc, record=False) as fake, compiler.targeting(_cc):
-    _load = fake.load_kernel
-    def _loading(binary, kind, entry):
-        data = binary.encode() if isinstance(binary, str) else bytes(binary)
-        report["loads"].append([entry, kind, digest(data)])
-        return _load(binary, kind, entry)
-    fake.load_kernel = _loading
-    from kbuild.backend import driver as _kbuild_driver
-    _kbuild_driver.load_kernel = _loading  # kbuild's own launcher loads through this
+_arch = "sm_%d%d" % tuple(json.loads(os.environ.get("HARNESS_CC", "[8, 0]")))  # the device's
+with testing.fake_device(_arch, record=False) as fake:
     # numba binds a kernel it compiled to the context (making its cubin) before its
-    # cache=True saves it, as on a GPU; `targeting` makes bind a no-op: make it load.
+    # cache=True saves it, as on a GPU; pinning the arch makes bind a no-op: make it load.
     from numba.cuda import dispatcher as _dispatcher
     _dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
     session = None
@@ -149,8 +140,9 @@ with fakedriver.installed(_cc, record=False) as fake, compiler.targeting(_cc):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         import app
-        app.main(fakedriver.device_array, which)
-    report["launches"] = fake.launched
+        app.main(fake.array, which)
+    report["launches"] = fake.launch_count
+    report["loads"] = [[l.entry, l.kind, digest(l.binary)] for l in fake.loads]
     report["warnings"] = [str(w.message) for w in caught
                           if "kbuild" in str(w.message)]
     if session is not None:

@@ -23,7 +23,6 @@ from .values import canonical, cannot_key
 # 3.12 on (and an annotation scope a global with LOAD_FROM_DICT_OR_GLOBALS).
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
 _CELL_LOADS = frozenset({"LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_FROM_DICT_OR_DEREF"})
-_LOAD_NAME_OPS = _GLOBAL_LOADS | _CELL_LOADS
 _LOAD_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 
 
@@ -121,16 +120,8 @@ def code_names(code) -> set[tuple[str, ...]]:
     """Dotted names read by bytecode (a function without source): `helpers.typed` is
     followed through the module like in source, not keyed as the bare module."""
     names = set((n,) for n in code.co_freevars)
-    chain = None
-    for ins in instructions(code):
-        if ins[OPNAME] in _LOAD_NAME_OPS:
-            chain = (ins[ARGVAL],)
-        elif ins[OPNAME] in _LOAD_ATTR_OPS and chain is not None:
-            chain += (ins[ARGVAL],)
-        else:
-            chain = None
-            continue
-        names.add(chain)
+    for chain, *_ in _chain_loads(instructions(code)):
+        names.update(chain[:end] for end in range(1, len(chain) + 1))
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
             names |= code_names(const)
@@ -145,26 +136,45 @@ def bytecode_chains(code) -> set[tuple[str, ...]]:
             if chain[1] == "g" or chain[0] in closure}
 
 
-@lru_cache(maxsize=None)
-def _bytecode_loads(code) -> frozenset:
-    """(name, "g" | "d", attribute...) for every global or cell load chain in `code`, each
-    as far as it goes (`a.b.c` gives only that, as the source's attribute chain does)."""
-    found = set()
-    chain = None
-    for ins in instructions(code):
-        name = ins[OPNAME]
+_END = (None,) * 6  # stands after the last instruction: what consumes a chain loaded last
+
+
+def _chain_loads(ins: tuple):
+    """Each global or cell load chain in the instructions `ins` (of one code object, not
+    the code nested in it), in order, as far as it goes (`a.b.c` gives only that, as the
+    source's attribute chain does): (chain, "g" for a global | "d" for a cell, the index
+    of its first load, its last load, the instruction that consumes it (`_END` after the
+    last)). A chain is a load of a name, then every LOAD_ATTR / LOAD_METHOD on it."""
+    chain = kind = start = last = None
+    for index, one in enumerate(ins + (_END,)):
+        name = one[OPNAME]
         if name in _LOAD_ATTR_OPS and chain is not None:
-            chain += (ins[ARGVAL],)
+            chain, last = chain + (one[ARGVAL],), one
             continue
         if chain is not None:
-            found.add(chain)
+            yield chain, kind, start, last, one
         chain = None
-        if name in _GLOBAL_LOADS:
-            chain = (ins[ARGVAL], "g")
-        elif name in _CELL_LOADS:
-            chain = (ins[ARGVAL], "d")
-    if chain is not None:
-        found.add(chain)
+        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
+            kind = "g" if name in _GLOBAL_LOADS else "d"
+            chain, start, last = (one[ARGVAL],), index, one
+
+
+def _plain(load) -> bool:
+    """A load of the value alone: "NULL + name" or a method load pushes a call's parts."""
+    return load[ARGREPR] == load[ARGVAL]
+
+
+def _nested_chains(code) -> set:
+    """The chains (as `bytecode_chains` gives them) of the code nested in `code`."""
+    return {(c[0],) + c[2:] for const in code.co_consts if isinstance(const, pytypes.CodeType)
+            for c in _bytecode_loads(const)}
+
+
+@lru_cache(maxsize=None)
+def _bytecode_loads(code) -> frozenset:
+    """(name, "g" | "d", attribute...) for every global or cell load chain in `code` and
+    the code nested in it (see `_chain_loads`)."""
+    found = {(chain[0], kind) + chain[1:] for chain, kind, *_ in _chain_loads(instructions(code))}
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
             found |= _bytecode_loads(const)
@@ -414,20 +424,9 @@ def pruned_chains(code, scope: dict, closure: dict | None = None) -> frozenset:
     reached = _reachable(ins, decided)
     if reached is None:
         return frozenset()
-    live, dead, chain, start = set(), set(), None, 0
-    for index, one in enumerate(ins + ((None, None, None, None, None, None),)):
-        name = one[OPNAME]
-        if name in _LOAD_ATTR_OPS and chain is not None:
-            chain += (one[ARGVAL],)
-            continue
-        if chain is not None:
-            (live if start in reached else dead).add(chain)
-        chain = None
-        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
-            chain, start = (one[ARGVAL],), index
-    for const in code.co_consts:
-        if isinstance(const, pytypes.CodeType):
-            live |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    live, dead = _nested_chains(code), set()
+    for chain, _, start, _, _ in _chain_loads(ins):
+        (live if start in reached else dead).add(chain)
     return frozenset(dead - live)
 
 
@@ -543,26 +542,11 @@ def discarded_chains(code) -> frozenset:
     for one in ins:
         if one[OPNAME] in _LOCAL_LOADS or one[OPNAME] == "STORE_FAST_LOAD_FAST":
             read.update(one[ARGVAL] if isinstance(one[ARGVAL], tuple) else (one[ARGVAL],))
-    kept, thrown, chain, last = set(), set(), None, None
-    for one in ins + ((None, None, None, None, None, None),):
-        name = one[OPNAME]
-        if name in _LOAD_ATTR_OPS and chain is not None:
-            chain, last = chain + (one[ARGVAL],), one
-            continue
-        if chain is not None:
-            # The plain form only: "NULL + name" or a method load pushes a call's parts.
-            plain = last[ARGREPR] == last[ARGVAL]
-            if plain and (name == "POP_TOP" or (name == "STORE_FAST"
-                                                and one[ARGVAL] not in read)):
-                thrown.add(chain)
-            else:
-                kept.add(chain)
-        chain = None
-        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
-            chain, last = (one[ARGVAL],), one
-    for const in code.co_consts:
-        if isinstance(const, pytypes.CodeType):
-            kept |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    kept, thrown = _nested_chains(code), set()
+    for chain, _, _, last, then in _chain_loads(ins):
+        dropped = then[OPNAME] == "POP_TOP" or (then[OPNAME] == "STORE_FAST"
+                                                and then[ARGVAL] not in read)
+        (thrown if _plain(last) and dropped else kept).add(chain)
     return frozenset(thrown - kept)
 
 
@@ -579,21 +563,7 @@ def returned_globals(code) -> frozenset:
     ins = instructions(code)
     if _INTROSPECTION & set(code.co_names):
         return frozenset()
-    kept, returned, chain, last = set(), set(), None, None
-    for one in ins + ((None, None, None, None, None, None),):
-        name = one[OPNAME]
-        if name in _LOAD_ATTR_OPS and chain is not None:
-            chain, last = chain + (one[ARGVAL],), one
-            continue
-        if chain is not None:
-            if last[ARGREPR] == last[ARGVAL] and name == "RETURN_VALUE":
-                returned.add(chain)
-            else:
-                kept.add(chain)
-        chain = None
-        if name in _GLOBAL_LOADS or name in _CELL_LOADS:
-            chain, last = (one[ARGVAL],), one
-    for const in code.co_consts:
-        if isinstance(const, pytypes.CodeType):
-            kept |= {(c[0],) + c[2:] for c in _bytecode_loads(const)}
+    kept, returned = _nested_chains(code), set()
+    for chain, _, _, last, then in _chain_loads(ins):
+        (returned if _plain(last) and then[OPNAME] == "RETURN_VALUE" else kept).add(chain)
     return frozenset(returned - kept)

@@ -20,9 +20,9 @@ fakes that check what they are handed the way the real calls would, and record i
   strides counted in elements; a numba-cuda kernel never gets one.
 
 "Device" memory is host memory: a host array's copy to the device is the array
-itself, and its copy back is recorded. Its public face is `kbuild.testing` (a
-fake device for users' tests); also used by kbuild's tests and `benchmarks/launch.py
---fake-driver`; never by the product itself.
+itself, and its copy back is recorded. Its only door is `kbuild.testing` (a fake
+device for users' tests, and for kbuild's own tests and benchmarks:
+tests/test_architecture.py keeps them on it); never used by the product itself.
 """
 
 from __future__ import annotations
