@@ -110,3 +110,61 @@ def test_a_module_shadowing_a_preimported_one_runs_for_real(probe, tmp_path):
     (tmp_path / "lib" / "numpy.py").write_text("")
     reason = zygote._client().refusal([sys.executable, "probe.py"], str(probe), _env(tmp_path))
     assert reason is not None and "holds a module" in reason
+
+
+KERNELS = """\
+from numba import cuda
+
+
+@cuda.jit
+def scale(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] *= 2
+"""
+
+TOML = """\
+[project]
+name = "zy"
+paths = ["."]
+arch = ["sm_80"]
+
+[kernels."zk:scale"]
+signatures = ["void(float32[::1])"]
+"""
+
+
+def _journal_inputs(store) -> dict:
+    (path,) = (store / "v1" / "journal").glob("*.json")
+    return json.loads(path.read_text().split("\n", 1)[1])["inputs"]
+
+
+def test_a_served_build_journals_what_a_fresh_process_does(tmp_path):
+    """Direct mode journals a run only when no numba was imported before it started, and
+    journals what it read: a served build writes the journal a fresh process writes, but
+    for the reads made while the zygote imported numba's dependencies (environment
+    variables that a served request must have as the zygote has them, and the import
+    system's listings of the interpreter's own folders)."""
+    from support import kbuild_argv, kbuild_env
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "zk.py").write_text(KERNELS)
+    (project / "kbuild.toml").write_text(TOML)
+    env = kbuild_env(tmp_path / "home", bytecode=False)
+    served = zygote.run(kbuild_argv("build", "--store", tmp_path / "served"), cwd=project,
+                        env=env, timeout=300)
+    real = subprocess.run(kbuild_argv("build", "--store", tmp_path / "real"), cwd=project,
+                          env=env, capture_output=True, timeout=300)
+    assert served.returncode == real.returncode == 0, served.stderr + real.stderr
+    mine, theirs = _journal_inputs(tmp_path / "served"), _journal_inputs(tmp_path / "real")
+    for part in ("files", "absent", "cwd", "sys_path", "meta_path", "path_hooks", "python",
+                 "watched"):
+        assert mine[part] == theirs[part], part
+    assert mine["env"].items() <= theirs["env"].items()
+    read_by_preimports = set(theirs["env"]) - set(mine["env"])
+    assert not [name for name in read_by_preimports if zygote._after_start(name)]
+    ours = {k: v[5:] for k, v in mine["dirs"].items() if k.startswith("@")}
+    assert ours == {k: v[5:] for k, v in theirs["dirs"].items() if k.startswith("@")}
+    interpreter = (sys.prefix, sys.base_prefix)
+    assert all(k.startswith(interpreter) for k in set(theirs["dirs"]) ^ set(mine["dirs"]))

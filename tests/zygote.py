@@ -172,11 +172,23 @@ def _child(request: dict, fds, zygote_path: list) -> None:
     sys.path[:] = [path0] + [os.path.abspath(p) for p in extra] + zygote_path
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
+    _as_started()
     random.seed()
     if "numpy.random" in sys.modules:
         sys.modules["numpy.random"].seed()
     code = _run(request)
     os._exit(_finish(code))
+
+
+def _as_started() -> None:
+    """What the interpreter's start-up computed from the zygote's environment, computed
+    again from the child's: the user's site folders (HOME), sysconfig's variables."""
+    import site
+    import sysconfig
+
+    site.USER_BASE = site.USER_SITE = None
+    site.getusersitepackages()
+    sysconfig._CONFIG_VARS = None
 
 
 def _run(request: dict):
@@ -188,6 +200,8 @@ def _run(request: dict):
     # A fresh `__main__`, run in as the interpreter runs `-m MODULE` or a script.
     main = sys.modules["__main__"] = types.ModuleType("__main__")
     main.__builtins__ = __builtins__
+    if "__mp_main__" in sys.modules:  # multiprocessing's alias of __main__
+        sys.modules["__mp_main__"] = main
     sys.argv = [request["main"], *request["args"]]
     try:
         if request["kind"] == "module":
@@ -251,6 +265,8 @@ class _Client:
         import subprocess
         import threading
 
+        import atexit
+
         ours, theirs = socket.socketpair()
         self.env = {k: v for k, v in os.environ.items() if not _after_start(k) or k == "HOME"}
         self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())],
@@ -260,10 +276,22 @@ class _Client:
         theirs.close()
         self.sock, self.lock, self.pid = ours, threading.Lock(), os.getpid()
         hello, _ = _receive(self.sock)
+        atexit.register(self.close)
         self.top = frozenset(hello["top"])
         self.path = hello["path"]
         # HOME places the user's site-packages on the path when it is enabled
         self.start_names = {"HOME"} if hello["user_site"] else set()
+
+    def close(self) -> None:
+        """End the zygote (it exits when its socket closes) and reap it, so that its CPU
+        time counts in this process's children's."""
+        if self.pid == os.getpid():
+            self.sock.close()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - a zygote that hangs is killed
+                self.proc.kill()
+                self.proc.wait()
 
     def refusal(self, argv, cwd, env) -> str | None:
         """Why this request needs a real process (None: the zygote can run it)."""
