@@ -131,6 +131,8 @@ def serve(fd: int) -> None:
     _preimport()
     sock = socket.socket(fileno=fd)
     zygote_path = list(sys.path)
+    for stream in (sys.stdout, sys.stderr):  # nothing of the imports' reaches a child
+        stream.flush()
     import site
 
     _message(sock, {"top": sorted({m.split(".")[0] for m in sys.modules}), "path": zygote_path,
