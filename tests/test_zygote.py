@@ -13,7 +13,7 @@ import pytest
 import zygote
 
 PROBE = r"""
-import atexit, json, os, sys, threading
+import atexit, json, os, signal, sys, threading
 def report():
     main = sys.modules["__main__"]
     print(json.dumps({
@@ -25,6 +25,10 @@ def report():
                     (sys.stdin, sys.stdout, sys.stderr)],
         "numba": [m for m in sys.modules if m == "numba" or m.startswith("numba.")],
         "kbuild": [m for m in sys.modules if m.split(".")[0] == "kbuild"],
+        "signals": [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM,
+                                                       signal.SIGPIPE, signal.SIGCHLD)],
+        "blocked": sorted(map(int, signal.pthread_sigmask(signal.SIG_BLOCK, []))),
+        "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
     }, sort_keys=True))
 what = sys.argv[1] if len(sys.argv) > 1 else "report"
 atexit.register(lambda: sys.stderr.write("atexit ran\n"))
