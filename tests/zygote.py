@@ -390,6 +390,14 @@ def _client():
     return _CLIENT[0]
 
 
+def _log(what: str) -> None:
+    """One line per request to KBUILD_TEST_ZYGOTE_LOG (when set): how many were served."""
+    where = os.environ.get("KBUILD_TEST_ZYGOTE_LOG")
+    if where:
+        with open(where, "a") as fh:
+            fh.write(what.split(":")[0] + "\n")
+
+
 def run(argv, *, cwd, env, timeout=None, text=False, **popen):
     """`subprocess.run(argv, cwd=, env=, capture_output=True, timeout=)`, the process forked
     from this worker's zygote where it can be (see the module's docstring), a real one
@@ -410,8 +418,10 @@ def run(argv, *, cwd, env, timeout=None, text=False, **popen):
             done.stdout, done.stderr = (
                 data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
                 for data in (done.stdout, done.stderr))
+        _log("served")
         return done
     REFUSED[reason] = REFUSED.get(reason, 0) + 1
+    _log(reason)
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=timeout,
                           text=text, **popen)
 
