@@ -36,7 +36,7 @@ Why a child is the process a test asked for:
 
 Tests of a fresh process itself (start-up, imports counted, `python -c`, interpreter
 flags) never come here: `python -c` and options are always real. KBUILD_TEST_NO_ZYGOTE=1
-runs every process for real.
+runs every process for real (test_zygote.py still checks the zygote itself).
 """
 
 from __future__ import annotations
@@ -377,8 +377,6 @@ REFUSED: dict = {}  # why requests ran as real processes: reason -> count (for d
 
 
 def _client():
-    if os.environ.get(OFF, "") not in ("", "0"):
-        return None
     if _CLIENT and _CLIENT[0] is not None and (_CLIENT[0].pid != os.getpid()
                                                or _CLIENT[0].proc.poll() is not None):
         _CLIENT.clear()  # a forked pytest process, or the zygote died: start another
@@ -406,7 +404,8 @@ def run(argv, *, cwd, env, timeout=None, text=False, **popen):
 
     argv = [str(a) for a in argv]
     env = {str(k): str(v) for k, v in env.items()}
-    client = _client() if not popen else None
+    off = os.environ.get(OFF, "") not in ("", "0")
+    client = _client() if not (popen or off) else None
     reason = "off" if client is None else client.refusal(argv, str(cwd), env)
     if reason is None:
         with client.lock:
