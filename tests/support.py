@@ -16,7 +16,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+import zygote
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,10 +86,14 @@ def kbuild_argv(*args, launcher=("-m", "kbuild")) -> list[str]:
 
 def run(*args, cwd, home, env=None, store=None, timeout=300, launcher=("-m", "kbuild"),
         bytecode: bool = True, **popen) -> Result:
-    """Run kbuild (or `launcher`) with `args` in `cwd`; see `kbuild_env` for the rest."""
-    proc = subprocess.run(kbuild_argv(*args, launcher=launcher), cwd=str(cwd),
-                          env=kbuild_env(home, store=store, env=env, bytecode=bytecode),
-                          capture_output=True, timeout=timeout, **popen)
+    """Run kbuild (or `launcher`) with `args` in `cwd`; see `kbuild_env` for the rest.
+
+    A fresh process's behaviour, forked from this worker's zygote where it can be
+    (`zygote.run`: `-m kbuild` and scripts; `-c`, interpreter options and Popen
+    arguments run a real process)."""
+    proc = zygote.run(kbuild_argv(*args, launcher=launcher), cwd=str(cwd),
+                      env=kbuild_env(home, store=store, env=env, bytecode=bytecode),
+                      timeout=timeout, **popen)
     stdout = proc.stdout.decode("utf-8", "replace")
     parsed = json.loads(stdout) if "--json" in map(str, args) and proc.stdout.strip() else None
     return Result(proc.returncode, stdout, proc.stderr.decode("utf-8", "replace"), parsed,

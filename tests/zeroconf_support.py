@@ -19,6 +19,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import zygote
+
 REPO = Path(__file__).resolve().parents[1]
 
 MATHLIB = """\
@@ -189,8 +191,8 @@ def run(root: Path, mode: str, which=("scale", "shift"), *, enable=None, env=Non
     environment = env_for(root, **(env or {}))
     if enable is not None:
         environment["HARNESS_ENABLE"] = json.dumps(enable)
-    done = subprocess.run([sys.executable, "_harness.py", mode, ",".join(which)], cwd=root,
-                          env=environment, capture_output=True, text=True, timeout=600)
+    done = zygote.run([sys.executable, "_harness.py", mode, ",".join(which)], cwd=root,
+                      env=environment, text=True, timeout=600)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
@@ -201,9 +203,8 @@ def run(root: Path, mode: str, which=("scale", "shift"), *, enable=None, env=Non
 
 
 def kbuild(root: Path, *args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kbuild", *args], cwd=root,
-                          env=env_for(root, **(env or {})), capture_output=True, text=True,
-                          timeout=600)
+    return zygote.run([sys.executable, "-m", "kbuild", *args], cwd=root,
+                      env=env_for(root, **(env or {})), text=True, timeout=600)
 
 
 def declare(root: Path, kernels: dict, arch: str = "sm_80", extra: str = "") -> None:
