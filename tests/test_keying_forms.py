@@ -372,6 +372,31 @@ def test_edit_numba_does_not_compile_keeps_the_key(tmp_path, case):
     assert first[0] == second[0]
 
 
+_TABLE = ("import numpy as np\nfrom numba import cuda\n"
+          "BASE = np.arange(12, dtype=np.float32).reshape(3, 4)\nT = {table}\n\n"
+          + _kernel("i = cuda.grid(1)\n    x[0] = T[i % 3, i % 2]"))
+# One table of values in each memory layout numba types a frozen array by (C, F, A).
+_TABLE_LAYOUTS = {"C": "np.ascontiguousarray(BASE[:, ::2])",
+                  "F": "np.asfortranarray(BASE[:, ::2])",
+                  "A": "BASE[:, ::2]",
+                  "A-reversed": "np.ascontiguousarray(BASE[::-1, ::2])[::-1]"}
+
+
+def test_a_global_array_is_keyed_by_the_layout_numba_compiles_it_in(tmp_path):
+    """Equal values, other layout: numba types the constant C, F or A and embeds its bytes
+    in that order, so each compiles to other code and must have a key of its own (a
+    Fortran copy or a strided view of a table once served the C table's binary)."""
+    made = dict(zip(_TABLE_LAYOUTS, _keys(tmp_path, [_TABLE.format(table=t)
+                                                     for t in _TABLE_LAYOUTS.values()],
+                                          compile=True)))
+    for one, two in itertools.combinations(("C", "F", "A"), 2):
+        assert made[one][1:] != made[two][1:], f"{one} and {two} compile alike: no proof"
+        assert made[one][0] != made[two][0], f"{one} and {two} share a key"
+    # A negative-strided view is copied into a contiguous constant: numba compiles it as
+    # any other A-layout table of these values.
+    assert made["A-reversed"] == made["A"]
+
+
 def test_set_order_does_not_change_the_key(tmp_path):
     """Sets are keyed by sorted content, whatever order the process iterates them in."""
     sets = ("{'contract', 'arcp', 'nsz', 'afn'}", "{'afn', 'nsz', 'arcp', 'contract'}")

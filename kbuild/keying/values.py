@@ -105,7 +105,19 @@ def _array(arr: np.ndarray):
     if arr.dtype.hasobject:
         raise Unencodable(arr)
     data = np.ascontiguousarray(arr).tobytes()
-    return ("ndarray", dtype_canonical(arr.dtype), tuple(arr.shape), data)
+    form = ("ndarray", dtype_canonical(arr.dtype), tuple(arr.shape), data)
+    # numba types a frozen array by its memory layout as well as its values (`map_layout`:
+    # C, F, else A) and embeds its bytes in that order: one table as a Fortran copy or a
+    # strided view compiles to other code. C, by far the common case, adds nothing, so
+    # the keys of C arrays stay what they were.
+    layout = _numba_layout(arr)
+    return form if layout == "C" else form + (("layout", layout),)
+
+
+def _numba_layout(arr: np.ndarray) -> str:
+    """The layout numba's typeof gives `arr` (numba's `numpy_support.map_layout`)."""
+    flags = arr.flags
+    return "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
 
 
 def dtype_canonical(dt: np.dtype):
@@ -163,11 +175,12 @@ def summary(value) -> str:
         return text if len(text) <= 40 else text[:37] + "..."
     if isinstance(value, np.ndarray):
         shape = "x".join(str(n) for n in value.shape) or "0-d"
+        layout = "" if _numba_layout(value) == "C" else f" ({_numba_layout(value)} layout)"
         if value.size <= _SHOWN_ITEMS and value.dtype.fields is None:
             # Small tables are shown whole, so an edit reads as old -> new values.
             items = ", ".join(repr(v) for v in value.ravel().tolist())
-            return f"array {value.dtype}[{shape}] [{items}]"
-        return f"array {value.dtype}[{shape}] #{digest_of(canonical(value))[:8]}"
+            return f"array {value.dtype}[{shape}] [{items}]{layout}"
+        return f"array {value.dtype}[{shape}] #{digest_of(canonical(value))[:8]}{layout}"
     if isinstance(value, np.generic):
         return f"{value.dtype} {value.item()!r}"
     if isinstance(value, np.dtype):
