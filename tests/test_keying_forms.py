@@ -397,6 +397,21 @@ def test_a_global_array_is_keyed_by_the_layout_numba_compiles_it_in(tmp_path):
     assert made["A-reversed"] == made["A"]
 
 
+_TITLED = ("import numpy as np\nfrom numba import cuda\n"
+           "REC = np.dtype([(('{one}', 'x'), np.float32), (('{two}', 'y'), np.float32)])\n\n"
+           + _kernel("a = cuda.local.array(1, REC)\n    a[0].x = x[0]\n    a[0].y = x[1]\n"
+                     "    x[2] = a[0].a"))
+
+
+def test_a_record_dtype_is_keyed_by_its_field_titles(tmp_path):
+    """A title is a second name of a field that numba types (`a[0].a` reads the field
+    titled `a`): two fields trading titles compile to other code (they once shared a key)."""
+    first, second = _keys(tmp_path, [_TITLED.format(one="a", two="b"),
+                                     _TITLED.format(one="b", two="a")], compile=True)
+    assert first[1:] != second[1:], "both compile alike: no proof"
+    assert first[0] != second[0]
+
+
 def test_set_order_does_not_change_the_key(tmp_path):
     """Sets are keyed by sorted content, whatever order the process iterates them in."""
     sets = ("{'contract', 'arcp', 'nsz', 'afn'}", "{'afn', 'nsz', 'arcp', 'contract'}")

@@ -123,13 +123,19 @@ def _numba_layout(arr: np.ndarray) -> str:
 def dtype_canonical(dt: np.dtype):
     """A numpy dtype by layout: fields with offsets, itemsize and alignment flag."""
     if dt.fields is not None:
-        fields = tuple((name, dtype_canonical(dt.fields[name][0]), dt.fields[name][1])
-                       for name in dt.names)
+        fields = tuple(_field_canonical(name, *dt.fields[name]) for name in dt.names)
         return ("record-dtype", fields, dt.itemsize, dt.alignment, bool(dt.isalignedstruct))
     if dt.subdtype is not None:
         base, shape = dt.subdtype
         return ("subarray-dtype", dtype_canonical(base), tuple(shape))
     return ("dtype", dt.str)
+
+
+def _field_canonical(name: str, dtype: np.dtype, offset: int, title=None) -> tuple:
+    # A field's title is a second name numba types it by (`rec.title` reads that field):
+    # keyed when there is one, so untitled fields keep the keys they had.
+    form = (name, dtype_canonical(dtype), offset)
+    return form if title is None else form + (("title", canonical(title)),)
 
 
 def type_canonical(t):
