@@ -412,6 +412,34 @@ def test_a_record_dtype_is_keyed_by_its_field_titles(tmp_path):
     assert first[0] != second[0]
 
 
+_MODE = ("import enum\nfrom numba import cuda\n\n\nclass Mode({base}):\n    FAST = 1\n"
+         "    SLOW = 2\n\n\n" + _kernel("x[0] = 1.0 if Mode.FAST == 1 else 2.0"))
+
+
+def test_an_enum_member_is_keyed_by_how_numba_types_its_class(tmp_path):
+    """numba types an IntEnum's members as integers and any other enum's as opaque members:
+    `Mode.FAST == 1` compiles for the one and not for the other, so the two never share a
+    key (they did: a kernel whose enum stopped being an IntEnum was served its old binary)."""
+    from kbuild.backend.compiler import compile_kernel
+
+    as_int, plain = _keys(tmp_path, [_MODE.format(base="enum.IntEnum"),
+                                     _MODE.format(base="enum.Enum")])
+    assert as_int != plain
+    module = load_module(_write_module(tmp_path, _MODE.format(base="enum.Enum")), "kbuild_mode")
+    try:
+        with pytest.raises(numba.core.errors.TypingError):
+            compile_kernel(module.k, [F32], (8, 0))
+    finally:
+        sys.modules.pop("kbuild_mode", None)
+
+
+def _write_module(tmp_path, source: str):
+    path = tmp_path / "mode" / "kbuild_mode.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return path
+
+
 def test_set_order_does_not_change_the_key(tmp_path):
     """Sets are keyed by sorted content, whatever order the process iterates them in."""
     sets = ("{'contract', 'arcp', 'nsz', 'afn'}", "{'afn', 'nsz', 'arcp', 'contract'}")

@@ -61,7 +61,8 @@ def add_type_vocabulary(types_module) -> None:
 def canonical(value):
     """A content-only, encodable form of `value`, or `Unencodable`."""
     if isinstance(value, enum.Enum):
-        return ("enum", _qualified(type(value)), value.name, canonical(value.value))
+        return ("enum", _qualified(type(value)), value.name, canonical(value.value)) \
+            + _enum_typing(type(value))
     if isinstance(value, _PRIMITIVES):
         return value
     if isinstance(value, tuple):
@@ -86,7 +87,8 @@ def canonical(value):
         return type_canonical(value)
     if isinstance(value, type) and issubclass(value, enum.Enum):
         return ("enumclass", _qualified(value),
-                tuple((m.name, canonical(m.value)) for m in value.__members__.values()))
+                tuple((m.name, canonical(m.value)) for m in value.__members__.values())) \
+            + _enum_typing(value)
     if isinstance(value, pytypes.ModuleType):
         return ("module", value.__name__)
     raise Unencodable(value)
@@ -95,6 +97,14 @@ def canonical(value):
 def _sorted_encoded(items) -> tuple:
     """Canonical items in the order of their encodings (never hash or insertion order)."""
     return tuple(sorted(items, key=encode))
+
+
+def _enum_typing(cls) -> tuple:
+    """How numba types members of the enum class `cls`: an `IntEnum`'s as integers
+    (`IntEnumMember`: `Mode.FAST == 1`, arithmetic), any other's as opaque members
+    (`EnumMember`), so turning one into the other changes what compiles. `IntEnum`s add
+    nothing, so their keys stay what they were."""
+    return () if issubclass(cls, enum.IntEnum) else (("enum-kind", "Enum"),)
 
 
 def _qualified(obj) -> str:
@@ -153,7 +163,8 @@ def type_canonical(t):
         return ("namedtuple-type", _qualified(t.instance_class),
                 tuple(t.fields), tuple(type_canonical(x) for x in t.types))
     if isinstance(t, _type_classes("EnumMember")):
-        return ("enum-type", _qualified(t.instance_class), type_canonical(t.dtype))
+        return ("enum-type", _qualified(t.instance_class), type_canonical(t.dtype)) \
+            + _enum_typing(t.instance_class)
     if isinstance(t, _type_classes("NumberClass")):
         return ("number-class", type_canonical(t.instance_type))
     if _ADDRESS.search(t.name):
