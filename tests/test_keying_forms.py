@@ -372,6 +372,74 @@ def test_edit_numba_does_not_compile_keeps_the_key(tmp_path, case):
     assert first[0] == second[0]
 
 
+_TABLE = ("import numpy as np\nfrom numba import cuda\n"
+          "BASE = np.arange(12, dtype=np.float32).reshape(3, 4)\nT = {table}\n\n"
+          + _kernel("i = cuda.grid(1)\n    x[0] = T[i % 3, i % 2]"))
+# One table of values in each memory layout numba types a frozen array by (C, F, A).
+_TABLE_LAYOUTS = {"C": "np.ascontiguousarray(BASE[:, ::2])",
+                  "F": "np.asfortranarray(BASE[:, ::2])",
+                  "A": "BASE[:, ::2]",
+                  "A-reversed": "np.ascontiguousarray(BASE[::-1, ::2])[::-1]"}
+
+
+def test_a_global_array_is_keyed_by_the_layout_numba_compiles_it_in(tmp_path):
+    """Equal values, other layout: numba types the constant C, F or A and embeds its bytes
+    in that order, so each compiles to other code and must have a key of its own (a
+    Fortran copy or a strided view of a table once served the C table's binary)."""
+    made = dict(zip(_TABLE_LAYOUTS, _keys(tmp_path, [_TABLE.format(table=t)
+                                                     for t in _TABLE_LAYOUTS.values()],
+                                          compile=True)))
+    for one, two in itertools.combinations(("C", "F", "A"), 2):
+        assert made[one][1:] != made[two][1:], f"{one} and {two} compile alike: no proof"
+        assert made[one][0] != made[two][0], f"{one} and {two} share a key"
+    # A negative-strided view is copied into a contiguous constant: numba compiles it as
+    # any other A-layout table of these values.
+    assert made["A-reversed"] == made["A"]
+
+
+_TITLED = ("import numpy as np\nfrom numba import cuda\n"
+           "REC = np.dtype([(('{one}', 'x'), np.float32), (('{two}', 'y'), np.float32)])\n\n"
+           + _kernel("a = cuda.local.array(1, REC)\n    a[0].x = x[0]\n    a[0].y = x[1]\n"
+                     "    x[2] = a[0].a"))
+
+
+def test_a_record_dtype_is_keyed_by_its_field_titles(tmp_path):
+    """A title is a second name of a field that numba types (`a[0].a` reads the field
+    titled `a`): two fields trading titles compile to other code (they once shared a key)."""
+    first, second = _keys(tmp_path, [_TITLED.format(one="a", two="b"),
+                                     _TITLED.format(one="b", two="a")], compile=True)
+    assert first[1:] != second[1:], "both compile alike: no proof"
+    assert first[0] != second[0]
+
+
+_MODE = ("import enum\nfrom numba import cuda\n\n\nclass Mode({base}):\n    FAST = 1\n"
+         "    SLOW = 2\n\n\n" + _kernel("x[0] = 1.0 if Mode.FAST == 1 else 2.0"))
+
+
+def test_an_enum_member_is_keyed_by_how_numba_types_its_class(tmp_path):
+    """numba types an IntEnum's members as integers and any other enum's as opaque members:
+    `Mode.FAST == 1` compiles for the one and not for the other, so the two never share a
+    key (they did: a kernel whose enum stopped being an IntEnum was served its old binary)."""
+    from kbuild.backend.compiler import compile_kernel
+
+    as_int, plain = _keys(tmp_path, [_MODE.format(base="enum.IntEnum"),
+                                     _MODE.format(base="enum.Enum")])
+    assert as_int != plain
+    module = load_module(_write_module(tmp_path, _MODE.format(base="enum.Enum")), "kbuild_mode")
+    try:
+        with pytest.raises(numba.core.errors.TypingError):
+            compile_kernel(module.k, [F32], (8, 0))
+    finally:
+        sys.modules.pop("kbuild_mode", None)
+
+
+def _write_module(tmp_path, source: str):
+    path = tmp_path / "mode" / "kbuild_mode.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return path
+
+
 def test_set_order_does_not_change_the_key(tmp_path):
     """Sets are keyed by sorted content, whatever order the process iterates them in."""
     sets = ("{'contract', 'arcp', 'nsz', 'afn'}", "{'afn', 'nsz', 'arcp', 'contract'}")

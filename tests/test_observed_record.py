@@ -99,3 +99,30 @@ def test_headers_are_what_nvrtc_opened(tmp_path):
     finally:
         nvrtc.config.CUDA_NVRTC_EXTRA_SEARCH_PATHS = saved
     assert sorted(n for k, n in observer.names if k is obs.Kind.HEADER) == ["inc/a.h", "inc/sub/b.cuh"]
+
+
+def test_nested_answers_each_keep_what_they_read():
+    """An answer made while another is being made (a call typed inside a device function's
+    compile) collects into its own record: the two start alike (empty), and the inner one's
+    end must not take the outer's record away (it did: the outer's later reads were kept
+    by nobody, and its end raised `list.remove(x): x not in list`, hiding numba's error)."""
+    from kbuild.backend.observe import Observer
+    from kbuild.backend.observe import observer as observe
+
+    observer = Observer()
+    outer_q, inner_q = ("test-outer", object()), ("test-inner", object())
+    try:
+        with observer.answering(outer_q, lambda: False):
+            with observer.answering(inner_q, lambda: False):
+                observer.read("m", "INNER")
+            observer.read("m", "OUTER")
+        assert set(observe._ANSWERS[inner_q]) == {(Kind.READ, "m:INNER")}
+        assert set(observe._ANSWERS[outer_q]) == {(Kind.READ, "m:INNER"), (Kind.READ, "m:OUTER")}
+        # An error inside the inner one reaches the caller as it is.
+        with pytest.raises(ZeroDivisionError):
+            with observer.answering(outer_q, lambda: False):
+                with observer.answering(inner_q, lambda: False):
+                    1 / 0
+    finally:
+        observe._ANSWERS.pop(outer_q, None)
+        observe._ANSWERS.pop(inner_q, None)

@@ -22,10 +22,13 @@ from zeroconf_support import APP, KERNELS, MATHLIB, dedent, run, write_program
 JOURNAL_KERNELS = KERNELS.replace("import mathlib\n", dedent("""\
     import os
 
+    import numpy as np
+
     import mathlib
 
     OFFSET = float(os.environ.get("ZC_OFFSET", "1.0"))
     GAIN = 2.0
+    TABLE = np.arange(6, dtype=np.float32).reshape(2, 3)
     """)).replace("out[i] = x[i] + 1.0", "out[i] = x[i] + OFFSET") + dedent("""\
 
 
@@ -33,7 +36,7 @@ JOURNAL_KERNELS = KERNELS.replace("import mathlib\n", dedent("""\
     def gained(x, out):
         i = cuda.grid(1)
         if i < x.size:
-            out[i] = x[i] * GAIN
+            out[i] = x[i] * GAIN * TABLE[i % 2, i % 3]
 
 
     scaled_by = make_scaler(float(os.environ.get("ZC_FACTOR", "3.0")))
@@ -46,6 +49,8 @@ JOURNAL_APP = APP.replace("def main(device_array, which=(\"scale\", \"shift\")):
     def main(device_array, which=("scale", "shift")):
         if os.environ.get("ZC_GAIN"):  # a value set at run time: in no file
             K.GAIN = float(os.environ["ZC_GAIN"])
+        if os.environ.get("ZC_FORTRAN"):  # the same values in another memory layout
+            K.TABLE = np.asfortranarray(K.TABLE)
         if os.environ.get("ZC_F64"):  # other argument types
             x = device_array(np.arange(64, dtype=np.float64))
             out = device_array(np.zeros(64, np.float64))
@@ -164,6 +169,8 @@ CHANGES = {
     "a global set at run time before the first launch": (None, {"ZC_GAIN": "5.0"},
                                                          {"app_kernels:gained"}),
     "a closure's cell": (None, {"ZC_FACTOR": "11.0"}, {"app_kernels:scaled_by"}),
+    "a global table made a Fortran copy at run time": (None, {"ZC_FORTRAN": "1"},
+                                                       {"app_kernels:gained"}),
 }
 
 

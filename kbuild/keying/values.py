@@ -61,7 +61,8 @@ def add_type_vocabulary(types_module) -> None:
 def canonical(value):
     """A content-only, encodable form of `value`, or `Unencodable`."""
     if isinstance(value, enum.Enum):
-        return ("enum", _qualified(type(value)), value.name, canonical(value.value))
+        return ("enum", _qualified(type(value)), value.name, canonical(value.value)) \
+            + _enum_typing(type(value))
     if isinstance(value, _PRIMITIVES):
         return value
     if isinstance(value, tuple):
@@ -86,7 +87,8 @@ def canonical(value):
         return type_canonical(value)
     if isinstance(value, type) and issubclass(value, enum.Enum):
         return ("enumclass", _qualified(value),
-                tuple((m.name, canonical(m.value)) for m in value.__members__.values()))
+                tuple((m.name, canonical(m.value)) for m in value.__members__.values())) \
+            + _enum_typing(value)
     if isinstance(value, pytypes.ModuleType):
         return ("module", value.__name__)
     raise Unencodable(value)
@@ -97,6 +99,14 @@ def _sorted_encoded(items) -> tuple:
     return tuple(sorted(items, key=encode))
 
 
+def _enum_typing(cls) -> tuple:
+    """How numba types members of the enum class `cls`: an `IntEnum`'s as integers
+    (`IntEnumMember`: `Mode.FAST == 1`, arithmetic), any other's as opaque members
+    (`EnumMember`), so turning one into the other changes what compiles. `IntEnum`s add
+    nothing, so their keys stay what they were."""
+    return () if issubclass(cls, enum.IntEnum) else (("enum-kind", "Enum"),)
+
+
 def _qualified(obj) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
@@ -105,19 +115,37 @@ def _array(arr: np.ndarray):
     if arr.dtype.hasobject:
         raise Unencodable(arr)
     data = np.ascontiguousarray(arr).tobytes()
-    return ("ndarray", dtype_canonical(arr.dtype), tuple(arr.shape), data)
+    form = ("ndarray", dtype_canonical(arr.dtype), tuple(arr.shape), data)
+    # numba types a frozen array by its memory layout as well as its values (`map_layout`:
+    # C, F, else A) and embeds its bytes in that order: one table as a Fortran copy or a
+    # strided view compiles to other code. C, by far the common case, adds nothing, so
+    # the keys of C arrays stay what they were.
+    layout = _numba_layout(arr)
+    return form if layout == "C" else form + (("layout", layout),)
+
+
+def _numba_layout(arr: np.ndarray) -> str:
+    """The layout numba's typeof gives `arr` (numba's `numpy_support.map_layout`)."""
+    flags = arr.flags
+    return "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
 
 
 def dtype_canonical(dt: np.dtype):
     """A numpy dtype by layout: fields with offsets, itemsize and alignment flag."""
     if dt.fields is not None:
-        fields = tuple((name, dtype_canonical(dt.fields[name][0]), dt.fields[name][1])
-                       for name in dt.names)
+        fields = tuple(_field_canonical(name, *dt.fields[name]) for name in dt.names)
         return ("record-dtype", fields, dt.itemsize, dt.alignment, bool(dt.isalignedstruct))
     if dt.subdtype is not None:
         base, shape = dt.subdtype
         return ("subarray-dtype", dtype_canonical(base), tuple(shape))
     return ("dtype", dt.str)
+
+
+def _field_canonical(name: str, dtype: np.dtype, offset: int, title=None) -> tuple:
+    # A field's title is a second name numba types it by (`rec.title` reads that field):
+    # keyed when there is one, so untitled fields keep the keys they had.
+    form = (name, dtype_canonical(dtype), offset)
+    return form if title is None else form + (("title", canonical(title)),)
 
 
 def type_canonical(t):
@@ -135,7 +163,8 @@ def type_canonical(t):
         return ("namedtuple-type", _qualified(t.instance_class),
                 tuple(t.fields), tuple(type_canonical(x) for x in t.types))
     if isinstance(t, _type_classes("EnumMember")):
-        return ("enum-type", _qualified(t.instance_class), type_canonical(t.dtype))
+        return ("enum-type", _qualified(t.instance_class), type_canonical(t.dtype)) \
+            + _enum_typing(t.instance_class)
     if isinstance(t, _type_classes("NumberClass")):
         return ("number-class", type_canonical(t.instance_type))
     if _ADDRESS.search(t.name):
@@ -163,11 +192,12 @@ def summary(value) -> str:
         return text if len(text) <= 40 else text[:37] + "..."
     if isinstance(value, np.ndarray):
         shape = "x".join(str(n) for n in value.shape) or "0-d"
+        layout = "" if _numba_layout(value) == "C" else f" ({_numba_layout(value)} layout)"
         if value.size <= _SHOWN_ITEMS and value.dtype.fields is None:
             # Small tables are shown whole, so an edit reads as old -> new values.
             items = ", ".join(repr(v) for v in value.ravel().tolist())
-            return f"array {value.dtype}[{shape}] [{items}]"
-        return f"array {value.dtype}[{shape}] #{digest_of(canonical(value))[:8]}"
+            return f"array {value.dtype}[{shape}] [{items}]{layout}"
+        return f"array {value.dtype}[{shape}] #{digest_of(canonical(value))[:8]}{layout}"
     if isinstance(value, np.generic):
         return f"{value.dtype} {value.item()!r}"
     if isinstance(value, np.dtype):

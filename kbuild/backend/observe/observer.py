@@ -107,7 +107,10 @@ class Observer:
         try:
             yield
         finally:
-            self._collecting.remove(collected)
+            # By identity: `list.remove` compares by equality, and an inner answer's record
+            # equals its outer one's when both began empty (it took the outer's away).
+            del self._collecting[next(i for i, c in enumerate(self._collecting)
+                                      if c is collected)]
             if collected:  # it ran now: what it read is read now, digested with this compile
                 entry = _ANSWERS.setdefault(question, {})
                 entry.update(dict.fromkeys(collected))
