@@ -241,6 +241,12 @@ class Backend(abc.ABC):
         """Drop every overload a lazy kernel's dispatcher holds: its next launch compiles
         it again (through kbuild's hook)."""
 
+    def kernel_launch_sensitive(self, kernel) -> bool:
+        """Whether `kernel` (a compiled kernel its dispatcher holds or was handed) was
+        compiled for one launch configuration alone (it depends on it: numba's
+        `mark_launch_config_sensitive()`)."""
+        return False
+
     def launched_as(self, kernel, launch):
         """A block within which a compile of `kernel` sees `launch` = (grid, block, shared
         memory) as its launch configuration (None: nothing changes); yields its marks

@@ -291,6 +291,9 @@ class NumbaDispatchers:
     def forget_kernel(self, dispatcher) -> None:
         forget_kernel(dispatcher)
 
+    def kernel_launch_sensitive(self, kernel) -> bool:
+        return bool(getattr(kernel, "launch_config_sensitive", False))
+
     def launched_as(self, kernel, launch):
         return launched_as(kernel, launch)
 

@@ -96,6 +96,49 @@ def targets(journal, declared: dict, arch: str, skip: str) -> list:
             and ":" in t[0]][:MAX_TARGETS]
 
 
+class Starter:
+    """When a serving process starts its helper (see the module's docstring): after the
+    second compile (not a relink) of a kernel the program launched last time (the journal
+    names it) or the project file declares, once per process. Not after the first: an
+    edit of a device function's body leaves its callers' objects as they were, and the
+    program relinks them faster than a helper starts; a second compile says the kernels
+    need compiling (a cold store, a changed kernel or signature), which workers do in
+    parallel."""
+
+    def __init__(self, wanted=None):
+        self.jobs = setting(wanted)
+        self.background = None  # the helper, once started (`Background`)
+        self._compiling = False  # the kernel being served was compiled (not relinked)
+        self._named_compiles = 0  # compiles of kernels the helper would build too
+
+    def compiling(self) -> None:
+        """The kernel being served is compiled in this process, not relinked."""
+        self._compiling = True
+
+    def built(self, settings, journal, declared: dict, name: str, text: str, arch: str,
+              warn) -> None:
+        """The kernel `name` `text` for `arch` was built (relinked or compiled): start the
+        helper if this was the second named compile; `warn` says why it cannot start."""
+        from .journal import target_id
+
+        compiled, self._compiling = self._compiling, False
+        if self.jobs < 1 or self.background is not None or not compiled:
+            return
+        tid = target_id(name, text, arch)
+        known = journal is not None and tid in journal.last_run()
+        if not known and name not in declared:
+            return
+        self._named_compiles += 1
+        if self._named_compiles < 2:
+            return
+        try:
+            wanted = targets(journal, declared, arch, tid)
+            self.background = Background.start(settings, wanted, self.jobs)
+        except Exception as exc:  # noqa: BLE001 - the program compiles as it goes
+            warn(f"kbuild: no background build ({type(exc).__name__}: {exc})")
+        self.jobs = self.jobs if self.background else 0
+
+
 class Background:
     """The helper process building this program's targets (see the module's docstring)."""
 

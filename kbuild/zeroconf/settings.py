@@ -109,3 +109,19 @@ def _default_roots() -> tuple:
     if first and os.path.isdir(first):
         roots.append(Path(first).resolve())
     return tuple(dict.fromkeys(roots))
+
+
+def verify_share() -> float:
+    """KBUILD_VERIFY as a share of served kernels to check: `1` all, `10%` or `0.1` a
+    random tenth, unset or `0` none (a value that does not parse checks all: asked for
+    checking, a typo must not turn it off)."""
+    text = os.environ.get("KBUILD_VERIFY", "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return 0.0
+    if text in ("1", "true", "yes", "on"):
+        return 1.0
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return 1.0
+    return min(max(share, 0.0), 1.0)

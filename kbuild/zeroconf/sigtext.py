@@ -45,6 +45,15 @@ def matching_text(texts, argtypes, module, backend=None) -> str | None:
     return None
 
 
+def spelled(argtypes, module, backend, declared=()) -> str:
+    """The text a served kernel's signature is named by: the project file's own for these
+    types (`declared`: the texts it declares for the kernel: the entry it builds names
+    that text), else `checked_text()`, else `text()`, else numba's own names."""
+    return (matching_text(declared, argtypes, module, backend) if declared else None) or \
+        checked_text(argtypes, module, backend) or text(argtypes) or \
+        "void(" + ", ".join(str(t) for t in argtypes) + ")"
+
+
 def _parsed(signature: str, module, backend):
     """The argument types `signature` names for a kernel of `module`, as `kbuild build`
     parses it (the backend's types, the module's globals), or None."""
