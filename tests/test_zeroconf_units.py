@@ -101,6 +101,37 @@ def test_matching_text_finds_a_declared_spelling_of_the_same_types():
                                  _module()) == "void(f4[::1], i4)"
 
 
+def test_a_served_signature_is_the_declared_spelling_else_its_checked_text():
+    from numba.core import types
+
+    from kbuild.backend import backends
+    from kbuild.zeroconf import sigtext
+
+    backend = backends.get(backends.DEFAULT)
+    argtypes = (types.float32[::1], types.int32)
+    assert sigtext.spelled(argtypes, _module(), backend, ["void(f4[::1], i4)"]) \
+        == "void(f4[::1], i4)"
+    assert sigtext.spelled(argtypes, _module(), backend, ["void(float64)"]) \
+        == sigtext.spelled(argtypes, _module(), backend) == "void(float32[::1], int32)"
+
+
+def test_a_backend_says_whether_a_kernel_was_compiled_for_one_launch():
+    """`kbuild run --record` keeps a launch configuration only for a kernel compiled for
+    that one alone: the kernel's backend says which (numba's `launch_config_sensitive`,
+    set by numba's compile or by the store's `dispatch.mark_sensitive`)."""
+    from kbuild.backend import backends
+
+    names = [backends.DEFAULT] + [n for n in backends.KNOWN
+                                  if n != backends.DEFAULT and backends.installed(n)]
+    for name in names:
+        backend = backends.get(name)
+        kernel = pytypes.SimpleNamespace(launch_config_sensitive=False)
+        assert backend.kernel_launch_sensitive(kernel) is False, name
+        kernel.launch_config_sensitive = True
+        assert backend.kernel_launch_sensitive(kernel) is True, name
+        assert backend.kernel_launch_sensitive(object()) is False, name
+
+
 # -- merging a recording into a project file ------------------------------------------
 
 
