@@ -665,7 +665,7 @@ COMPUTED_IMPORTS = {
         "a kbuild dataclass named in a dask worker's result (checked to be kbuild's)",
     ("kbuild/backend/backends.py", "get"):
         "a backend's module, named in KNOWN, loaded when a project or kernel asks for it",
-    ("kbuild/backend/compiler.py", "_flag_names"):
+    ("kbuild/backend/reproducible.py", "flag_names"):
         "numba's option classes, whose module moved between numba-cuda releases",
     ("kbuild/backend/observe/hooks.py", "_hooks"):
         "a front end's interpreter and base modules, under its own package (FrontEnd)",
@@ -950,7 +950,8 @@ def test_the_product_never_imports_the_test_doubles(graph):
 # What kbuild's own tests must not reach past `kbuild.testing` for: the fake driver, and
 # the compiler's arch pinning (a fake device pins it; a compile-only test asks the backend).
 _PAST_THE_TESTING_API = re.compile(
-    r"backend\.testing|backend import compiler\b|backend\.compiler import[^\n]*\btargeting")
+    r"backend\.testing|backend import (?:compiler|targeting)\b"
+    r"|backend\.(?:compiler|targeting) import[^\n]*\btargeting")
 
 
 def test_kbuilds_own_tests_use_the_testing_api():

@@ -190,7 +190,7 @@ class _Recompiled:
                                    "Python function: numba cannot compile it to answer")
             from numba.cuda.dispatcher import _Kernel
 
-            from .compiler import targeting
+            from .targeting import targeting
 
             with targeting(tuple(self.cc[:2])):
                 self._kernel = _Kernel(self.py_func, self.argtypes, **self.options)

@@ -1,9 +1,10 @@
 """numba-cuda as a `base.Backend`: the modules of `backend/` behind one object.
 
-The compiler adapter (`compiler`, `lto`), the observation hooks (`observe`), the
-object model (`objectmodel`), the toolchain facts (`toolchain`) and the launcher
-(`launcher`, `kinds`, `packing`, `loader`) are numba-cuda's; this names them as
-the interface the build, the launcher and keying ask.
+The compiler adapter (`compiler`, `targeting`, `reproducible`, `lto`), the
+observation hooks (`observe`), the object model (`objectmodel`), the toolchain
+facts (`toolchain`) and the launcher (`launcher`, `kinds`, `packing`, `loader`)
+are numba-cuda's; this names them as the interface the build, the launcher and
+keying ask.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class NumbaCuda(NumbaDispatchers, Backend):
         return process_config()
 
     def targeting(self, cc: tuple):
-        from .compiler import targeting
+        from .targeting import targeting
 
         return targeting(cc)
 
@@ -162,7 +163,7 @@ class NumbaCuda(NumbaDispatchers, Backend):
             self.forget_code(disp)
 
     def simulating(self) -> bool:
-        from .compiler import simulating
+        from .targeting import simulating
 
         return simulating()
 

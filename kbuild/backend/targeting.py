@@ -1,0 +1,127 @@
+"""numba-cuda pinned to an architecture we name, with no driver and no device.
+
+numba-cuda asks the current device for its compute capability when it types a
+call to a device function and when it compiles eagerly (`@cuda.jit("sig")`);
+without a driver both fail. `targeting(cc)` answers those questions with the
+architecture being built, never the machine's, so ordinary user code builds on
+a CPU-only CI runner; importing a project's modules (`discover`), rebuilding a
+stored kernel's numba object (`loader`) and every compile run within it. While
+it holds, a code library also links its libraries and files in the order they
+were added, not in set order (`_ordered_init`), and `arch_as_asked` keeps NVVM's
+arch option on the arch being built for the length of a compile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_lock = threading.RLock()
+_state = {"cc": None, "depth": 0, "saved": None}
+
+
+class _TargetDevice:
+    """Stands in for the current device: only its compute capability is asked."""
+
+    def __init__(self, cc):
+        self.compute_capability = cc[:2]
+
+
+@contextlib.contextmanager
+def targeting(cc: tuple):
+    """Within this block numba-cuda compiles for `cc` instead of asking a driver."""
+    if simulating():
+        yield  # the simulator compiles nothing
+        return
+    with _lock:
+        previous = _state["cc"]
+        if _state["depth"] == 0:
+            patches = _target_patches()
+            _state["saved"] = [(holder, name, getattr(holder, name))
+                               for holder, name, _ in patches]
+            for holder, name, replacement in patches:
+                setattr(holder, name, replacement)
+        _state["cc"] = tuple(cc)
+        _state["depth"] += 1
+        try:
+            yield
+        finally:
+            _state["depth"] -= 1
+            _state["cc"] = previous
+            if _state["depth"] == 0:
+                for holder, name, original in _state["saved"]:
+                    setattr(holder, name, original)
+
+
+def _target_patches() -> list:
+    """(holder, attribute, replacement) of each part of numba-cuda that `targeting`
+    replaces: where it asks the device for its capability, and what a build needs
+    instead of a device."""
+    from numba.cuda import codegen, compiler, dispatcher
+
+    return [(dispatcher, "get_current_device", _target_device),
+            (compiler, "get_current_device", _target_device),
+            (codegen.CUDACodeLibrary, "_ensure_cc", _ensure_target_cc),
+            (dispatcher._Kernel, "bind", _bind_nothing),
+            (codegen.CUDACodeLibrary, "__init__", _ordered_init(codegen.CUDACodeLibrary.__init__))]
+
+
+def _target_device():
+    """The "current device" typing asks for: the arch being built."""
+    return _TargetDevice(_state["cc"])
+
+
+def _ensure_target_cc(self, want):
+    """A code library's arch: the one asked for, else the arch being built."""
+    return want if want is not None else _state["cc"]
+
+
+def _bind_nothing(self):
+    """An eager @cuda.jit("sig") binds its kernel to a context right after compiling it
+    at import; there is no context to bind to while building."""
+
+
+
+@contextlib.contextmanager
+def arch_as_asked():
+    """The arch a target is compiled for is the arch its code is made for. numba's NVVM
+    arch option follows NUMBA_FORCE_CUDA_CC whatever it is asked; that variable chooses
+    the arch of a device's targets instead (`launcher.compile_arch`), never another
+    arch's code under this one's name."""
+    from numba.cuda import config
+
+    forced, config.FORCE_CUDA_CC = config.FORCE_CUDA_CC, None
+    try:
+        yield
+    finally:
+        config.FORCE_CUDA_CC = forced
+
+
+class _OrderedSet(dict):
+    """A set that iterates in insertion order (a dict's keys), never in hash order."""
+
+    def add(self, item):
+        self[item] = None
+
+    def update(self, items):
+        for item in items:
+            self[item] = None
+
+
+def _ordered_init(original):
+    """numba-cuda links a kernel's libraries and files in `set` order, which follows
+    memory addresses and PYTHONHASHSEED; link them in the order they were added."""
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._linking_libraries = _OrderedSet.fromkeys(self._linking_libraries)
+        self._linking_files = _OrderedSet.fromkeys(self._linking_files)
+
+    return __init__
+
+
+def simulating() -> bool:
+    """Whether numba-cuda runs its simulator (NUMBA_ENABLE_CUDASIM=1) in this process."""
+    from numba.cuda import config
+
+    return bool(config.ENABLE_CUDASIM)
