@@ -71,9 +71,8 @@ def _unaligned():
     return np.ndarray((4,), np.float32, np.zeros(17, np.uint8).data, 1)
 
 
-def _values():
+def _values(fake):
     from kbuild import testing
-    from kbuild.backend.testing import fakedriver
 
     host = {
         "host C": _f32(4, 3), "host F": np.asfortranarray(_f32(4, 3)),
@@ -104,14 +103,14 @@ def _values():
         "cai read-only": _Cai((4,), None, readonly=True), "cai record |V8": _Cai((4,), None, "|V8"),
         "cai 0-d": _Cai((), None), "cai broadcast": _Cai((4,), (0,)),
         "cai 0-size": _Cai((0, 3), (12, 4)), "cai int8 C strides": _Cai((2, 3), (3, 1), "|i1"),
-        "foreign array F": fakedriver.CudaArray(np.asfortranarray(_f32(4, 3))),
-        "foreign array C": fakedriver.CudaArray(_f32(4, 3)),
-        "foreign array strided": fakedriver.CudaArray(_f32(4, 6)[:, ::2]),
+        "foreign array F": fake.foreign_array(np.asfortranarray(_f32(4, 3))),
+        "foreign array C": fake.foreign_array(_f32(4, 3)),
+        "foreign array strided": fake.foreign_array(_f32(4, 6)[:, ::2]),
     }
     dlpack = {
-        "dlpack C": fakedriver.DLPackArray(_f32(4, 3)),
-        "dlpack F": fakedriver.DLPackArray(np.asfortranarray(_f32(4, 3))),
-        "dlpack strided": fakedriver.DLPackArray(_f32(4, 6)[:, ::2]),
+        "dlpack C": fake.dlpack_array(_f32(4, 3)),
+        "dlpack F": fake.dlpack_array(np.asfortranarray(_f32(4, 3))),
+        "dlpack strided": fake.dlpack_array(_f32(4, 6)[:, ::2]),
         "cai+dlpack C": _CaiAndDLPack(_f32(4, 3)),
         "cai+dlpack F": _CaiAndDLPack(np.asfortranarray(_f32(4, 3))),
         "cai+dlpack strided": _CaiAndDLPack(_f32(4, 6)[:, ::2]),
@@ -155,7 +154,14 @@ def _kbuild_type(value):
         return type(e)
 
 
-VALUES = _values()
+def _made():
+    from kbuild import testing
+
+    with testing.fake_device("sm_80", record=False) as fake:
+        return _values(fake)
+
+
+VALUES = _made()
 
 
 @pytest.mark.parametrize("name", list(VALUES))

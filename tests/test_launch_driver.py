@@ -421,3 +421,17 @@ def test_ptx_calling_code_kbuild_cannot_link_is_refused_by_name(linked):
         "kernel 'lkfile.ops:from_declaration' void(float32[::1]): its sm_80 PTX calls "
         "mul_hidden, code its cubin was linked with, and kbuild cannot link it for device "
         "sm_90 here; add sm_90 to the kernel's archs and build")
+
+
+def test_a_cai_array_numba_would_misread_as_contiguous_is_refused_by_name(launch):
+    # float32 strided by 32 bytes: numba-cuda compares byte strides with the dtype's
+    # width in bits and types it 'C', so the float32[::1] kernel would read x[0..7]
+    from kbuild.errors import LaunchError
+
+    proj, fake = launch
+    strided = np.zeros(64, np.float32)[::8]
+    args = [np.float32(2)] + [fake.foreign_array(a) for a in (strided, _host(8), _host(8))]
+    with pytest.raises(LaunchError, match=r"argument 1 of 'lk.bench:saxpy' is a "
+                                          r"__cuda_array_interface__ array .* bits"):
+        proj.kernel("lk.bench:saxpy")[1, 8](*args)
+    assert fake.launch_count == 0
