@@ -8,6 +8,12 @@ their kinds and finds its packer in a dict. A numba device array's kind (its sha
 strides and memory never change) is kept in its own `__dict__`, as numba keeps its
 memory-view shim there. Values of types kbuild does not know are typed by numba on
 every launch (`UNTYPED`).
+
+The type itself is always numba's (`typeof(value, Purpose.argument)`, on the first launch
+of a kind), so a kind must hold everything that typing reads, in numba's order: a
+`__cuda_array_interface__` array's layout as numba reads its strides (right or wrong, see
+`_cai_kind`), DLPack before the CAI, a Python int's range. tests/test_argument_typing.py
+checks both over a matrix of arguments.
 """
 
 from __future__ import annotations
@@ -99,12 +105,13 @@ def _cai_kind(a):
     layout claims a contiguity the memory does not have (`misread`)."""
     desc = a.__cuda_array_interface__
     shape, strides, typestr = desc["shape"], desc.get("strides"), desc["typestr"]
+    if strides is None:  # numba: 'C' without reading anything else (CuPy's, PyTorch's usual)
+        return ("cai", type(a), typestr, len(shape), "C", bool(desc["data"][1]), False)
     try:
         layout = _numba_cai_type(desc).layout
     except Exception:  # noqa: BLE001 - numba's error, raised again by its typing on launch
         return (type(a), UNTYPED)
-    wrong = layout != "A" and strides is not None and \
-        not _laid_out(shape, strides, _itemsize(typestr), layout)
+    wrong = layout != "A" and not _laid_out(shape, strides, _itemsize(typestr), layout)
     return ("cai", type(a), typestr, len(shape), layout, bool(desc["data"][1]), wrong)
 
 
