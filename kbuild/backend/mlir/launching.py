@@ -26,7 +26,8 @@ from ..launcher import (NumbaKernel, StoredKernel, cacheable, core_stream,  # no
 from ..kinds import compatible as _compatible
 from .packing import field_maker
 
-__all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "misread", "core_stream", "load",
+__all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "misread", "core_stream",
+           "load",
            "StoredKernel", "NumbaKernel", "needs_numba_kernel", "device_arch", "current_device",
            "install", "cached_result"]
 
