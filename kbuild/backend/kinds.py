@@ -101,8 +101,9 @@ def _device_array_kind(a):
 def _cai_kind(a):
     """numba's reading of a `__cuda_array_interface__`: its layout is numba's own (numba
     compares byte strides with the dtype's width in *bits*, so it calls explicit
-    contiguous strides 'A' and some strided arrays 'C' or 'F'); `misread`: numba's
-    layout claims a contiguity the memory does not have (`misread`)."""
+    contiguous strides 'A' and some strided arrays 'C' or 'F'); the last item: numba's
+    layout claims a contiguity the memory does not have (see `misread`). Should numba's
+    function move, the argument is typed by numba on every launch (`UNTYPED`)."""
     desc = a.__cuda_array_interface__
     shape, strides, typestr = desc["shape"], desc.get("strides"), desc["typestr"]
     if strides is None:  # numba: 'C' without reading anything else (CuPy's, PyTorch's usual)
