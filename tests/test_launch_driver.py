@@ -150,11 +150,30 @@ def _mixed_args():
             rec, np.zeros((), np.float64), np.zeros(8))
 
 
+class _BothInterfaces:
+    """CuPy's and PyTorch's arrays: both `__cuda_array_interface__` and DLPack (numba reads
+    DLPack first, and so does kbuild)."""
+
+    def __init__(self, device, host):
+        self._cai, self._dlpack = device.foreign_array(host), device.dlpack_array(host)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._cai.__cuda_array_interface__
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._dlpack.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._dlpack.__dlpack_device__()
+
+
 ARGUMENT_KINDS = {  # case -> device -> (target, grid/block, args, hosts behind the arrays)
     "host numpy arrays": lambda d: _saxpy_with(lambda a: a),
     "numba device arrays": lambda d: _saxpy_with(d.array),
     "__cuda_array_interface__": lambda d: _saxpy_with(d.foreign_array),
     "DLPack": lambda d: _saxpy_with(d.dlpack_array),
+    "__cuda_array_interface__ and DLPack": lambda d: _saxpy_with(lambda a: _BothInterfaces(d, a)),
     "cuda.InOut hints": lambda d: _saxpy_with(__import__("numba").cuda.InOut),
 }
 
