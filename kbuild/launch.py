@@ -110,17 +110,32 @@ class KernelLauncher:
     def signature_for(self, args, kinds=None) -> str:
         """The declared signature matching the arguments' numba types."""
         backend = self._backend()
-        actual = backend.argument_types(args, kinds or backend.kinds_of(args))
+        kinds = kinds or backend.kinds_of(args)
+        actual = backend.argument_types(args, kinds)
         declared = self.resolved.argtypes
-        for text, types_ in declared.items():
-            if tuple(types_) == actual:
-                return text
-        for text, types_ in declared.items():
-            if len(types_) == len(actual) and all(map(backend.compatible, actual, types_)):
-                return text
+        chosen = next((text for text, types_ in declared.items() if tuple(types_) == actual),
+                      None) or next((text for text, types_ in declared.items()
+                                     if len(types_) == len(actual)
+                                     and all(map(backend.compatible, actual, types_))), None)
+        if chosen is not None:
+            self._refuse_misread(kinds, chosen)
+            return chosen
         raise LaunchError(
             f"no declared signature of '{self.name}' matches the arguments "
             f"({', '.join(str(t) for t in actual)}); declared: {', '.join(declared)}")
+
+    def _refuse_misread(self, kinds, signature: str) -> None:
+        """numba types a `__cuda_array_interface__` array with byte strides equal to its
+        dtype's width in bits as contiguous (a numba-cuda bug): the kernel it would launch
+        reads the wrong elements, so kbuild refuses that launch."""
+        i = self._backend().misread(kinds, self.resolved.argtypes[signature])
+        if i is not None:
+            raise LaunchError(
+                f"argument {i} of '{self.name}' is a __cuda_array_interface__ array that "
+                f"numba-cuda types as contiguous although it is strided (numba compares its "
+                f"byte strides with the dtype's width in bits), so signature '{signature}' "
+                f"would read the wrong elements; pass a contiguous copy, or declare the "
+                f"argument with layout 'A' (e.g. float32[:])")
 
     def prepare(self, signature: str, device_arch: str | None = None):
         """What launches `signature` on the device, loaded once per process."""

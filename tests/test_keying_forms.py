@@ -219,6 +219,9 @@ DIFFER = [
                    for bits in (0x7FF8000000000000, 0xFFF8000000000000))),
     ("negative-zero", *(_HEAD + f"C = {c}\n\n" + _kernel("x[0] = x[0] * C")
                         for c in ("0.0", "-0.0"))),
+    # numba types a bytes constant as a read-only bytes array, numpy's bytes_ as a CharSeq
+    ("bytes-vs-numpy-bytes", *(_HEAD + f"import numpy as np\nC = {c}\n\n" + _kernel("x[0] = len(C)")
+                               for c in ("b'ab'", "np.bytes_(b'ab')"))),
     ("fastmath-set", *(_HEAD + _kernel("x[0] = x[0] / x[1]", f"@cuda.jit(fastmath={fm})")
                        for fm in ("{'contract'}", "{'contract', 'arcp'}"))),
     ("device-function-in-tuple", *_pair(_DEV_TUPLE, {"power": "x"}, {"power": "2.0"},
@@ -653,3 +656,19 @@ def test_tampered_facts_never_serve_a_stale_binary(facts_baseline, tmp_path, tam
         == {r["target"]: r["key"] for r in result["targets"]}
     status = run_kbuild(project, store, "status")
     assert {r["status"] for r in status["targets"]} == {"up-to-date"}
+
+
+@pytest.mark.parametrize("python, numpy_value", [("ab", "str_"), (1.5, "float64"),
+                                                 (1j, "complex128")])
+def test_numpy_scalars_sharing_a_key_with_python_values_type_alike(python, numpy_value):
+    """numpy's str_, float64 and complex128 subclass str, float and complex and are keyed as
+    them: right only while numba types them alike as constants (its bytes_ is not: above)."""
+    import numpy as np
+    from numba.cuda.typing.typeof import Purpose, typeof
+
+    from kbuild.keying import values
+
+    value = getattr(np, numpy_value)(python)
+    assert values.canonical(value) == values.canonical(python)
+    assert typeof(value, Purpose.constant) == typeof(python, Purpose.constant)
+    assert values.canonical(np.bytes_(b"ab")) != values.canonical(b"ab")

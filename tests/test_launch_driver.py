@@ -150,11 +150,30 @@ def _mixed_args():
             rec, np.zeros((), np.float64), np.zeros(8))
 
 
+class _BothInterfaces:
+    """CuPy's and PyTorch's arrays: both `__cuda_array_interface__` and DLPack (numba reads
+    DLPack first, and so does kbuild)."""
+
+    def __init__(self, device, host):
+        self._cai, self._dlpack = device.foreign_array(host), device.dlpack_array(host)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._cai.__cuda_array_interface__
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._dlpack.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._dlpack.__dlpack_device__()
+
+
 ARGUMENT_KINDS = {  # case -> device -> (target, grid/block, args, hosts behind the arrays)
     "host numpy arrays": lambda d: _saxpy_with(lambda a: a),
     "numba device arrays": lambda d: _saxpy_with(d.array),
     "__cuda_array_interface__": lambda d: _saxpy_with(d.foreign_array),
     "DLPack": lambda d: _saxpy_with(d.dlpack_array),
+    "__cuda_array_interface__ and DLPack": lambda d: _saxpy_with(lambda a: _BothInterfaces(d, a)),
     "cuda.InOut hints": lambda d: _saxpy_with(__import__("numba").cuda.InOut),
 }
 
@@ -421,3 +440,17 @@ def test_ptx_calling_code_kbuild_cannot_link_is_refused_by_name(linked):
         "kernel 'lkfile.ops:from_declaration' void(float32[::1]): its sm_80 PTX calls "
         "mul_hidden, code its cubin was linked with, and kbuild cannot link it for device "
         "sm_90 here; add sm_90 to the kernel's archs and build")
+
+
+def test_a_cai_array_numba_would_misread_as_contiguous_is_refused_by_name(launch):
+    # float32 strided by 32 bytes: numba-cuda compares byte strides with the dtype's
+    # width in bits and types it 'C', so the float32[::1] kernel would read x[0..7]
+    from kbuild.errors import LaunchError
+
+    proj, fake = launch
+    strided = np.zeros(64, np.float32)[::8]
+    args = [np.float32(2)] + [fake.foreign_array(a) for a in (strided, _host(8), _host(8))]
+    with pytest.raises(LaunchError, match=r"argument 1 of 'lk.bench:saxpy' is a "
+                                          r"__cuda_array_interface__ array .* bits"):
+        proj.kernel("lk.bench:saxpy")[1, 8](*args)
+    assert fake.launch_count == 0

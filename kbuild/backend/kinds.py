@@ -8,6 +8,12 @@ their kinds and finds its packer in a dict. A numba device array's kind (its sha
 strides and memory never change) is kept in its own `__dict__`, as numba keeps its
 memory-view shim there. Values of types kbuild does not know are typed by numba on
 every launch (`UNTYPED`).
+
+The type itself is always numba's (`typeof(value, Purpose.argument)`, on the first launch
+of a kind), so a kind must hold everything that typing reads, in numba's order: a
+`__cuda_array_interface__` array's layout as numba reads its strides (right or wrong, see
+`_cai_kind`), DLPack before the CAI, a Python int's range. tests/test_argument_typing.py
+checks both over a matrix of arguments.
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ def _classify(cls):
 
     if issubclass(cls, np.ndarray):
         return _host_array_kind
-    if issubclass(cls, (np.datetime64, np.timedelta64, np.void)):
-        return lambda v: (cls, v.dtype)
+    if issubclass(cls, (np.datetime64, np.timedelta64, np.flexible)):
+        return lambda v: (cls, v.dtype)  # the unit, the length or the fields type it
+    if issubclass(cls, int) and not issubclass(cls, (bool, enum.Enum)):
+        return _int_kind
     if issubclass(cls, (bool, int, float, complex, np.generic, enum.Enum)):
         return None
     if issubclass(cls, tuple):
@@ -50,10 +58,10 @@ def _classify(cls):
         return lambda v: (cls, _kind(v.value))
     if getattr(cls, "__cuda_memory__", False) and hasattr(cls, "_strided_memory_view_shim"):
         return _device_array_kind
+    if hasattr(cls, "__dlpack__"):  # numba's order: DLPack first, then the CAI
+        return _dlpack_kind
     if hasattr(cls, "__cuda_array_interface__"):
         return _cai_kind
-    if hasattr(cls, "__dlpack__"):
-        return _dlpack_kind
     return lambda v: (cls, UNTYPED)  # numba may type two such values differently
 
 
@@ -63,6 +71,13 @@ UNTYPED = "typed by numba on every launch"
 def cacheable(kinds) -> bool:
     """Whether a launch with these kinds may reuse the typing of an earlier one."""
     return not any(isinstance(k, tuple) and k and k[-1] is UNTYPED for k in kinds)
+
+
+def _int_kind(v):
+    # numba types a Python int by its size: int64, uint64 from 2**63, an error from 2**64
+    if -0x8000000000000000 <= v < 0x8000000000000000:
+        return int
+    return (int, "uint64") if 0 <= v < 0x10000000000000000 else (int, UNTYPED)
 
 
 def _host_array_kind(a):
@@ -84,21 +99,46 @@ def _device_array_kind(a):
 
 
 def _cai_kind(a):
+    """numba's reading of a `__cuda_array_interface__`: its layout is numba's own (numba
+    compares byte strides with the dtype's width in *bits*, so it calls explicit
+    contiguous strides 'A' and some strided arrays 'C' or 'F'); the last item: numba's
+    layout claims a contiguity the memory does not have (see `misread`). Should numba's
+    function move, the argument is typed by numba on every launch (`UNTYPED`)."""
     desc = a.__cuda_array_interface__
     shape, strides, typestr = desc["shape"], desc.get("strides"), desc["typestr"]
-    return ("cai", type(a), typestr, len(shape), _cai_layout(shape, strides, typestr),
-            bool(desc["data"][1]))
+    if strides is None:  # numba: 'C' without reading anything else (CuPy's, PyTorch's usual)
+        return ("cai", type(a), typestr, len(shape), "C", bool(desc["data"][1]), False)
+    try:
+        layout = _numba_cai_type(desc).layout
+    except Exception:  # noqa: BLE001 - numba's error, raised again by its typing on launch
+        return (type(a), UNTYPED)
+    wrong = layout != "A" and not _laid_out(shape, strides, _itemsize(typestr), layout)
+    return ("cai", type(a), typestr, len(shape), layout, bool(desc["data"][1]), wrong)
 
 
-def _cai_layout(shape, strides, typestr) -> str:
-    if strides is None or not shape:
-        return "C"
-    itemsize = _itemsize(typestr)
-    if 0 in strides and 0 not in shape:
-        return "A"
-    if tuple(strides) == contiguous_strides(shape, itemsize, "C"):
-        return "C"
-    return "F" if tuple(strides) == contiguous_strides(shape, itemsize, "F") else "A"
+_numba_cai: list = []
+
+
+def _numba_cai_type(desc):
+    if not _numba_cai:
+        from numba.cuda.typing.typeof import _typeof_cuda_array_interface
+
+        _numba_cai.append(_typeof_cuda_array_interface)
+    return _numba_cai[0](desc, None)
+
+
+def _laid_out(shape, strides, itemsize, order) -> bool:
+    """Whether memory of `shape` and byte `strides` is contiguous in `order` ('C' or
+    'F'), as a kernel compiled for that layout indexes it (extents of 1 aside)."""
+    if 0 in shape:
+        return True
+    pairs = zip(shape, strides) if order == "F" else zip(reversed(shape), reversed(strides))
+    step = itemsize
+    for n, stride in pairs:
+        if n != 1 and stride != step:
+            return False
+        step *= n
+    return True
 
 
 def contiguous_strides(shape, itemsize, order) -> tuple:
@@ -123,7 +163,11 @@ def _itemsize(typestr) -> int:
 def _dlpack_kind(a):
     from cuda.core.utils import StridedMemoryView
 
-    view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)  # no synchronisation: typing only
+    try:
+        view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)  # no synchronisation: typing only
+    except BufferError:  # numba then reads the CAI, if any
+        return _cai_kind(a) if hasattr(type(a), "__cuda_array_interface__") \
+            else (type(a), UNTYPED)
     layout = view._layout
     order = "C" if layout.is_contiguous_c else "F" if layout.is_contiguous_f else "A"
     return ("dlpack", type(a), view.dtype, len(view.shape), order, bool(view.readonly))
@@ -135,15 +179,29 @@ def argument_types(args, kinds) -> tuple:
 
 
 def _argument_type(value, kind):
-    from numba.core import types
     from numba.cuda.typing.typeof import Purpose, typeof
 
-    if isinstance(kind, tuple) and kind and kind[0] == "cai":  # numba would go through DLPack
-        from numba import from_dtype
+    return typeof(value, Purpose.argument)  # numba's own typing; kinds only key its result
 
-        _, _, typestr, ndim, layout, readonly = kind
-        return types.Array(from_dtype(np.dtype(typestr)), ndim, layout, readonly=readonly)
-    return typeof(value, Purpose.argument)
+
+def misread(kinds, declared) -> int | None:
+    """The index of the first argument that numba types as contiguous although its memory
+    is not (see `_cai_kind`) and that `declared` takes as contiguous: a kernel numba
+    would launch with it reads the wrong elements. None when there is none."""
+    for i, (kind, ty) in enumerate(zip(kinds, declared)):
+        if _misread(kind, ty):
+            return i
+    return None
+
+
+def _misread(kind, ty) -> bool:
+    if type(kind) is not tuple or not kind:
+        return False
+    if kind[0] == "cai":
+        return kind[6] and getattr(ty, "layout", "A") != "A"
+    if isinstance(kind[0], type) and issubclass(kind[0], tuple) and len(kind) == 2:
+        return any(map(_misread, kind[1], ty))
+    return False
 
 
 def compatible(actual, declared, types=None) -> bool:

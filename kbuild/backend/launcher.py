@@ -19,10 +19,11 @@ from __future__ import annotations
 import numbers
 
 from . import driver
-from .kinds import argument_types, cacheable, compatible, kinds_of
+from .kinds import argument_types, cacheable, compatible, kinds_of, misread
 from .packing import make_packer
 
-__all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "core_stream", "load",
+__all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "misread", "core_stream",
+           "load",
            "StoredKernel", "NumbaKernel", "needs_numba_kernel", "device_arch", "current_device",
            "install"]
 

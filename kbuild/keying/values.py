@@ -63,6 +63,10 @@ def canonical(value):
     if isinstance(value, enum.Enum):
         return ("enum", _qualified(type(value)), value.name, canonical(value.value)) \
             + _enum_typing(type(value))
+    if isinstance(value, np.bytes_):
+        # numba types numpy's bytes_ as a CharSeq but a bytes as a read-only array: keyed
+        # apart. Its float64, complex128 and str_ type as the Python values they subclass.
+        return ("npscalar", dtype_canonical(value.dtype), value.tobytes())
     if isinstance(value, _PRIMITIVES):
         return value
     if isinstance(value, tuple):

@@ -22,11 +22,12 @@ import functools
 import numpy as np
 
 from ..launcher import (NumbaKernel, StoredKernel, cacheable, core_stream,  # noqa: F401
-                        current_device, device_arch, kinds_of, load)
+                        current_device, device_arch, kinds_of, load, misread)
 from ..kinds import compatible as _compatible
 from .packing import field_maker
 
-__all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "core_stream", "load",
+__all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "misread", "core_stream",
+           "load",
            "StoredKernel", "NumbaKernel", "needs_numba_kernel", "device_arch", "current_device",
            "install", "cached_result"]
 
@@ -47,7 +48,7 @@ def _argument_type(value, kind):
             _, _, dtype, ndim, layout = kind
             return types.Array(from_dtype(dtype), ndim, layout)
         if category in ("cai", "dlpack"):
-            _, _, dtype, ndim, layout, readonly = kind
+            dtype, ndim, layout, readonly = kind[2:6]
             return types.Array(from_dtype(np.dtype(dtype)), ndim, layout, readonly=readonly)
         if isinstance(category, type) and issubclass(category, np.ndarray):
             _, dtype, ndim, layout, writeable, aligned = kind
