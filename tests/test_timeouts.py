@@ -110,15 +110,17 @@ def make_project(root: Path, package: str, modules: dict, extra: str = "") -> Pa
 
 
 def _children() -> list[int]:
-    """Processes whose parent is this one, read from /proc."""
-    found = []
+    """Processes whose parent is this one, read from /proc (but the tests' zygote)."""
+    import zygote
+
+    found, ours = [], zygote.own_processes()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 fields = (entry / "stat").read_text().rpartition(")")[2].split()
             except OSError:
                 continue
-            if int(fields[1]) == os.getpid():
+            if int(fields[1]) == os.getpid() and int(entry.name) not in ours:
                 found.append(int(entry.name))
     return found
 

@@ -388,6 +388,12 @@ def _client():
     return _CLIENT[0]
 
 
+def own_processes() -> set[int]:
+    """The pids of this worker's zygote (a test that counts the worker's children leaves
+    it out: it lives as long as the worker)."""
+    return {c.proc.pid for c in _CLIENT if c is not None and c.pid == os.getpid()}
+
+
 def _log(what: str) -> None:
     """One line per request to KBUILD_TEST_ZYGOTE_LOG (when set): how many were served."""
     where = os.environ.get("KBUILD_TEST_ZYGOTE_LOG")
