@@ -90,6 +90,18 @@ def test_the_child_exits_as_a_fresh_process_does(probe, tmp_path, what):
     assert served.stderr.count(b"atexit ran") == 1
 
 
+def test_a_worker_whose_environment_changed_gets_a_zygote_of_it(probe, tmp_path, monkeypatch):
+    """A library a test imports may set variables in the worker's environment (dask sets
+    OMP_NUM_THREADS, MKL_NUM_THREADS and MALLOC_TRIM_THRESHOLD_): requests carry them from
+    then on, so the zygote is started again from it, not refused for the rest of the run."""
+    zygote._client()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    served, real = both([sys.executable, "probe.py", "report"], probe, _env(tmp_path))
+    assert served.returncode == real.returncode == 0, served.stderr + real.stderr
+    mine = json.loads(served.stdout)
+    assert mine == json.loads(real.stdout) and mine["environ"]["OMP_NUM_THREADS"] == "1"
+
+
 def test_a_timeout_kills_the_child(probe, tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         zygote.run([sys.executable, "probe.py", "sleep"], cwd=probe, env=_env(tmp_path),

@@ -270,7 +270,7 @@ class _Client:
         import atexit
 
         ours, theirs = socket.socketpair()
-        self.env = {k: v for k, v in os.environ.items() if not _after_start(k) or k == "HOME"}
+        self.env = _start_env()
         self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())],
                                      pass_fds=[theirs.fileno()], env=self.env, cwd="/",
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -376,10 +376,20 @@ _CLIENT: list = []  # [client or None]: None when the zygote could not start
 REFUSED: dict = {}  # why requests ran as real processes: reason -> count (for diagnosis)
 
 
+def _start_env() -> dict:
+    """What of this worker's environment a zygote started now would start with."""
+    return {k: v for k, v in os.environ.items() if not _after_start(k) or k == "HOME"}
+
+
 def _client():
     if _CLIENT and _CLIENT[0] is not None and (_CLIENT[0].pid != os.getpid()
                                                or _CLIENT[0].proc.poll() is not None):
         _CLIENT.clear()  # a forked pytest process, or the zygote died: start another
+    elif _CLIENT and _CLIENT[0] is not None and _CLIENT[0].env != _start_env():
+        # The worker's own environment changed since (a library imported by a test sets
+        # OMP_NUM_THREADS and the like at import): requests now carry it, so a zygote
+        # started from it serves them where the old one would refuse them all.
+        _CLIENT.pop().close()
     if not _CLIENT:
         try:
             _CLIENT.append(_Client())
