@@ -110,7 +110,9 @@ def make_project(root: Path, package: str, modules: dict, extra: str = "") -> Pa
 
 
 def _children() -> list[int]:
-    """Processes whose parent is this one, read from /proc (but the tests' zygote)."""
+    """Processes whose parent is this one, read from /proc, but those that live as long as
+    the worker: the tests' zygote, and multiprocessing's resource tracker (started in the
+    worker by an earlier test's dask cluster)."""
     import zygote
 
     found, ours = [], zygote.own_processes()
@@ -120,9 +122,17 @@ def _children() -> list[int]:
                 fields = (entry / "stat").read_text().rpartition(")")[2].split()
             except OSError:
                 continue
-            if int(fields[1]) == os.getpid() and int(entry.name) not in ours:
+            if int(fields[1]) == os.getpid() and int(entry.name) not in ours \
+                    and b"multiprocessing.resource_tracker" not in _cmdline(entry):
                 found.append(int(entry.name))
     return found
+
+
+def _cmdline(entry: Path) -> bytes:
+    try:
+        return (entry / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _failure_files(store: Path) -> list[Path]:
