@@ -12,8 +12,6 @@ import pytest
 
 import zygote
 
-pytestmark = pytest.mark.skipif(sys.version_info >= (3, 13),
-                                reason="the zygote serves nothing on 3.13 (see zygote._client)")
 
 PROBE = r"""
 import atexit, json, os, signal, sys, threading

@@ -191,6 +191,8 @@ def _as_started() -> None:
     site.USER_BASE = site.USER_SITE = None
     site.getusersitepackages()
     sysconfig._CONFIG_VARS = None
+    if hasattr(sysconfig, "_CONFIG_VARS_INITIALIZED"):  # 3.13 recomputes only when False
+        sysconfig._CONFIG_VARS_INITIALIZED = False
 
 
 def _run(request: dict):
@@ -382,10 +384,6 @@ def _start_env() -> dict:
 
 
 def _client():
-    if sys.version_info >= (3, 13):
-        # Served builds fail on 3.13 ("'NoneType' object has no attribute ..." inside the
-        # served kbuild): until that is understood, 3.13 runs every process for real.
-        return None
     if _CLIENT and _CLIENT[0] is not None and (_CLIENT[0].pid != os.getpid()
                                                or _CLIENT[0].proc.poll() is not None):
         _CLIENT.clear()  # a forked pytest process, or the zygote died: start another
