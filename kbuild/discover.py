@@ -286,20 +286,21 @@ def _type_did_you_mean(exc: Exception, backend, module) -> str:
         return ""
     # What could stand where a type is written: not the module's functions, kernels or
     # imported modules (`Particle` is the dtype `PARTICLE`, not the function `particles`).
+    backend = backend or _default_backend()
     names = {k.lower(): k for k, v in sorted(signature_namespace(module, backend).items(),
                                              reverse=True)
-             if isinstance(k, str) and not k.startswith("_") and _type_like(v)}
+             if isinstance(k, str) and not k.startswith("_") and _type_like(v, backend)}
     close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
     return f"; did you mean '{names[close[0]]}'?" if close else ""
 
 
-def _type_like(value) -> bool:
+def _type_like(value, backend) -> bool:
     """Whether a signature's namespace entry can be a type: anything but a function, a
     module or a kernel (a dispatcher, which keeps its Python function)."""
     import inspect
 
     return not (inspect.isroutine(value) or inspect.ismodule(value)
-                or hasattr(value, "py_func"))
+                or backend.python_function(value) is not None)
 
 
 def signature_namespace(module, backend=None) -> dict:

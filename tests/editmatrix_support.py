@@ -152,7 +152,7 @@ def fresh_checkout(source: Path, where: Path, name: str = "proj") -> Path:
     """A copy of the project folder `source` at `where/name` (its path), without bytecode
     caches: a case's edit must be read from source, never met by a stale .pyc."""
     project = where / name
-    shutil.copytree(source, project, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(source, project, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return project
 
 
@@ -163,8 +163,7 @@ def keys_of(result: dict) -> dict:
 
 def copy_project(dst: Path) -> Path:
     """A fresh checkout of tests/editproj at `dst` (no bytecode caches)."""
-    shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return dst
+    return fresh_checkout(PROJECT, dst.parent, dst.name)
 
 
 def copy_tree(src: Path, dst: Path) -> Path:

@@ -9,7 +9,6 @@ types, as arguments and as globals, hash by layout (NVIDIA Warp #287 put
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,8 @@ import pytest
 
 from conftest import blob_bytes
 from editmatrix_support import (
-    build, copy_project, kbuild_result, keys_of, make_baseline, manifest, replace, run_kbuild,
-    status_keys,
+    build, copy_project, fresh_checkout, kbuild_result, keys_of, make_baseline, manifest,
+    replace, run_kbuild, status_keys,
 )
 from support import shared_dir, template
 
@@ -183,7 +182,7 @@ def det_reference(tmp_path_factory):
     """(build JSON, blobs) of detproj built with -j1, its targets in order, hash seed 1,
     into a fresh store: made once per test run for all workers (support.template)."""
     def make(project: Path, store: Path):
-        shutil.copytree(DETPROJ, project, ignore=shutil.ignore_patterns("__pycache__"))
+        fresh_checkout(DETPROJ, project.parent, project.name)
         return kbuild_result(project, store, "build", "-j", "1",
                              env_extra={"PYTHONHASHSEED": "1"})
 
@@ -213,8 +212,7 @@ def test_one_key_gives_one_set_of_bytes_whatever_the_order_workers_and_seed(
     (their externs were once declared in hash-seed order). Each run is a test of its own,
     compared with the -j1 reference build (so that both workers share them)."""
     first, first_blobs = det_reference
-    project = tmp_path / "detproj"
-    shutil.copytree(DETPROJ, project, ignore=shutil.ignore_patterns("__pycache__"))
+    project = fresh_checkout(DETPROJ, tmp_path, "detproj")
     seed, args = _DET_RUNS[name]
     store = tmp_path / f"store-{name}"
     result = _det_build(project, store, seed, args)

@@ -24,6 +24,7 @@ import pytest
 import kbuild
 from kbuild.direct.inputs import FINE_TICK_NS
 
+from editmatrix_support import copy_tree, fresh_checkout
 from support import run, shared_home
 
 TOML = """[project]
@@ -128,9 +129,8 @@ def baseline(tmp_path_factory):
 def checkout(baseline, where: Path) -> Run:
     """A copy of the project and its store at another path (same vendor package)."""
     project, store, vendor = baseline
-    shutil.copytree(project, where / "project", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(store, where / "store")
-    return Run(where / "project", where / "store", vendor)
+    return Run(fresh_checkout(project, where, "project"), copy_tree(store, where / "store"),
+               vendor)
 
 
 def replace(rel: str, old: str, new: str, same_size: bool = False):

@@ -18,12 +18,11 @@ call paths are hooked too (the same mechanism as numba-cuda's): these cases guar
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, copy_tree, short
+from editmatrix_support import build, copy_tree, fresh_checkout, short
 from mlir_support import needs_mlir
 
 pytestmark = needs_mlir
@@ -174,8 +173,7 @@ def baseline(tmp_path_factory):
 ], ids=["read-by-eager-and-kept-device-functions", "read-by-a-kept-device-function"])
 def test_incremental_matches_fresh(baseline, tmp_path, old, new, rebuilt):
     where, before = baseline
-    project = tmp_path / "proj"
-    shutil.copytree(where / "proj", project, ignore=shutil.ignore_patterns("__pycache__"))
+    project = fresh_checkout(where / "proj", tmp_path)
     copy_tree(where / "store", tmp_path / "store")
     consts = project / "dv" / "consts.py"
     consts.write_text(consts.read_text().replace(old, new))

@@ -2,8 +2,8 @@
 
 The kernel is compiled exactly as numba's own dispatcher would (`_Kernel` with the
 decorator's options), for the arch being built (`targeting`) and under the patches
-that make its bytes depend on the kernel alone (`reproducible`): `_kbuild_patches`
-lists them all. Its PTX and linked cubin are taken from the code library, or its
+that make its bytes depend on the kernel alone (`reproducible`, `numbering`):
+`_kbuild_patches` lists them all. Its PTX and linked cubin are taken from the code library, or its
 kernel and device functions are linked as LTO-IR objects of their own (`lto`).
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 
 from .base import Artifacts  # noqa: F401 - where the build has always imported it from
+from .numbering import numbering
 from .reproducible import (debug_paths, dispatcher_names, flag_names, internal_functions,
-                           numbering, record_names)
+                           record_names)
 from .targeting import arch_as_asked, simulating, targeting
 
 
