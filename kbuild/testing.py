@@ -169,7 +169,8 @@ def fake_device(arch: str = "sm_80", store=None, *, record: bool = True,
     if unknown:
         raise ConfigError(f"fake_device: no compiler named {unknown[0]!r}; name one of "
                           f"{', '.join(sorted(backends.KNOWN))}")
-    with fakedriver.installed(cc, record=record) as fake, backends.targeting(compilers, cc):
+    with fakedriver.installed(cc, record=record) as fake, \
+            backends.targeting(compilers, cc, binds=True):
         if record:  # unrecorded launches check no ABI: nothing to read
             fake.store_for_unseen = lambda: _store(store)
         yield FakeDevice(arch, fake)

@@ -34,8 +34,6 @@ from kbuild.keying.encode import digest
 # kept: a context left behind is closed when collected
 _fake = testing.fake_device("sm_80", record=False)
 _device = _fake.__enter__()
-from numba.cuda import dispatcher as _dispatcher
-_dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
 _shown = warnings.showwarning
 def _showing(message, *a, **k):
     if "kbuild" in str(message):

@@ -241,8 +241,6 @@ import kbuild
 from kbuild import testing
 
 with testing.fake_device("sm_80", record=False) as fake:
-    from numba.cuda import dispatcher
-    dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
     session = kbuild.enable(store=sys.argv[1], archs=["sm_80"])
     import lined
     lined.k_lined[1, 4](fake.array(np.arange(4, dtype=np.float32)))

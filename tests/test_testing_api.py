@@ -124,3 +124,37 @@ def test_a_compiler_that_is_none_is_named():
         pass
     assert str(info.value) == ("fake_device: no compiler named 'nvcc'; name one of "
                                "numba-cuda, numba-cuda-mlir")
+
+
+CACHED = """\
+from numba import cuda
+
+
+@cuda.jit(cache=True)
+def fill(x):
+    x[cuda.grid(1)] = 2.0
+
+
+@cuda.jit("void(float32[::1])")
+def eager(x):
+    x[cuda.grid(1)] = 3.0
+"""
+
+
+def test_kernels_are_loaded_where_a_gpu_binds_them_so_numbas_own_cache_saves(tmp_path,
+                                                                             monkeypatch):
+    """numba binds (loads) an eager kernel right after compiling it at import, and a
+    `cache=True` kernel before saving it: the fake device loads both, so the user's own
+    cache=True path runs on a CPU-only runner and writes numba's cache files."""
+    from kbuild import testing
+
+    (tmp_path / "cached_kernels.py").write_text(CACHED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with testing.fake_device("sm_80", record=False) as device:
+        import cached_kernels
+
+        eager_loads = len(device.loads)
+        cached_kernels.fill[1, 8](device.array(np.zeros(8, np.float32)))
+    assert eager_loads == 1 and len(device.loads) == 2
+    saved = sorted(p.suffix for p in (tmp_path / "__pycache__").glob("cached_kernels.fill-*"))
+    assert saved == [".nbc", ".nbi"], saved

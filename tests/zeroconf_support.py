@@ -128,10 +128,6 @@ from kbuild.keying.encode import digest
 
 _arch = "sm_%d%d" % tuple(json.loads(os.environ.get("HARNESS_CC", "[8, 0]")))  # the device's
 with testing.fake_device(_arch, record=False) as fake:
-    # numba binds a kernel it compiled to the context (making its cubin) before its
-    # cache=True saves it, as on a GPU; pinning the arch makes bind a no-op: make it load.
-    from numba.cuda import dispatcher as _dispatcher
-    _dispatcher._Kernel.bind = lambda self: self._codelibrary.get_cufunc()
     session = None
     if mode == "kbuild":
         import kbuild

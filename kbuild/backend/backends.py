@@ -96,13 +96,14 @@ def of_object(obj):
 
 
 @contextlib.contextmanager
-def targeting(names, cc: tuple):
+def targeting(names, cc: tuple, binds: bool = False):
     """Within the block, every backend in `names` that is installed compiles for `cc`
-    without asking a driver (kernel modules that compile at import are imported here)."""
+    without asking a driver (kernel modules that compile at import are imported here);
+    `binds`: under a stand-in driver, loading what a GPU would load at compile."""
     with contextlib.ExitStack() as stack:
         for name in names:
             if installed(name):
-                stack.enter_context(get(name).targeting(cc))
+                stack.enter_context(get(name).targeting(cc, binds))
         yield
 
 

@@ -116,8 +116,9 @@ class Backend(abc.ABC):
         the knobs it reads when a function is decorated (frozen into its options)."""
         return self.codegen_config()
 
-    def targeting(self, cc: tuple):
-        """A block within which its code compiles for `cc`, asking no driver."""
+    def targeting(self, cc: tuple, binds: bool = False):
+        """A block within which its code compiles for `cc`, asking no driver; `binds`: a
+        stand-in driver is there, so what a GPU would load at compile is loaded."""
         return contextlib.nullcontext()
 
     @abc.abstractmethod

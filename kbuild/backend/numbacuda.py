@@ -48,10 +48,10 @@ class NumbaCuda(NumbaDispatchers, Backend):
 
         return process_config()
 
-    def targeting(self, cc: tuple):
+    def targeting(self, cc: tuple, binds: bool = False):
         from .targeting import targeting
 
-        return targeting(cc)
+        return targeting(cc, binds)
 
     def parse_signature(self, text: str, module) -> tuple:
         from numba import from_dtype

@@ -17,7 +17,7 @@ import contextlib
 import threading
 
 _lock = threading.RLock()
-_state = {"cc": None, "depth": 0, "saved": None}
+_state = {"cc": None, "binds": False, "depth": 0, "saved": None}
 
 
 class _TargetDevice:
@@ -28,26 +28,28 @@ class _TargetDevice:
 
 
 @contextlib.contextmanager
-def targeting(cc: tuple):
-    """Within this block numba-cuda compiles for `cc` instead of asking a driver."""
+def targeting(cc: tuple, binds: bool = False):
+    """Within this block numba-cuda compiles for `cc` instead of asking a driver.
+    `binds`: a (stand-in) driver is there, so a compiled kernel is loaded as on a GPU
+    (numba binds a kernel before `cache=True` saves it); otherwise binding does nothing."""
     if simulating():
         yield  # the simulator compiles nothing
         return
     with _lock:
-        previous = _state["cc"]
+        previous = _state["cc"], _state["binds"]
         if _state["depth"] == 0:
             patches = _target_patches()
             _state["saved"] = [(holder, name, getattr(holder, name))
                                for holder, name, _ in patches]
             for holder, name, replacement in patches:
                 setattr(holder, name, replacement)
-        _state["cc"] = tuple(cc)
+        _state["cc"], _state["binds"] = tuple(cc), binds
         _state["depth"] += 1
         try:
             yield
         finally:
             _state["depth"] -= 1
-            _state["cc"] = previous
+            _state["cc"], _state["binds"] = previous
             if _state["depth"] == 0:
                 for holder, name, original in _state["saved"]:
                     setattr(holder, name, original)
@@ -62,7 +64,7 @@ def _target_patches() -> list:
     return [(dispatcher, "get_current_device", _target_device),
             (compiler, "get_current_device", _target_device),
             (codegen.CUDACodeLibrary, "_ensure_cc", _ensure_target_cc),
-            (dispatcher._Kernel, "bind", _bind_nothing),
+            (dispatcher._Kernel, "bind", _bind_to_target),
             (codegen.CUDACodeLibrary, "__init__", _ordered_init(codegen.CUDACodeLibrary.__init__))]
 
 
@@ -76,9 +78,12 @@ def _ensure_target_cc(self, want):
     return want if want is not None else _state["cc"]
 
 
-def _bind_nothing(self):
+def _bind_to_target(self):
     """An eager @cuda.jit("sig") binds its kernel to a context right after compiling it
-    at import; there is no context to bind to while building."""
+    at import, and `cache=True` binds before it saves: while building there is no
+    context to bind to; under a stand-in driver the kernel is loaded, as on a GPU."""
+    if _state["binds"]:
+        self._codelibrary.get_cufunc()
 
 
 

@@ -41,7 +41,7 @@ class NumbaCudaMlir(NumbaDispatchers, Backend):
 
         return codegen_config()
 
-    def targeting(self, cc: tuple):
+    def targeting(self, cc: tuple, binds: bool = False):
         from .nodriver import pinned_target
 
         return pinned_target(cc)
