@@ -32,8 +32,8 @@ from __future__ import annotations
 from .blobs import BlobShelf, CorruptBlob
 from .entries import EntryShelf
 from .folder import StoreFolder
-from .layout import (_CACHEDIR_TAG, LAYOUT, MAX_BLOB, atomic_write,  # noqa: F401 - re-exported
-                     blob_relpath, entry_relpath, store_root_problem)
+from .layout import (LAYOUT, MAX_BLOB, atomic_write, blob_relpath, entry_relpath,
+                     store_root_problem)
 from .ledger import LEDGER_FIELDS, Ledger
 from .manifest import MANIFEST_SCHEMA, is_object, is_output, is_target
 
