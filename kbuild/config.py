@@ -242,7 +242,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
     remote = _typed(store_table, "remote", str, path, f"{prefix}store", default=None)
     remote_timeout = store_table.get("remote_timeout")
     if remote_timeout is not None:
-        from .store.remote import parse_timeout
+        from .store.remote_settings import parse_timeout
 
         remote_timeout = parse_timeout(remote_timeout,
                                        f"{path}: [{prefix}store] remote_timeout")

@@ -299,9 +299,9 @@ def open_project(config_path, store, read_only: bool = False, *,
                  remote: dict | None = None) -> Project:
     """A kbuild.toml (a path, or None for the nearest) and its storage (`storage`): what
     every CLI command and `Project.load` start with. `remote`: how the remote is chosen
-    (`remote.remote_settings`'s options: url, no_remote...); None: no remote (a command
+    (`remote_settings.remote_settings`'s options: url, no_remote...); None: no remote (a command
     that reads only the local store)."""
-    from .store.remote import remote_settings
+    from .store.remote_settings import remote_settings
 
     cfg = load_config(config_path)
     settings = None if remote is None else remote_settings(cfg, **remote)

@@ -54,9 +54,9 @@ def _count(module_name, name, label, owner=None):
     setattr(where, name, counted)
 
 _count("xxhash", "xxh3_128_hexdigest", "digests")
-_count("kbuild.store.local", "parse_manifest", "manifests parsed")
+_count("kbuild.store.entries", "parse_manifest", "manifests parsed")
 _count("kbuild.store.tree", "read_file", "store files read")
-_count("kbuild.store.local", "_read_entry", "entries read", owner="Store")
+_count("kbuild.store.entries", "_read_entry", "entries read", owner="EntryShelf")
 _count("numba.cuda.cudadrv.nvvm", "compile_ir", "nvvm compiles")
 _count("kbuild.backend.lto", "link_ptx", "links to ptx")
 _count("kbuild.backend.lto", "ptx_to_cubin", "ptx to cubin")

@@ -226,14 +226,15 @@ def _damage(path: Path, how) -> None:
 def test_a_resident_process_rereads_only_entries_that_changed(history, monkeypatch):
     """`kbuild watch` scans the store's entries at every relinking round: files read
     before are not read again unless replaced or touched."""
+    from kbuild.store.entries import EntryShelf
     from kbuild.store.local import Store
 
     store = Store(history.store, read_only=True)
     memo: dict = {}
     first = dict(store.entries(memo))
     reads = []
-    original = Store._read_entry_file
-    monkeypatch.setattr(Store, "_read_entry_file",
+    original = EntryShelf._read_entry_file
+    monkeypatch.setattr(EntryShelf, "_read_entry_file",
                         lambda self, key: reads.append(key) or original(self, key))
     assert dict(store.entries(memo)) == first and reads == []
     key, path = next(iter(entry_files(history.store).items()))

@@ -33,7 +33,7 @@ from kbuild.keying.encode import digest
 from kbuild.store import archive
 from kbuild.store.archive import ArchiveError, import_archive
 from kbuild.store.local import Store, atomic_write
-from kbuild.store.remote import RemoteSettings
+from kbuild.store.remote_settings import RemoteSettings
 from kbuild.store.storage import Storage
 from kbuild.store.signing import sign, signature_problem
 from support import run_kbuild_in_process  # noqa: F401 - its kbuild commands run in process
@@ -622,9 +622,9 @@ def test_atomic_write_never_follows_a_link_in_a_parent_folder(tmp_path):
 # -- 7. a store path that is not kbuild's -------------------------------------------------------
 
 def _kbuild_tag() -> bytes:
-    from kbuild.store import local
+    from kbuild.store import layout
 
-    return local._CACHEDIR_TAG
+    return layout._CACHEDIR_TAG
 
 
 def _tree(folder: Path) -> dict:

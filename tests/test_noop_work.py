@@ -57,7 +57,7 @@ def _count(module_name, name, label):
 import xxhash
 _count("xxhash", "xxh3_128_hexdigest", "digests")
 _count("kbuild.keying.encode", "encode", "encodings")
-_count("kbuild.store.local", "parse_manifest", "manifests parsed")
+_count("kbuild.store.entries", "parse_manifest", "manifests parsed")
 _count("kbuild.store.tree", "read_file", "store files read")
 
 def _report():

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from kbuild.keying.encode import digest
-from kbuild.store.remote import DEFAULT_TIMEOUT, RemoteSettings, remote_settings
+from kbuild.store.remote_settings import DEFAULT_TIMEOUT, RemoteSettings, remote_settings
 from kbuild.store.remotes.base import Remote
 from kbuild.store.storage import Storage
 from kbuild.store.local import is_output

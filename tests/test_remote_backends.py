@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from kbuild.keying.encode import digest
-from kbuild.store.remote import RemoteSettings
+from kbuild.store.remote_settings import RemoteSettings
 from kbuild.store.remotes import open_backend
 from kbuild.store.remotes.base import BLOB, ENTRY, Remote
 

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from kbuild.store.local import Store
-from kbuild.store.remote import RemoteSettings, push_entries
+from kbuild.store.remote_settings import RemoteSettings
+from kbuild.store.storage import push_entries
 from kbuild.store.storage import Storage
 from kbuild.store.remotes.http_remote import entry_address
 

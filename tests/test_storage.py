@@ -11,7 +11,7 @@ from pathlib import Path
 from store_support import make_cubin, make_ptx
 
 from kbuild.store.local import Store
-from kbuild.store.remote import RemoteSettings
+from kbuild.store.remote_settings import RemoteSettings
 from kbuild.store.storage import Storage, open_storage
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kbuild"

@@ -286,7 +286,7 @@ COUNTING_APP = dedent("""\
     def main(device_array, which):
         from kbuild.backend import base, numbacuda
         from kbuild.keying import keyer, encode
-        from kbuild.store import local, tree
+        from kbuild.store import entries, tree
         import xxhash
         from numba.cuda import config
         _count(keyer.Keyer, "target_node", "keyed")
@@ -294,7 +294,7 @@ COUNTING_APP = dedent("""\
         _count(keyer.Keyer, "function_node", "function trees")
         _count(base, "type_namespace", "signature namespaces")
         _count(numbacuda, "type_namespace", "signature namespaces")
-        _count(local.Store, "_validated", "entries checked in full")
+        _count(entries.EntryShelf, "_validated", "entries checked in full")
         _count(tree, "read_file", "store files read")
         _count(xxhash, "xxh3_128_hexdigest", "digests")
         before = set(sys.modules)

@@ -182,7 +182,7 @@ def _executor(args, config, store):
     if args.executor in (None, "", "local"):
         return None
     from ..execute.distributed import parse_executor
-    from ..store.remote import remote_timeout
+    from ..store.remote_settings import remote_timeout
 
     return parse_executor(args.executor, warnings=store.warnings,
                           timeout=remote_timeout(config, args.remote_timeout))

@@ -136,7 +136,7 @@ def command_store(args, opened: Opened, config, read_only: bool, remote: bool = 
     """The storage a command names: with the remote a build uses (CLI > env > kbuild.toml)
     when `remote`, else the local store alone."""
     from ..config import default_store
-    from ..store.remote import remote_settings
+    from ..store.remote_settings import remote_settings
     from ..store.storage import open_storage
 
     settings = remote_settings(config, url=args.remote, no_remote=args.no_remote,

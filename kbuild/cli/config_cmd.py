@@ -119,7 +119,7 @@ def _project_rows(config, declared) -> list[dict]:
 
 
 def _remote_rows(config, declared, env) -> list[dict]:
-    from ..store.remote import DEFAULT_BUDGET, remote_settings, remote_timeout
+    from ..store.remote_settings import DEFAULT_BUDGET, remote_settings, remote_timeout
     from ..store.signing import DEFAULT_ENV
 
     chosen = remote_settings(config, env=env)

@@ -9,7 +9,7 @@ def cmd_push(args, opened) -> int:
     """Send the current targets' entries (and the objects they link from) to the remote;
     exit 1 when the remote failed (a target the store lacks is reported, not an error:
     a partial build still seeds what it built)."""
-    from ..store.remote import push_entries
+    from ..store.storage import push_entries
 
     # One push may send thousands of entries: each call keeps its timeout, but no
     # build-sized budget stops it halfway (the first failure does).

@@ -190,12 +190,12 @@ def prune(store: Store, max_age: float = FACTS_MAX_AGE) -> int:
     for folder, info in tree.listing(store.root, f"{LAYOUT}/facts"):
         rel = f"{LAYOUT}/facts/{folder}"
         if not stat.S_ISDIR(info.st_mode):
-            removed += store._remove(rel)
+            removed += store.folder.remove(rel)
             continue
         ours = _this_kbuilds(folder)
         for name, finfo in tree.listing(store.root, rel):
             if not ours or finfo.st_mtime < oldest or stat.S_ISLNK(finfo.st_mode):
-                removed += store._remove(f"{rel}/{name}")
+                removed += store.folder.remove(f"{rel}/{name}")
         if folder != facts_version() and not store.read_only:
             try:
                 with tree.opened_dir(store.root, [LAYOUT, "facts"]) as fd:

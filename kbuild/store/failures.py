@@ -61,7 +61,7 @@ def remember(store: Store, key: str, failure: Failure) -> None:
               "seconds": round(failure.seconds, 4), "project": failure.project,
               "observed": [list(row) for row in failure.observed],
               "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    store._write(failure_relpath(key), json.dumps(record, sort_keys=True).encode())
+    store.folder.write(failure_relpath(key), json.dumps(record, sort_keys=True).encode())
 
 
 def recorded(store: Store, key: str, expect: dict) -> Failure | None:
@@ -85,7 +85,7 @@ def recorded(store: Store, key: str, expect: dict) -> Failure | None:
 def forget(store: Store, key: str) -> None:
     """Remove `key`'s failure record, if there is one (a build of the key succeeded)."""
     if HEX32.match(key):
-        store._remove(failure_relpath(key))
+        store.folder.remove(failure_relpath(key))
 
 
 def remove_records(store: Store, project: str | None = None) -> int:
@@ -95,7 +95,7 @@ def remove_records(store: Store, project: str | None = None) -> int:
     for rel, info in _files(store):
         failure_project = None if project is None else _project_of(store, rel)
         if project is None or failure_project in (project, False):
-            removed += store._remove(rel)
+            removed += store.folder.remove(rel)
     return removed
 
 
@@ -105,7 +105,7 @@ def prune(store: Store, max_age: float) -> int:
     oldest, removed = time.time() - max_age, 0
     for rel, info in _files(store, everything=True):
         if not stat.S_ISREG(info.st_mode) or info.st_mtime < oldest:
-            removed += store._remove(rel)
+            removed += store.folder.remove(rel)
     return removed
 
 

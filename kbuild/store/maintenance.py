@@ -181,7 +181,7 @@ def _remove_stale_temp(store: Store) -> int:
     now, count = time.time(), 0
     for name, info in tree.listing(store.root, f"{LAYOUT}/tmp"):
         if now - info.st_mtime > _STALE_TMP_SECONDS and not stat.S_ISDIR(info.st_mode):
-            count += store._remove(f"{LAYOUT}/tmp/{name}")
+            count += store.folder.remove(f"{LAYOUT}/tmp/{name}")
     return count
 
 
@@ -191,11 +191,11 @@ def _remove_old_index(store: Store) -> None:
     if info is None or store.read_only:
         return
     if not stat.S_ISDIR(info.st_mode):
-        store._remove(f"{LAYOUT}/index")
+        store.folder.remove(f"{LAYOUT}/index")
         return
     for name, finfo in tree.listing(store.root, f"{LAYOUT}/index"):
         if not stat.S_ISDIR(finfo.st_mode):
-            store._remove(f"{LAYOUT}/index/{name}")
+            store.folder.remove(f"{LAYOUT}/index/{name}")
     try:
         with tree.opened_dir(store.root, [LAYOUT]) as fd:
             os.rmdir("index", dir_fd=fd)
@@ -241,7 +241,7 @@ def zero_stats(store: Store) -> bool:
     if tree.lstat(store.root, f"{LAYOUT}/stats.jsonl") is None:
         return False
     store.claim()
-    return bool(store._remove(f"{LAYOUT}/stats.jsonl"))
+    return bool(store.folder.remove(f"{LAYOUT}/stats.jsonl"))
 
 
 def _count(value) -> int:

@@ -17,97 +17,30 @@ validates its own files and every blob is checked against its name. An entry
 whose blob is gone (evicted) is a plain miss. A remote that fails, hangs or
 refuses costs one warning and is not asked again in this process; every call
 runs under a timeout, so a dead remote never fails nor stalls a build.
+
+Which remote, and how (URL, read-only, timeout, budget, signing key), is
+`remote_settings`'s to say; seeding a remote with a store's entries (`kbuild push`)
+is `storage.push_entries`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from dataclasses import dataclass, field
 
 from ..keying.encode import digest
-from ..errors import ConfigError
-from .local import MAX_BLOB
-from .manifest import MAX_JSON_BYTES, EntryProblem, is_object, parse_manifest
+from .layout import MAX_BLOB
+from .manifest import MAX_JSON_BYTES, EntryProblem, parse_manifest
+from .remote_settings import DEFAULT_BUDGET, DEFAULT_TIMEOUT, RemoteSettings
 from .remotes import open_backend
 from .remotes.base import ENTRY, Deadline, Tampered
 from .remotes.urls import redact, scrub, url_secrets
-from .signing import sign, signature_problem, signing_key
+from .signing import sign, signature_problem
 
-__all__ = ["RemoteSettings", "RemoteTier", "open_remote", "redact", "remote_settings",
-           "remote_timeout", "parse_timeout", "push_entries", "scrub", "url_secrets", "Deadline"]
+__all__ = ["RemoteTier", "open_remote", "redact", "scrub", "url_secrets", "Deadline"]
 
-DEFAULT_TIMEOUT = 5.0
-DEFAULT_BUDGET = 30.0  # seconds one build may spend waiting on the remote, all calls together
 _FAILED = object()
-
-
-@dataclass(frozen=True)
-class RemoteSettings:
-    """Which remote a command uses, and how: the outcome of CLI > env > kbuild.toml."""
-
-    url: str
-    where: str  # what named it, for error messages
-    read_only: bool = False
-    timeout: float = DEFAULT_TIMEOUT
-    budget: float = DEFAULT_BUDGET
-    signing_key: bytes | None = field(default=None, repr=False)
-    paths: tuple = ()  # the project's import roots: where a `module:Class` remote is found
-
-
-def remote_settings(config=None, *, url=None, no_remote=False, read_only=False, timeout=None,
-                    budget=None, env=None) -> RemoteSettings | None:
-    """The remote named by `url` (--remote), else $KBUILD_REMOTE, else `[store] remote`.
-
-    None when none is named or `no_remote`. Read-only comes from --remote-read-only
-    or KBUILD_REMOTE_READ_ONLY=1, the timeout from `remote_timeout`, the budget from
-    `budget` (a command's own), else $KBUILD_REMOTE_BUDGET, else the default.
-    """
-    env = os.environ if env is None else env
-    chosen = _first((url, "--remote"), (env.get("KBUILD_REMOTE"), "KBUILD_REMOTE"),
-                    (getattr(config, "remote", None), f"{_toml(config)} remote"))
-    if no_remote or chosen is None:
-        return None
-    if budget is None:
-        budget = env.get("KBUILD_REMOTE_BUDGET")
-        budget = parse_timeout(budget, "KBUILD_REMOTE_BUDGET") if budget else DEFAULT_BUDGET
-    return RemoteSettings(url=chosen[0], where=chosen[1],
-                          read_only=read_only or env.get("KBUILD_REMOTE_READ_ONLY") == "1",
-                          timeout=remote_timeout(config, timeout, env),
-                          budget=budget,
-                          signing_key=signing_key(config, env),
-                          paths=tuple(str(p) for p in getattr(config, "paths", ()) or ()))
-
-
-def remote_timeout(config=None, timeout=None, env=None) -> float:
-    """Seconds per remote call: --remote-timeout, $KBUILD_REMOTE_TIMEOUT, `[store] remote_timeout`."""
-    env = os.environ if env is None else env
-    chosen = _first((timeout, "--remote-timeout"),
-                    (env.get("KBUILD_REMOTE_TIMEOUT"), "KBUILD_REMOTE_TIMEOUT"),
-                    (getattr(config, "remote_timeout", None), f"{_toml(config)} remote_timeout"))
-    return DEFAULT_TIMEOUT if chosen is None else parse_timeout(*chosen)
-
-
-def _first(*candidates):
-    """The first (value, where) whose value is set: CLI, then environment, then kbuild.toml."""
-    return next(((value, where) for value, where in candidates if value not in (None, "")), None)
-
-
-def _toml(config) -> str:
-    return f"{config.path}: [store]" if config is not None else "kbuild.toml [store]"
-
-
-def parse_timeout(value, where: str) -> float:
-    """A positive number of seconds, or ConfigError naming `where`."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if isinstance(value, bool) or not 0 < seconds < float("inf"):
-        raise ConfigError(f"{where}: timeout must be a positive number of seconds, not {value!r}")
-    return seconds
 
 
 def open_remote(settings: RemoteSettings | None, warnings: list | None = None) -> RemoteTier | None:
@@ -287,34 +220,3 @@ class RemoteTier:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else "no message"
-
-
-def entry_blobs(store, manifest: dict) -> dict:
-    """name -> bytes of every blob `manifest` names, read from `store` verified: what a push
-    sends before the manifest."""
-    return {name: store.read_blob(name) for name in sorted(set(manifest["artifacts"].values()))}
-
-
-def push_entries(storage, keys) -> dict:
-    """Seed the remote of `storage` (a `storage.Storage`) with its entries `keys` and the
-    objects they link from (ccache's --reshare): each as a build's write-back sends it,
-    signed when a key is set. Counts of what was sent and of `keys` the store lacks; stops
-    at the remote's first failure (`tier.down`)."""
-    tier = storage.remote
-    sent, missing, queue, seen = {"entries": 0, "objects": 0}, [], list(keys), set()
-    while queue and not tier.down:
-        key = queue.pop(0)
-        if key in seen:
-            continue
-        seen.add(key)
-        manifest = storage.lookup(key, remote=False)
-        if manifest is None:
-            missing.append(key)
-            continue
-        if storage.push(key):
-            sent["objects" if is_object(manifest) else "entries"] += 1
-        queue += [k for k in (manifest.get("link") or {}).get("objects", ())
-                  if isinstance(k, str)]
-    counts = tier.take_counts()
-    return dict(sent, missing=len(missing), missing_keys=missing, down=tier.down,
-                bytes=counts["remote_bytes_pushed"])

@@ -6,6 +6,7 @@ built from the remote's settings (`remote.RemoteTier`, over one backend of
 `remotes/`). The tier logic is here, once: a local miss is asked of the remote and a
 verified hit is written here (blobs first, manifest last) before it is used; an entry
 committed here is pushed. The tier only fetches, verifies and sends bytes.
+`push_entries` seeds the remote with entries the store holds (`kbuild push`).
 
 Every entry point opens its store with `open_storage`: the CLI, zero-config, and
 `Project.load` (a dask worker opens none: only the build's own process writes).
@@ -16,9 +17,11 @@ from __future__ import annotations
 import json
 
 from .local import Store
-from .remote import RemoteSettings, entry_blobs, open_remote
+from .manifest import is_object
+from .remote import open_remote
+from .remote_settings import RemoteSettings
 
-__all__ = ["Storage", "open_storage"]
+__all__ = ["Storage", "open_storage", "push_entries"]
 
 
 class Storage(Store):
@@ -75,3 +78,34 @@ def open_storage(root, *, read_only: bool = False, remote: RemoteSettings | None
     """The store at `root` with the remote `remote` names behind it: how every entry point
     opens its store."""
     return Storage(root, read_only=read_only, remote=remote)
+
+
+def entry_blobs(store, manifest: dict) -> dict:
+    """name -> bytes of every blob `manifest` names, read from `store` verified: what a push
+    sends before the manifest."""
+    return {name: store.read_blob(name) for name in sorted(set(manifest["artifacts"].values()))}
+
+
+def push_entries(storage, keys) -> dict:
+    """Seed the remote of `storage` (a `Storage`) with its entries `keys` and the
+    objects they link from (ccache's --reshare): each as a build's write-back sends it,
+    signed when a key is set. Counts of what was sent and of `keys` the store lacks; stops
+    at the remote's first failure (`tier.down`)."""
+    tier = storage.remote
+    sent, missing, queue, seen = {"entries": 0, "objects": 0}, [], list(keys), set()
+    while queue and not tier.down:
+        key = queue.pop(0)
+        if key in seen:
+            continue
+        seen.add(key)
+        manifest = storage.lookup(key, remote=False)
+        if manifest is None:
+            missing.append(key)
+            continue
+        if storage.push(key):
+            sent["objects" if is_object(manifest) else "entries"] += 1
+        queue += [k for k in (manifest.get("link") or {}).get("objects", ())
+                  if isinstance(k, str)]
+    counts = tier.take_counts()
+    return dict(sent, missing=len(missing), missing_keys=missing, down=tier.down,
+                bytes=counts["remote_bytes_pushed"])

@@ -130,7 +130,7 @@ class Session:
     def _storage(self, settings):
         """The store and its remote (`storage`); a remote that cannot be opened is one
         warning at the first compile, and the store is used alone."""
-        from ..store.remote import remote_settings
+        from ..store.remote_settings import remote_settings
         from ..store.storage import open_storage
 
         try:

@@ -16,7 +16,7 @@ _HTTP = ("http", "https")
 
 
 def open_backend(settings):
-    """The backend for `settings.url` (a `remote.RemoteSettings`); ConfigError for a URL no
+    """The backend for `settings.url` (a `remote_settings.RemoteSettings`); ConfigError for a URL no
     backend takes. Nothing is contacted."""
     url = settings.url
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""

@@ -1,7 +1,7 @@
 """A project's own remote backend, named `module:Class` (or plugin://module:Class).
 
 The class implements `base.Remote` (get, put, remove; it may subclass it to
-inherit the rest) and is made with one argument, the `remote.RemoteSettings`
+inherit the rest) and is made with one argument, the `remote_settings.RemoteSettings`
 (its `url` is what the user wrote). The module is imported from the project's
 import roots first, then from sys.path. What it returns is checked by the tier
 as any remote's is: a plugin cannot make kbuild trust a binary.
