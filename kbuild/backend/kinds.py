@@ -83,7 +83,20 @@ def _int_kind(v):
 def _host_array_kind(a):
     flags = a.flags
     layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
-    return (type(a), a.dtype, a.ndim, layout, flags.writeable, flags.aligned)
+    repeated = _repeated(a) if 0 in a.strides else None
+    return (type(a), a.dtype, a.ndim, layout, flags.writeable, flags.aligned, repeated)
+
+
+def _repeated(a):
+    """What a copy to the device makes of an array with a zero stride (numba-cuda-mlir
+    types its copy, not the array): a broadcast array's copy is typed 'A' whatever numpy's
+    flags say (`x[:, None]` is 'C' to numpy), and one whose repeated core is strided is
+    not copied at all (`devicearray.sentry_contiguous`)."""
+    if a.size == 0:
+        return "empty"
+    core = a[tuple(0 if s == 0 else slice(None) for s in a.strides)]
+    flags = core.flags
+    return "broadcast" if flags.c_contiguous or flags.f_contiguous else "strided broadcast"
 
 
 def _device_array_kind(a):
@@ -106,14 +119,27 @@ def _cai_kind(a):
     function move, the argument is typed by numba on every launch (`UNTYPED`)."""
     desc = a.__cuda_array_interface__
     shape, strides, typestr = desc["shape"], desc.get("strides"), desc["typestr"]
+    dtype = _owner_dtype(a, typestr) if "V" in typestr else typestr
     if strides is None:  # numba: 'C' without reading anything else (CuPy's, PyTorch's usual)
-        return ("cai", type(a), typestr, len(shape), "C", bool(desc["data"][1]), False)
+        return ("cai", type(a), dtype, len(shape), "C", bool(desc["data"][1]), False)
     try:
         layout = _numba_cai_type(desc).layout
     except Exception:  # noqa: BLE001 - numba's error, raised again by its typing on launch
         return (type(a), UNTYPED)
     wrong = layout != "A" and not _laid_out(shape, strides, _itemsize(typestr), layout)
-    return ("cai", type(a), typestr, len(shape), layout, bool(desc["data"][1]), wrong)
+    return ("cai", type(a), dtype, len(shape), layout, bool(desc["data"][1]), wrong)
+
+
+def _owner_dtype(a, typestr):
+    """A CAI array of records (typestr `|V<n>`) with the record's dtype as its own `dtype`
+    (CuPy's): numba-cuda-mlir reads the fields from that dtype
+    (`resolve_cuda_array_interface_dtype`), so two such arrays type alike only when their
+    dtypes are equal."""
+    owner = getattr(a, "dtype", None)
+    try:
+        return (typestr, None if owner is None else np.dtype(owner))
+    except TypeError:  # numba-cuda-mlir then reads the typestr alone
+        return (typestr, None)
 
 
 _numba_cai: list = []
