@@ -263,6 +263,8 @@ def _mlir_device_array(host):
 
 
 def _mlir_values():
+    from numba import cuda
+
     return {
         "mlir device C": _mlir_device_array(_f32(4, 3)),
         "mlir device F": _mlir_device_array(np.asfortranarray(_f32(4, 3))),
@@ -273,8 +275,8 @@ def _mlir_values():
         "cai other record with its dtype": _CaiRecord(np.dtype([("a", np.float64),
                                                                  ("b", np.int64)])),
         "tuple with a read-only array": (1, _readonly(_f32(4))),
-        "cuda.In read-only": __import__("numba").cuda.In(_readonly(_f32(4))),
-        "cuda.InOut F": __import__("numba").cuda.InOut(np.asfortranarray(_f32(4, 3))),
+        "cuda.In read-only": cuda.In(_readonly(_f32(4))),
+        "cuda.InOut F": cuda.InOut(np.asfortranarray(_f32(4, 3))),
         "host (4, 1) odd stride": np.ndarray((4, 1), np.float32, np.zeros(8, np.float32).data,
                                              0, (4, 12)),
     }

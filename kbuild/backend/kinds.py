@@ -12,8 +12,11 @@ every launch (`UNTYPED`).
 The type itself is always numba's (`typeof(value, Purpose.argument)`, on the first launch
 of a kind), so a kind must hold everything that typing reads, in numba's order: a
 `__cuda_array_interface__` array's layout as numba reads its strides (right or wrong, see
-`_cai_kind`), DLPack before the CAI, a Python int's range. tests/test_argument_typing.py
-checks both over a matrix of arguments.
+`_cai_kind`), DLPack before the CAI, a Python int's range. The same kinds key
+numba-cuda-mlir's typing (`mlir/launching.py`), which reads a little more: what a copy to
+the device makes of a host array with a zero stride (`_repeated`), a CAI record array's
+own dtype (`_owner_dtype`). tests/test_argument_typing.py checks both backends over a
+matrix of arguments.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The same path as numba-cuda's kernels (`backend.launcher`: kinds read once per kind,
 a packer made once, `cuda.core.launch` through `backend.driver`), with arguments
-typed in numba-cuda-mlir's types (its vendored `typeof`) and packed as its kernels
-take them (`packing`: memref descriptors, complex by value).
+typed as numba-cuda-mlir's dispatcher types them (its vendored `typeof`, of a host
+array's device copy: `argument_types`) and packed as its kernels take them (`packing`:
+memref descriptors, complex by value).
 
 `install()` hands a stored kernel to the user's own `MLIRDispatcher` as a compiled
 overload (a `CompileResult` of a `CachedCompileResult`, what its own `cache=True`
