@@ -245,10 +245,13 @@ class _NoMemory:
 @contextlib.contextmanager
 def _no_device_memory():
     import numba_cuda_mlir.cuda as mlir_cuda
+    from numba_cuda_mlir.numba_cuda import api
     from numba_cuda_mlir.numba_cuda.cudadrv import devicearray, devices
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(devices, "get_context", lambda *a, **k: _NoMemory())
+        patch.setattr(api, "current_context", lambda *a, **k: _NoMemory())
+        patch.setattr(devices._runtime, "ensure_context", contextlib.nullcontext)
         patch.setattr(mlir_cuda, "to_device", lambda obj, stream=0, copy=True, to=None:
                       devicearray.auto_device(obj, stream=stream, copy=False)[0])
         yield
@@ -265,6 +268,8 @@ def _mlir_device_array(host):
 def _mlir_values():
     from numba import cuda
 
+    from kbuild import testing
+
     return {
         "mlir device C": _mlir_device_array(_f32(4, 3)),
         "mlir device F": _mlir_device_array(np.asfortranarray(_f32(4, 3))),
@@ -277,6 +282,12 @@ def _mlir_values():
         "tuple with a read-only array": (1, _readonly(_f32(4))),
         "cuda.In read-only": cuda.In(_readonly(_f32(4))),
         "cuda.InOut F": cuda.InOut(np.asfortranarray(_f32(4, 3))),
+        "cuda.In CAI C strides": cuda.In(_Cai((4, 3), (12, 4))),
+        "cuda.In CAI contiguous by bytes": cuda.In(_Cai((4,), (4,))),
+        "cuda.In CAI strided": cuda.In(_Cai((4,), (8,))),
+        "cuda.In CAI stride == bitwidth": cuda.In(_Cai((4,), (32,))),
+        "cuda.In CAI strides None": cuda.In(_Cai((4, 3), None)),
+        "cuda.In numba device array": cuda.In(testing.device_array(_f32(4))),
         "host (4, 1) odd stride": np.ndarray((4, 1), np.float32, np.zeros(8, np.float32).data,
                                              0, (4, 12)),
     }

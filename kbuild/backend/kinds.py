@@ -58,7 +58,7 @@ def _classify(cls):
     if issubclass(cls, tuple):
         return lambda v: (cls, kinds_of(v))
     if issubclass(cls, ArgHint):
-        return lambda v: (cls, _kind(v.value))
+        return _arg_hint_kind
     if getattr(cls, "__cuda_memory__", False) and hasattr(cls, "_strided_memory_view_shim"):
         return _device_array_kind
     if hasattr(cls, "__dlpack__"):  # numba's order: DLPack first, then the CAI
@@ -74,6 +74,30 @@ UNTYPED = "typed by numba on every launch"
 def cacheable(kinds) -> bool:
     """Whether a launch with these kinds may reuse the typing of an earlier one."""
     return not any(isinstance(k, tuple) and k and k[-1] is UNTYPED for k in kinds)
+
+
+def _arg_hint_kind(v):
+    """cuda.In/Out/InOut: the kind of what it wraps. Wrapping a foreign device array, also
+    the layout of the device array made over its CAI: numba-cuda-mlir types that array
+    (`auto_device`), which reads the strides in bytes, not the CAI as `typeof` does."""
+    inner = _kind(v.value)
+    if type(inner) is tuple and inner and inner[0] in ("cai", "dlpack") \
+            and hasattr(type(v.value), "__cuda_array_interface__"):
+        return (type(v), inner, _wrapped_layout(v.value.__cuda_array_interface__))
+    return (type(v), inner)
+
+
+def _wrapped_layout(desc) -> str:
+    """The layout of a device array made over a CAI (a device array's `_numba_type_`)."""
+    from numba.cuda.cudadrv import dummyarray
+
+    strides = desc.get("strides")
+    if strides is None:
+        return "C"
+    a = dummyarray.Array.from_desc(0, desc["shape"], strides, _itemsize(desc["typestr"]))
+    flags = a.flags
+    return "A" if 0 in a.strides and a.size != 0 else "C" if flags["C_CONTIGUOUS"] else \
+        "F" if flags["F_CONTIGUOUS"] else "A"
 
 
 def _int_kind(v):

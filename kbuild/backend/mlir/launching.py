@@ -55,6 +55,8 @@ def _argument_type(value, kind):
             return types.BaseTuple.from_types(
                 [_argument_type(v, k) for v, k in zip(value, kind[1])], type(value))
         if issubclass(category, ArgHint):
+            if len(kind) == 3:  # a foreign device array: the device array made over it
+                return _wrapped_type(value.value)
             return _argument_type(value.value, kind[1])
     return _in_its_types(typeof(value, Purpose.argument))
 
@@ -63,18 +65,38 @@ def _device_copy_type(host):
     """The type of the copy numba-cuda-mlir's dispatcher makes of a host array
     (`cuda.to_device`): its `auto_device` refuses an array that is strided but for
     repeated dimensions (ValueError, as its launch does), then makes its own DeviceNDArray
-    of the array's shape, strides and dtype, writable and aligned whatever the host array
-    is, and 'A' when broadcast. That DeviceNDArray, made here without memory, types itself."""
+    of the array's shape, strides and dtype: writable and aligned whatever the host array
+    is, and 'A' when broadcast."""
+    from numba_cuda_mlir.numba_cuda.cudadrv import devicearray
+
+    devicearray.sentry_contiguous(host)
+    return _device_array_type(host.shape, host.strides, host.dtype)
+
+
+def _wrapped_type(foreign):
+    """The type of the DeviceNDArray numba-cuda-mlir makes over a foreign device array it
+    copies (`auto_device` -> `from_cuda_array_interface`: its strides read in bytes)."""
+    from numba_cuda_mlir.numba_cuda.api_util import (prepare_shape_strides_dtype,
+                                                     resolve_cuda_array_interface_dtype)
+
+    desc = foreign.__cuda_array_interface__
+    dtype = resolve_cuda_array_interface_dtype(desc["typestr"], getattr(foreign, "dtype", None))
+    shape, strides, dtype = prepare_shape_strides_dtype(desc["shape"], desc.get("strides"),
+                                                        dtype, order="C")
+    return _device_array_type(shape, strides, dtype)
+
+
+def _device_array_type(shape, strides, dtype):
+    """numba-cuda-mlir's type of its DeviceNDArray of that layout, made without memory
+    (its `__init__` would allocate it): the array types itself (`_numba_type_`)."""
     from numba_cuda_mlir.numba_cuda.cudadrv import devicearray, dummyarray
     from numba_cuda_mlir.numba_cuda.typing.typeof import Purpose, typeof
 
-    devicearray.sentry_contiguous(host)
-    copy = object.__new__(devicearray.DeviceNDArray)  # its __init__ would allocate
-    copy._dummy = dummy = dummyarray.Array.from_desc(0, host.shape, host.strides,
-                                                     host.dtype.itemsize)
-    copy.shape, copy.strides, copy.size = dummy.shape, dummy.strides, dummy.size
-    copy.ndim, copy.dtype = len(dummy.shape), host.dtype
-    return typeof(copy, Purpose.argument)
+    array = object.__new__(devicearray.DeviceNDArray)
+    array._dummy = dummy = dummyarray.Array.from_desc(0, shape, strides, dtype.itemsize)
+    array.shape, array.strides, array.size = dummy.shape, dummy.strides, dummy.size
+    array.ndim, array.dtype = len(dummy.shape), dtype
+    return typeof(array, Purpose.argument)
 
 
 def _in_its_types(ty):
