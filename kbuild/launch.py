@@ -126,16 +126,17 @@ class KernelLauncher:
 
     def _refuse_misread(self, kinds, signature: str) -> None:
         """numba types a `__cuda_array_interface__` array with byte strides equal to its
-        dtype's width in bits as contiguous (a numba-cuda bug): the kernel it would launch
-        reads the wrong elements, so kbuild refuses that launch."""
+        dtype's width in bits as contiguous (a numba-cuda bug, vendored by numba-cuda-mlir
+        too): the kernel it would launch reads the wrong elements, so kbuild refuses that
+        launch."""
         i = self._backend().misread(kinds, self.resolved.argtypes[signature])
         if i is not None:
             raise LaunchError(
                 f"argument {i} of '{self.name}' is a __cuda_array_interface__ array that "
-                f"numba-cuda types as contiguous although it is strided (numba compares its "
-                f"byte strides with the dtype's width in bits), so signature '{signature}' "
-                f"would read the wrong elements; pass a contiguous copy, or declare the "
-                f"argument with layout 'A' (e.g. float32[:])")
+                f"{self.resolved.backend.name} types as contiguous although it is strided "
+                f"(numba compares its byte strides with the dtype's width in bits), so "
+                f"signature '{signature}' would read the wrong elements; pass a contiguous "
+                f"copy, or declare the argument with layout 'A' (e.g. float32[:])")
 
     def prepare(self, signature: str, device_arch: str | None = None):
         """What launches `signature` on the device, loaded once per process."""

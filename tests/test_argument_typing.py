@@ -1,15 +1,19 @@
 """kbuild types launch arguments as numba does: over a matrix of argument values, the
 type kbuild picks a signature with (`kinds` then `argument_types`) is numba's own
 `typeof(value, Purpose.argument)`, and two values of equal kinds (the key a launch's
-binding is cached under) always get equal numba types."""
+binding is cached under) always get equal numba types. The same holds for
+numba-cuda-mlir (its launcher module's `kinds_of` and `argument_types`) against what its
+own dispatcher types each argument as (`_mlir_dispatcher_type`)."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 
 import numpy as np
 import pytest
+from mlir_support import INSTALLED, MLIR, needs_mlir
 
 
 class _Cai:
@@ -67,6 +71,10 @@ def _readonly(a):
     return a
 
 
+def _strided(a, shape, strides):
+    return np.lib.stride_tricks.as_strided(a, shape, strides)  # writable, unlike broadcast_to
+
+
 def _unaligned():
     return np.ndarray((4,), np.float32, np.zeros(17, np.uint8).data, 1)
 
@@ -85,6 +93,9 @@ def _values(fake):
         "host datetime64[s]": np.zeros(3, "M8[s]"), "host datetime64[ms]": np.zeros(3, "M8[ms]"),
         "host complex64": np.zeros(3, np.complex64), "host 1 element strided": _f32(4)[::4],
         "host int8 F": np.asfortranarray(np.zeros((2, 3), np.int8)),
+        "host newaxis": _f32(4)[:, np.newaxis],  # shape (4, 1), strides (4, 0): numpy's 'C'
+        "host writable broadcast": _strided(_f32(3), (4, 3), (0, 4)),
+        "host strided broadcast": _strided(_f32(6), (4, 3), (0, 8)),
     }
     device = {
         "device C": testing.device_array(_f32(4, 3)),
@@ -203,4 +214,164 @@ def test_numbas_contiguous_misreading_of_a_cai_array_is_found(name, declared, in
         (None if index is None else index + 1)
     assert kinds.misread(kinds.kinds_of(((1, value),)),
                          (__import__("numba").types.Tuple((args[0], args[1])),)) == \
+        (None if index is None else 0)
+
+
+# -- numba-cuda-mlir -------------------------------------------------------------------------
+# Its dispatcher (`descriptor._ArgMarshaller._call_impl`) types an argument with its vendored
+# `typeof` after `_maybe_copy_to_device_item`: a host array (in a tuple too, or in
+# cuda.In/Out/InOut) is typed as the device copy it makes of it (`cuda.to_device`), its
+# own DeviceNDArray. Here that copy is made by its own `auto_device` without memory
+# (`_no_device_memory`): the typing is what is under test, not the allocation.
+
+class _CaiRecord(_Cai):
+    """A CAI array of records (`|V16`) that has the dtype numba-cuda-mlir reads the fields
+    from (`resolve_cuda_array_interface_dtype`): CuPy's structured arrays."""
+
+    def __init__(self, dtype):
+        super().__init__((4,), None, f"|V{dtype.itemsize}")
+        self.dtype = dtype
+
+
+class _NoMemory:
+    """Device memory that is never touched: a pointer-less allocation."""
+
+    def memalloc(self, size):
+        return self
+
+    device_ctypes_pointer = None
+
+
+@contextlib.contextmanager
+def _no_device_memory():
+    import numba_cuda_mlir.cuda as mlir_cuda
+    from numba_cuda_mlir.numba_cuda import api
+    from numba_cuda_mlir.numba_cuda.cudadrv import devicearray, devices
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(devices, "get_context", lambda *a, **k: _NoMemory())
+        patch.setattr(api, "current_context", lambda *a, **k: _NoMemory())
+        patch.setattr(devices._runtime, "ensure_context", contextlib.nullcontext)
+        patch.setattr(mlir_cuda, "to_device", lambda obj, stream=0, copy=True, to=None:
+                      devicearray.auto_device(obj, stream=stream, copy=False)[0])
+        yield
+
+
+def _mlir_device_array(host):
+    """numba-cuda-mlir's own DeviceNDArray laid out as `host` (over no memory)."""
+    from numba_cuda_mlir.numba_cuda.cudadrv.devicearray import DeviceNDArray
+
+    with _no_device_memory():
+        return DeviceNDArray(host.shape, host.strides, host.dtype, gpu_data=_NoMemory())
+
+
+def _mlir_values():
+    from numba import cuda
+
+    from kbuild import testing
+
+    return {
+        "mlir device C": _mlir_device_array(_f32(4, 3)),
+        "mlir device F": _mlir_device_array(np.asfortranarray(_f32(4, 3))),
+        "mlir device strided": _mlir_device_array(_f32(4, 6)[:, ::2]),
+        "mlir device broadcast": _mlir_device_array(np.broadcast_to(np.float32(1), (4, 3))),
+        "mlir device 0-size": _mlir_device_array(np.zeros((0, 3), np.float32)),
+        "cai record with its dtype": _CaiRecord(ALIGNED),
+        "cai other record with its dtype": _CaiRecord(np.dtype([("a", np.float64),
+                                                                 ("b", np.int64)])),
+        "tuple with a read-only array": (1, _readonly(_f32(4))),
+        "cuda.In read-only": cuda.In(_readonly(_f32(4))),
+        "cuda.InOut F": cuda.InOut(np.asfortranarray(_f32(4, 3))),
+        "cuda.In CAI C strides": cuda.In(_Cai((4, 3), (12, 4))),
+        "cuda.In CAI contiguous by bytes": cuda.In(_Cai((4,), (4,))),
+        "cuda.In CAI strided": cuda.In(_Cai((4,), (8,))),
+        "cuda.In CAI stride == bitwidth": cuda.In(_Cai((4,), (32,))),
+        "cuda.In CAI strides None": cuda.In(_Cai((4, 3), None)),
+        "cuda.In numba device array": cuda.In(testing.device_array(_f32(4))),
+        "host (4, 1) odd stride": np.ndarray((4, 1), np.float32, np.zeros(8, np.float32).data,
+                                             0, (4, 12)),
+    }
+
+
+def _mlir_dispatcher_type(value):
+    """The type numba-cuda-mlir's dispatcher gives a launch argument (see above), in its
+    types. A numba-cuda device array it types by its `_numba_type_`, numba-cuda's own type,
+    which none of its overloads takes: kbuild passes it as the array it is, so it is
+    compared in numba-cuda-mlir's types."""
+    from numba_cuda_mlir.descriptor import _ArgMarshaller
+    from numba_cuda_mlir.numba_cuda.typing.typeof import typeof
+
+    marshaller = object.__new__(_ArgMarshaller)
+    marshaller._callbacks = []
+    try:
+        with _no_device_memory():
+            return _in_mlir_types(typeof(marshaller._maybe_copy_to_device_item(value)))
+    except Exception as e:  # noqa: BLE001 - what it refuses, kbuild must refuse
+        return type(e)
+
+
+def _in_mlir_types(ty):
+    from numba.core import types as numba_types
+    from numba.np.numpy_support import as_dtype
+    from numba_cuda_mlir.numba_cuda import types
+    from numba_cuda_mlir.numba_cuda.np.numpy_support import from_dtype
+
+    if isinstance(ty, numba_types.Array):
+        return types.Array(from_dtype(as_dtype(ty.dtype)), ty.ndim, ty.layout,
+                           readonly=not ty.mutable, aligned=ty.aligned)
+    return ty
+
+
+def _mlir_launching():
+    from kbuild.backend import backends
+
+    return backends.get(MLIR).launcher()
+
+
+def _kbuild_mlir_type(value):
+    launching = _mlir_launching()
+    try:
+        return launching.argument_types((value,), launching.kinds_of((value,)))[0]
+    except Exception as e:  # noqa: BLE001
+        return type(e)
+
+
+MLIR_VALUES = {**VALUES, **_mlir_values()} if INSTALLED else {}
+
+
+@needs_mlir
+@pytest.mark.parametrize("name", list(MLIR_VALUES) or ["(not installed)"])
+def test_kbuild_types_an_argument_as_numba_cuda_mlir_s_dispatcher_does(name):
+    value = MLIR_VALUES[name]
+    assert _kbuild_mlir_type(value) == _mlir_dispatcher_type(value)
+
+
+@needs_mlir
+def test_arguments_of_equal_kinds_get_equal_numba_cuda_mlir_types():
+    launching = _mlir_launching()
+    typed = {name: _mlir_dispatcher_type(v) for name, v in MLIR_VALUES.items()}
+    keyed = [(name, launching.kinds_of((v,))) for name, v in MLIR_VALUES.items()]
+    keyed = [(name, k) for name, k in keyed if launching.cacheable(k)]
+    clashes = [(a, b, typed[a], typed[b]) for (a, ka), (b, kb) in itertools.combinations(keyed, 2)
+               if ka == kb and typed[a] != typed[b]]
+    assert clashes == []
+
+
+@needs_mlir
+@pytest.mark.parametrize("name, declared, index", MISREAD)
+def test_numba_cuda_mlir_s_contiguous_misreading_of_a_cai_array_is_found(name, declared, index):
+    """numba-cuda-mlir's vendored CAI typing compares byte strides with the dtype's width
+    in bits too (`_typeof_cuda_array_interface_cached`): the same arrays are refused."""
+    from numba_cuda_mlir.numba_cuda import types
+    from numba_cuda_mlir.numba_cuda.core import sigutils
+
+    launching = _mlir_launching()
+    args, _ = sigutils.normalize_signature(f"void({declared}, {declared})")
+    value = MLIR_VALUES[name]
+    if index is not None:  # numba-cuda-mlir's own reading: contiguous
+        assert _mlir_dispatcher_type(value).layout != "A"
+    assert launching.misread(launching.kinds_of((1, value)), (args[0], args[1])) == \
+        (None if index is None else index + 1)
+    assert launching.misread(launching.kinds_of(((1, value),)),
+                             (types.Tuple((args[0], args[1])),)) == \
         (None if index is None else 0)

@@ -409,6 +409,44 @@ def test_launches_pack_numba_cuda_mlir_s_abi_checked_against_the_ptx(launching):
 
 
 @needs_mlir
+def test_host_arrays_are_typed_as_numba_cuda_mlir_types_its_device_copy(launching):
+    """Its dispatcher types the writable copy it makes of a host array, not the array: a
+    read-only array launches a kernel declared for writable ones (as its own launch does),
+    and an x[:, None] (numpy's 'C', a broadcast copy) picks the 'A' signature."""
+    proj, testing = launching
+    x = np.arange(8, dtype=np.float32)
+    x.flags.writeable = False
+    out = np.zeros(8, np.float32)
+    with testing.fake_device("sm_90", proj.store) as fake:
+        proj.kernel("saxpy")[1, 8](np.float32(2), x, x, out)
+        assert proj.kernel("saxpy").signature_for((np.float32(2), x, x, out)) == SAXPY
+        column = np.ones(3, np.float32)[:, None]
+        assert proj.kernel("grid2").signature_for(
+            (column, np.complex64(1), (np.float32(1), np.float32(2)))) == \
+            "void(float32[:, :], complex64, UniTuple(float32, 2))"
+    assert fake.launch_count == 1
+
+
+@needs_mlir
+def test_a_cai_array_numba_cuda_mlir_would_misread_as_contiguous_is_refused(launching):
+    """numba-cuda-mlir's vendored typing compares byte strides with the dtype's width in
+    bits, as numba-cuda's does: a float32 array strided by 32 bytes is 'C' to it, and its
+    float32[::1] kernel would read x[0..7]; kbuild refuses that launch by name."""
+    from kbuild.errors import LaunchError
+
+    proj, testing = launching
+    strided = np.zeros(64, np.float32)[::8]
+    with testing.fake_device("sm_90", proj.store) as fake:
+        args = [np.float32(2)] + [fake.foreign_array(a) for a in
+                                  (strided, np.ones(8, np.float32), np.ones(8, np.float32))]
+        with pytest.raises(LaunchError, match=r"argument 1 of 'pm.k:saxpy' is a "
+                                              r"__cuda_array_interface__ array that "
+                                              r"numba-cuda-mlir types as contiguous"):
+            proj.kernel("saxpy")[1, 8](*args)
+    assert fake.launch_count == 0
+
+
+@needs_mlir
 def test_the_fake_driver_refuses_numba_cuda_s_abi_for_its_kernels(launching):
     """The check that makes the test above mean something: numba-cuda's layout of the same
     arguments (7 values per array) does not fit the `.entry`."""

@@ -12,8 +12,11 @@ every launch (`UNTYPED`).
 The type itself is always numba's (`typeof(value, Purpose.argument)`, on the first launch
 of a kind), so a kind must hold everything that typing reads, in numba's order: a
 `__cuda_array_interface__` array's layout as numba reads its strides (right or wrong, see
-`_cai_kind`), DLPack before the CAI, a Python int's range. tests/test_argument_typing.py
-checks both over a matrix of arguments.
+`_cai_kind`), DLPack before the CAI, a Python int's range. The same kinds key
+numba-cuda-mlir's typing (`mlir/launching.py`), which reads a little more: what a copy to
+the device makes of a host array with a zero stride (`_repeated`), a CAI record array's
+own dtype (`_owner_dtype`). tests/test_argument_typing.py checks both backends over a
+matrix of arguments.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def _classify(cls):
     if issubclass(cls, tuple):
         return lambda v: (cls, kinds_of(v))
     if issubclass(cls, ArgHint):
-        return lambda v: (cls, _kind(v.value))
+        return _arg_hint_kind
     if getattr(cls, "__cuda_memory__", False) and hasattr(cls, "_strided_memory_view_shim"):
         return _device_array_kind
     if hasattr(cls, "__dlpack__"):  # numba's order: DLPack first, then the CAI
@@ -73,6 +76,30 @@ def cacheable(kinds) -> bool:
     return not any(isinstance(k, tuple) and k and k[-1] is UNTYPED for k in kinds)
 
 
+def _arg_hint_kind(v):
+    """cuda.In/Out/InOut: the kind of what it wraps. Wrapping a foreign device array, also
+    the layout of the device array made over its CAI: numba-cuda-mlir types that array
+    (`auto_device`), which reads the strides in bytes, not the CAI as `typeof` does."""
+    inner = _kind(v.value)
+    if type(inner) is tuple and inner and inner[0] in ("cai", "dlpack") \
+            and hasattr(type(v.value), "__cuda_array_interface__"):
+        return (type(v), inner, _wrapped_layout(v.value.__cuda_array_interface__))
+    return (type(v), inner)
+
+
+def _wrapped_layout(desc) -> str:
+    """The layout of a device array made over a CAI (a device array's `_numba_type_`)."""
+    from numba.cuda.cudadrv import dummyarray
+
+    strides = desc.get("strides")
+    if strides is None:
+        return "C"
+    a = dummyarray.Array.from_desc(0, desc["shape"], strides, _itemsize(desc["typestr"]))
+    flags = a.flags
+    return "A" if 0 in a.strides and a.size != 0 else "C" if flags["C_CONTIGUOUS"] else \
+        "F" if flags["F_CONTIGUOUS"] else "A"
+
+
 def _int_kind(v):
     # numba types a Python int by its size: int64, uint64 from 2**63, an error from 2**64
     if -0x8000000000000000 <= v < 0x8000000000000000:
@@ -83,7 +110,20 @@ def _int_kind(v):
 def _host_array_kind(a):
     flags = a.flags
     layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
-    return (type(a), a.dtype, a.ndim, layout, flags.writeable, flags.aligned)
+    repeated = _repeated(a) if 0 in a.strides else None
+    return (type(a), a.dtype, a.ndim, layout, flags.writeable, flags.aligned, repeated)
+
+
+def _repeated(a):
+    """What a copy to the device makes of an array with a zero stride (numba-cuda-mlir
+    types its copy, not the array): a broadcast array's copy is typed 'A' whatever numpy's
+    flags say (`x[:, None]` is 'C' to numpy), and one whose repeated core is strided is
+    not copied at all (`devicearray.sentry_contiguous`)."""
+    if a.size == 0:
+        return "empty"
+    core = a[tuple(0 if s == 0 else slice(None) for s in a.strides)]
+    flags = core.flags
+    return "broadcast" if flags.c_contiguous or flags.f_contiguous else "strided broadcast"
 
 
 def _device_array_kind(a):
@@ -106,14 +146,27 @@ def _cai_kind(a):
     function move, the argument is typed by numba on every launch (`UNTYPED`)."""
     desc = a.__cuda_array_interface__
     shape, strides, typestr = desc["shape"], desc.get("strides"), desc["typestr"]
+    dtype = _owner_dtype(a, typestr) if "V" in typestr else typestr
     if strides is None:  # numba: 'C' without reading anything else (CuPy's, PyTorch's usual)
-        return ("cai", type(a), typestr, len(shape), "C", bool(desc["data"][1]), False)
+        return ("cai", type(a), dtype, len(shape), "C", bool(desc["data"][1]), False)
     try:
         layout = _numba_cai_type(desc).layout
     except Exception:  # noqa: BLE001 - numba's error, raised again by its typing on launch
         return (type(a), UNTYPED)
     wrong = layout != "A" and not _laid_out(shape, strides, _itemsize(typestr), layout)
-    return ("cai", type(a), typestr, len(shape), layout, bool(desc["data"][1]), wrong)
+    return ("cai", type(a), dtype, len(shape), layout, bool(desc["data"][1]), wrong)
+
+
+def _owner_dtype(a, typestr):
+    """A CAI array of records (typestr `|V<n>`) with the record's dtype as its own `dtype`
+    (CuPy's): numba-cuda-mlir reads the fields from that dtype
+    (`resolve_cuda_array_interface_dtype`), so two such arrays type alike only when their
+    dtypes are equal."""
+    owner = getattr(a, "dtype", None)
+    try:
+        return (typestr, None if owner is None else np.dtype(owner))
+    except TypeError:  # numba-cuda-mlir then reads the typestr alone
+        return (typestr, None)
 
 
 _numba_cai: list = []

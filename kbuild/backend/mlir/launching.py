@@ -2,8 +2,9 @@
 
 The same path as numba-cuda's kernels (`backend.launcher`: kinds read once per kind,
 a packer made once, `cuda.core.launch` through `backend.driver`), with arguments
-typed in numba-cuda-mlir's types (its vendored `typeof`) and packed as its kernels
-take them (`packing`: memref descriptors, complex by value).
+typed as numba-cuda-mlir's dispatcher types them (its vendored `typeof`, of a host
+array's device copy: `argument_types`) and packed as its kernels take them (`packing`:
+memref descriptors, complex by value).
 
 `install()` hands a stored kernel to the user's own `MLIRDispatcher` as a compiled
 overload (a `CompileResult` of a `CachedCompileResult`, what its own `cache=True`
@@ -33,31 +34,85 @@ __all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "misread", "
 
 
 def argument_types(args, kinds) -> tuple:
-    """numba-cuda-mlir's types of the arguments, as its dispatcher types them."""
+    """numba-cuda-mlir's types of the arguments, as its dispatcher types them (once per
+    kinds: equal kinds type equally, tests/test_argument_typing.py)."""
     return tuple(_argument_type(a, k) for a, k in zip(args, kinds))
 
 
 def _argument_type(value, kind):
+    """numba-cuda-mlir's type of one argument: what its dispatcher's marshaller
+    (`descriptor._ArgMarshaller`) types it as, its vendored `typeof` of the value, or of the
+    device copy it makes first of a host array, in a tuple and in cuda.In/Out/InOut too."""
+    from numba.cuda.args import ArgHint
     from numba_cuda_mlir.numba_cuda import types
-    from numba_cuda_mlir.numba_cuda.np.numpy_support import from_dtype
     from numba_cuda_mlir.numba_cuda.typing.typeof import Purpose, typeof
 
-    if isinstance(kind, tuple) and kind:
-        category = kind[0]
-        if category == "device":  # numba-cuda's DeviceNDArray
-            _, _, dtype, ndim, layout = kind
-            return types.Array(from_dtype(dtype), ndim, layout)
-        if category in ("cai", "dlpack"):
-            dtype, ndim, layout, readonly = kind[2:6]
-            return types.Array(from_dtype(np.dtype(dtype)), ndim, layout, readonly=readonly)
-        if isinstance(category, type) and issubclass(category, np.ndarray):
-            _, dtype, ndim, layout, writeable, aligned = kind
-            return types.Array(from_dtype(dtype), ndim, layout, readonly=not writeable,
-                               aligned=aligned)
-        inner = getattr(value, "value", None)
-        if len(kind) == 2 and inner is not None and kind[1] is not None:  # cuda.In/Out/InOut
-            return _argument_type(inner, kind[1])
-    return typeof(value, Purpose.argument)
+    category = kind[0] if type(kind) is tuple and kind else None
+    if isinstance(category, type):
+        if issubclass(category, np.ndarray):
+            return _device_copy_type(value)
+        if issubclass(category, tuple) and type(kind[1]) is tuple:
+            return types.BaseTuple.from_types(
+                [_argument_type(v, k) for v, k in zip(value, kind[1])], type(value))
+        if issubclass(category, ArgHint):
+            if len(kind) == 3:  # a foreign device array: the device array made over it
+                return _wrapped_type(value.value)
+            return _argument_type(value.value, kind[1])
+    return _in_its_types(typeof(value, Purpose.argument))
+
+
+def _device_copy_type(host):
+    """The type of the copy numba-cuda-mlir's dispatcher makes of a host array
+    (`cuda.to_device`): its `auto_device` refuses an array that is strided but for
+    repeated dimensions (ValueError, as its launch does), then makes its own DeviceNDArray
+    of the array's shape, strides and dtype: writable and aligned whatever the host array
+    is, and 'A' when broadcast."""
+    from numba_cuda_mlir.numba_cuda.cudadrv import devicearray
+
+    devicearray.sentry_contiguous(host)
+    return _device_array_type(host.shape, host.strides, host.dtype)
+
+
+def _wrapped_type(foreign):
+    """The type of the DeviceNDArray numba-cuda-mlir makes over a foreign device array it
+    copies (`auto_device` -> `from_cuda_array_interface`: its strides read in bytes)."""
+    from numba_cuda_mlir.numba_cuda.api_util import (prepare_shape_strides_dtype,
+                                                     resolve_cuda_array_interface_dtype)
+
+    desc = foreign.__cuda_array_interface__
+    dtype = resolve_cuda_array_interface_dtype(desc["typestr"], getattr(foreign, "dtype", None))
+    shape, strides, dtype = prepare_shape_strides_dtype(desc["shape"], desc.get("strides"),
+                                                        dtype, order="C")
+    return _device_array_type(shape, strides, dtype)
+
+
+def _device_array_type(shape, strides, dtype):
+    """numba-cuda-mlir's type of its DeviceNDArray of that layout, made without memory
+    (its `__init__` would allocate it): the array types itself (`_numba_type_`)."""
+    from numba_cuda_mlir.numba_cuda.cudadrv import devicearray, dummyarray
+    from numba_cuda_mlir.numba_cuda.typing.typeof import Purpose, typeof
+
+    array = object.__new__(devicearray.DeviceNDArray)
+    array._dummy = dummy = dummyarray.Array.from_desc(0, shape, strides, dtype.itemsize)
+    array.shape, array.strides, array.size = dummy.shape, dummy.strides, dummy.size
+    array.ndim, array.dtype = len(dummy.shape), dtype
+    return typeof(array, Purpose.argument)
+
+
+def _in_its_types(ty):
+    """`ty` in numba-cuda-mlir's types. It types a numba-cuda device array by its
+    `_numba_type_`, numba-cuda's own type, which none of its kernels takes; kbuild passes
+    that array as what it is, the same array type in numba-cuda-mlir's vocabulary."""
+    from numba.core import types as numba_types
+    from numba_cuda_mlir.numba_cuda import types
+
+    if not isinstance(ty, numba_types.Array) or isinstance(ty, types.Type):
+        return ty
+    from numba.np.numpy_support import as_dtype
+    from numba_cuda_mlir.numba_cuda.np.numpy_support import from_dtype
+
+    return types.Array(from_dtype(as_dtype(ty.dtype)), ty.ndim, ty.layout,
+                       readonly=not ty.mutable, aligned=ty.aligned)
 
 
 def compatible(actual, declared) -> bool:
