@@ -217,6 +217,25 @@ def test_numbas_contiguous_misreading_of_a_cai_array_is_found(name, declared, in
         (None if index is None else 0)
 
 
+def test_numbas_misreading_inside_cuda_in_is_found_where_numba_misreads():
+    """numba-cuda types `cuda.In(x)` as `x`'s CAI reading (contiguous, wrongly) and launches
+    the device array made from its real strides: refused. numba-cuda-mlir types the array
+    it makes (strided: 'A'), so the same launch is not a misreading there."""
+    from numba.core import sigutils
+    from numba.cuda import In
+    from numba.cuda.typing.typeof import Purpose, typeof
+
+    from kbuild.backend import kinds
+
+    value = In(_Cai((4,), (32,)))
+    assert typeof(value.value, Purpose.argument).layout == "C"  # numba's misreading
+    (contiguous,), _ = sigutils.normalize_signature("void(float32[::1])")
+    assert kinds.misread(kinds.kinds_of((value,)), (contiguous,)) == 0
+    assert kinds.misread(kinds.kinds_of((value,)), (contiguous,), in_hints=False) is None
+    (strided,), _ = sigutils.normalize_signature("void(float32[:])")
+    assert kinds.misread(kinds.kinds_of((value,)), (strided,)) is None
+
+
 # -- numba-cuda-mlir -------------------------------------------------------------------------
 # Its dispatcher (`descriptor._ArgMarshaller._call_impl`) types an argument with its vendored
 # `typeof` after `_maybe_copy_to_device_item`: a host array (in a tuple too, or in

@@ -237,23 +237,27 @@ def _argument_type(value, kind):
     return typeof(value, Purpose.argument)  # numba's own typing; kinds only key its result
 
 
-def misread(kinds, declared) -> int | None:
+def misread(kinds, declared, *, in_hints: bool = True) -> int | None:
     """The index of the first argument that numba types as contiguous although its memory
     is not (see `_cai_kind`) and that `declared` takes as contiguous: a kernel numba
-    would launch with it reads the wrong elements. None when there is none."""
+    would launch with it reads the wrong elements. None when there is none. `in_hints`:
+    whether the type of a `cuda.In/Out/InOut` is its wrapped value's (numba-cuda's: the
+    CAI's reading, while the array passed is made from its real strides)."""
     for i, (kind, ty) in enumerate(zip(kinds, declared)):
-        if _misread(kind, ty):
+        if _misread(kind, ty, in_hints):
             return i
     return None
 
 
-def _misread(kind, ty) -> bool:
+def _misread(kind, ty, in_hints: bool) -> bool:
     if type(kind) is not tuple or not kind:
         return False
     if kind[0] == "cai":
         return kind[6] and getattr(ty, "layout", "A") != "A"
     if isinstance(kind[0], type) and issubclass(kind[0], tuple) and len(kind) == 2:
-        return any(map(_misread, kind[1], ty))
+        return any(_misread(k, t, in_hints) for k, t in zip(kind[1], ty))
+    if in_hints and _kind_of_type.get(kind[0]) is _arg_hint_kind:
+        return _misread(kind[1], ty, in_hints)
     return False
 
 

@@ -23,8 +23,9 @@ import functools
 import numpy as np
 
 from ..launcher import (NumbaKernel, StoredKernel, cacheable, core_stream,  # noqa: F401
-                        current_device, device_arch, kinds_of, load, misread)
+                        current_device, device_arch, kinds_of, load)
 from ..kinds import compatible as _compatible
+from ..kinds import misread as _misread
 from .packing import field_maker
 
 __all__ = ["argument_types", "cacheable", "compatible", "kinds_of", "misread", "core_stream",
@@ -113,6 +114,12 @@ def _in_its_types(ty):
 
     return types.Array(from_dtype(as_dtype(ty.dtype)), ty.ndim, ty.layout,
                        readonly=not ty.mutable, aligned=ty.aligned)
+
+
+def misread(kinds, declared) -> int | None:
+    """`kinds.misread` for numba-cuda-mlir: it types a `cuda.In/Out/InOut` around a foreign
+    array as the device array it builds over it (strides read in bytes), never misread."""
+    return _misread(kinds, declared, in_hints=False)
 
 
 def compatible(actual, declared) -> bool:
