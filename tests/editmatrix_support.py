@@ -85,16 +85,17 @@ VARIANTS = (Variant("numba-cuda"), Variant(mlir_support.MLIR, mlir_support.UNSUP
 # -- running kbuild -------------------------------------------------------------
 
 def kbuild_result(project: Path, store: Path, *args: str, env_extra=None,
-                  launcher=("-m", "kbuild")) -> Result:
+                  launcher=("-m", "kbuild"), warm: bool = False) -> Result:
     """`python -m kbuild ARGS --json --config project/kbuild.toml --store store` in
     `project`, HOME the test run's shared one (else beside the project), bytecode writing
     off: a checkout's run can answer from the journal its template's build wrote.
 
-    `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first.
+    `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first. `warm`:
+    from the zygote with numba-cuda imported (`support.run`), for a reference build only.
     """
     return run(*args, "--json", "--config", project / "kbuild.toml", "--store", store,
                cwd=project, home=shared_home() or project.parent / "home", env=env_extra,
-               launcher=launcher, bytecode=False)
+               launcher=launcher, bytecode=False, warm=warm)
 
 
 def run_kbuild(project: Path, store: Path, *args: str, env_extra=None,
@@ -109,6 +110,29 @@ def run_kbuild(project: Path, store: Path, *args: str, env_extra=None,
 
 def build(project: Path, store: Path, *args: str, **kw) -> dict:
     return run_kbuild(project, store, "build", *args, **kw)
+
+
+def reference(project: Path, store: Path, *args: str, env_extra=None,
+              expect_rc: int = 0) -> dict:
+    """A matrix's reference: `kbuild build ARGS` of the edited project into the empty
+    store `store`, whose artifacts the incremental build's are compared with; its JSON.
+
+    Nothing of it is a fresh process's own behaviour (no journal, no store to answer
+    from), so it runs where it costs least: forked from the warm zygote (numba-cuda and
+    kbuild imported already, `support.run(warm=True)`), every target compiled in that one
+    process (`-j1`: no worker forked, none importing numba's registries again). Neither
+    can hide a stale binary: a target's bytes depend on neither the process nor the
+    order it compiled in (tests/test_determinism.py), and a reference that did would
+    differ from the baseline's bytes for a target the edit did not reach, which the
+    incremental build serves `cached` and the matrix compares with the reference: the
+    case fails loudly.
+    """
+    proc = kbuild_result(project, store, "build", "-j1", *args, env_extra=env_extra,
+                         warm=True)
+    assert proc.returncode == expect_rc, (
+        f"reference build exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+        f"stderr:\n{proc.stderr[-3000:]}")
+    return proc.json
 
 
 def matrix_baseline(tmp_path_factory, name: str, checkout, *args: str, env=None,

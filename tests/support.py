@@ -84,16 +84,25 @@ def kbuild_argv(*args, launcher=("-m", "kbuild")) -> list[str]:
     return [sys.executable, *map(str, launcher), *map(str, args)]
 
 
+# What a warm zygote imports for `run(..., warm=True)`: numba-cuda and the kbuild modules
+# a `kbuild build` imports.
+WARM = ("numba.cuda", "kbuild.cli.entry", "kbuild.cli.build_cmds", "kbuild.cli.buildflow",
+        "kbuild.project", "kbuild.builder.run", "kbuild.backend.numbacuda")
+
+
 def run(*args, cwd, home, env=None, store=None, timeout=300, launcher=("-m", "kbuild"),
-        bytecode: bool = True, **popen) -> Result:
+        bytecode: bool = True, warm: bool = False, **popen) -> Result:
     """Run kbuild (or `launcher`) with `args` in `cwd`; see `kbuild_env` for the rest.
 
     A fresh process's behaviour, forked from this worker's zygote where it can be
     (`zygote.run`: `-m kbuild` and scripts; `-c`, interpreter options and Popen
-    arguments run a real process)."""
+    arguments run a real process). `warm=True`: from a zygote that has numba-cuda and
+    kbuild imported already (`WARM`), for a command that needs no journal and whose
+    output is only compared with a real process's (a reference build: see
+    `zygote`'s docstring for when it serves and why that is sound)."""
     proc = zygote.run(kbuild_argv(*args, launcher=launcher), cwd=str(cwd),
                       env=kbuild_env(home, store=store, env=env, bytecode=bytecode),
-                      timeout=timeout, **popen)
+                      timeout=timeout, warm=WARM if warm else (), **popen)
     stdout = proc.stdout.decode("utf-8", "replace")
     parsed = json.loads(stdout) if "--json" in map(str, args) and proc.stdout.strip() else None
     return Result(proc.returncode, stdout, proc.stderr.decode("utf-8", "replace"), parsed,

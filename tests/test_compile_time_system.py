@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from editmatrix_support import build, case, copy_tree, fresh_checkout, matrix_baseline, replace, short
+from editmatrix_support import (
+    build, case, copy_tree, fresh_checkout, matrix_baseline, reference, replace, short,
+)
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
@@ -132,8 +134,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     env = {**_clean_env(), **the_case.env}
     incremental = build(project, tmp_path / "store", "-k", "-j1", env_extra=env,
                         expect_rc=1)
-    fresh = build(project, tmp_path / "fresh-store", "-k", "-j1", env_extra=env,
-                  expect_rc=1)
+    fresh = reference(project, tmp_path / "fresh-store", "-k", env_extra=env, expect_rc=1)
     assert _with_status(incremental, "failed") == {"k_shell"} == _with_status(fresh, "failed")
     now, clean = _artifacts(incremental), _artifacts(fresh)
     stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}

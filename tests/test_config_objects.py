@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, build, case, copy_tree, fresh_checkout, replace, with_status,
+    artifacts, build, case, copy_tree, fresh_checkout, reference, replace, with_status,
 )
 
 PROJECT = Path(__file__).resolve().parent / "cfgproj"
@@ -82,7 +82,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     copy_tree(where / "store", tmp_path / "store")
     the_case.apply(project)
     incremental = build(project, tmp_path / "store")
-    fresh = build(project, tmp_path / "fresh-store")
+    fresh = reference(project, tmp_path / "fresh-store")
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0, \
         [r["error"] for r in incremental["targets"] + fresh["targets"] if r.get("error")]
     now, clean = artifacts(incremental), artifacts(fresh)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, build, case, copy_tree, fresh_checkout, matrix_baseline, replace, with_status,
+    artifacts, build, case, copy_tree, fresh_checkout, matrix_baseline, reference, replace,
+    with_status,
 )
 from spurious_support import check as check_spurious
 
@@ -85,7 +86,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     the_case.apply(project)
     env = the_case.env
     incremental = build(project, tmp_path / "store", env_extra=env)
-    fresh = build(project, tmp_path / "fresh-store", env_extra=env)
+    fresh = reference(project, tmp_path / "fresh-store", env_extra=env)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0, \
         [r["error"] for r in incremental["targets"] + fresh["targets"] if r.get("error")]
     now, clean = artifacts(incremental), artifacts(fresh)

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    VARIANTS, artifacts, build, case, copy_tree, fresh_checkout, kbuild_result, replace,
-    run_kbuild, short, with_status,
+    VARIANTS, artifacts, build, case, copy_tree, fresh_checkout, kbuild_result, reference,
+    replace, run_kbuild, short, with_status,
 )
 from spurious_support import check as check_spurious
 from support import shared_dir, template
@@ -192,7 +192,7 @@ def test_incremental_matches_fresh(baseline, journaled, variant, tmp_path, the_c
     # Every target, into an empty store: fresh results are never shared between cases by
     # key, since a store of them looked up by kbuild's own key would answer a key that
     # missed the edit with the bytes from before it, the fault this matrix looks for.
-    fresh = build(project, tmp_path / "fresh-store", env_extra=env)
+    fresh = reference(project, tmp_path / "fresh-store", env_extra=env)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
     now, clean = artifacts(incremental), artifacts(fresh)
     stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}

@@ -11,13 +11,14 @@ fresh build does not make, and the targets rebuilt are the ones the case names.
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 
 import pytest
 
 from editmatrix_support import (
-    artifacts, build, case, copy_tree, edits, fresh_checkout, matrix_baseline, replace,
-    with_status,
+    artifacts, build, case, copy_tree, edits, fresh_checkout, matrix_baseline, reference,
+    replace, with_status,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -114,14 +115,23 @@ def test_baseline_builds_every_target_and_then_nothing(baseline, tmp_path):
         assert with_status(again, "cached") == TARGETS
 
 
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """Where this worker's cases check the project out, one after another: at one path,
+    the reference builds' environment (NVRTC's search path in the checkout) is one, and
+    one warm zygote serves them all (`editmatrix_support.reference`)."""
+    return tmp_path_factory.mktemp("stale-work")
+
+
 @pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
-def test_incremental_matches_fresh(baseline, tmp_path, the_case):
+def test_incremental_matches_fresh(baseline, work, tmp_path, the_case):
     where, first = baseline
-    project = _checkout(tmp_path)
+    shutil.rmtree(work / "proj", ignore_errors=True)
+    project = _checkout(work)
     copy_tree(where / "store", tmp_path / "store")
     the_case.apply(project)
     incremental = build(project, tmp_path / "store", env_extra=_env(project))
-    fresh = build(project, tmp_path / "fresh-store", env_extra=_env(project))
+    fresh = reference(project, tmp_path / "fresh-store", env_extra=_env(project))
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
     now, clean = artifacts(incremental), artifacts(fresh)
     stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}

@@ -185,3 +185,98 @@ def test_a_served_build_journals_what_a_fresh_process_does(tmp_path):
     assert ours == {k: v[5:] for k, v in theirs["dirs"].items() if k.startswith("@")}
     interpreter = (sys.prefix, sys.base_prefix)
     assert all(k.startswith(interpreter) for k in set(theirs["dirs"]) ^ set(mine["dirs"]))
+
+
+# -- the warm zygote (numba-cuda and kbuild imported: reference builds) ------------------------
+
+def _warm(tmp_path) -> tuple:
+    from support import WARM
+
+    return WARM
+
+
+def test_a_warm_child_sees_what_a_fresh_process_sees(probe, tmp_path):
+    """But for numba's and kbuild's modules, already imported."""
+    warm = _warm(tmp_path)
+    env = _env(tmp_path, PYTHONDONTWRITEBYTECODE="1", NUMBA_OPT="0")
+    argv = [sys.executable, "probe.py", "report", "x"]
+    assert zygote._warm_client(warm, env).refusal(argv, str(probe), env) is None
+    served = zygote.run(argv, cwd=probe, env=env, timeout=60, warm=warm)
+    real = subprocess.run(argv, cwd=probe, env=env, capture_output=True, timeout=60)
+    assert served.returncode == real.returncode == 0, served.stderr + real.stderr
+    mine, theirs = json.loads(served.stdout), json.loads(real.stdout)
+    assert "numba.cuda" in mine.pop("numba") and "kbuild.project" in mine.pop("kbuild")
+    assert theirs.pop("numba") == theirs.pop("kbuild") == []
+    assert mine == theirs
+    assert served.stderr == real.stderr == b"atexit ran\n"
+
+
+def test_a_warm_zygote_is_started_again_for_other_settings(probe, tmp_path):
+    """numba reads NUMBA_* (and the rest) at import: a request whose variables differ
+    gets a warm zygote started from its own, never the one that read others."""
+    warm = _warm(tmp_path)
+    first = zygote._warm_client(warm, _env(tmp_path))
+    assert first.differ(_env(tmp_path, NUMBA_OPT="0")) == ["NUMBA_OPT"]
+    assert first.differ(_env(tmp_path, KBUILD_STORE="/elsewhere", PWD="/x")) == []
+    again = zygote._warm_client(warm, _env(tmp_path, NUMBA_OPT="0"))
+    assert again is not first and first.proc.poll() is not None
+    assert again.env["NUMBA_OPT"] == "0"
+
+
+@pytest.mark.parametrize("where", ["cwd", "argument"])
+def test_a_numba_config_file_the_warm_zygote_did_not_read_runs_for_real(probe, tmp_path,
+                                                                      where):
+    warm, env = _warm(tmp_path), _env(tmp_path)
+    folder = probe if where == "cwd" else tmp_path / "lib"
+    (folder / zygote.NUMBA_CONFIG).write_text("opt: 0\n")
+    argv = [sys.executable, "probe.py", str(tmp_path / "lib" / "kbuild.toml")]
+    (tmp_path / "lib" / "kbuild.toml").write_text("")
+    reason = zygote._warm_client(warm, env).refusal(argv, str(probe), env)
+    assert reason is not None and zygote.NUMBA_CONFIG in reason
+
+
+def test_a_relative_import_folder_runs_for_real_in_the_warm_zygote(probe, tmp_path):
+    warm, env = _warm(tmp_path), _env(tmp_path)
+    env["PYTHONPATH"] = "lib"
+    reason = zygote._warm_client(warm, env).refusal([sys.executable, "probe.py"], str(probe),
+                                                    env)
+    assert reason == "a relative PYTHONPATH folder"
+
+
+RECORD_READS = r"""
+import json, os, sys
+
+read = set()
+
+
+class Recording(os._Environ):
+    def __getitem__(self, key):
+        read.add(key)
+        return super().__getitem__(key)
+
+    def items(self):  # numba's config lists every NUMBA_ variable: no read of the others
+        return [(self.decodekey(k), self.decodevalue(v)) for k, v in self._data.items()]
+
+
+e = os.environ
+os.environ = Recording(e._data, e.encodekey, e.decodekey, e.encodevalue, e.decodevalue)
+import importlib
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(read)))
+"""
+
+
+def test_the_warm_imports_read_none_of_the_variables_requests_may_differ_in(tmp_path):
+    """What a warm zygote's requests may differ in (`_WARM_AFTER_START`) must be read by
+    none of its imports: set every such variable, import, see which were read."""
+    from support import REPO_ROOT
+
+    env = {**_env(tmp_path, KBUILD_TRACEBACK="1", TEST_X="1", HARNESS_X="1", PYTEST_X="1"),
+           "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", RECORD_READS, *_warm(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    assert any(name.startswith("NUMBA_") for name in read)  # reads are recorded
+    assert [name for name in read if zygote._warm_after_start(name)] == []

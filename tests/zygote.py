@@ -34,6 +34,30 @@ Why a child is the process a test asked for:
   process; a test that sets PYTHONHASHSEED gets a real process), `sys.flags` and
   `sys.orig_argv` are the zygote's, and a traceback shows no `<frozen runpy>` frames.
 
+A warm zygote (`run(..., warm=MODULES)`, asked for explicitly, never the default) also
+imports MODULES (numba.cuda, kbuild), for processes that need no journal: the matrices'
+reference builds, a fresh build of an edited project into an empty store that is only
+compared with the incremental build's artifacts. Numba reads its settings at import, so a
+warm zygote is started from the environment of the request that needs it and serves only
+requests that could not have imported anything else:
+- every environment variable equal to the zygote's start environment (NUMBA_*, CUDA_*,
+  HOME, PYTHONPATH and the rest) but those that neither numba nor kbuild nor their
+  dependencies read at import (`_WARM_AFTER_START`: kbuild's own KBUILD_*, the tests'
+  TEST_* / HARNESS_* / PYTEST_*, PWD; test_zygote.py checks the imports read none); a
+  request whose environment differs gets a warm zygote started from its own (one per
+  worker and module list, started again when the environment changes);
+- no `.numba_config.yaml` in its working directory, in the folder of a file or folder
+  its argv names (the project's `--config`), or in `/` (the zygote's own working
+  directory when it imported numba, which reads the file from there);
+- no folder before the zygote's path (the working directory of `-m`, the script's
+  folder) holding a module of a pre-imported name.
+Why a reference it made that differed from a real process's could never hide a stale
+binary: the zygote imported nothing of the project, its vendored packages or the edit,
+and read its settings from the same environment and no numba config file, so nothing it
+holds can make the edited project compile to the bytes from before the edit. A reference
+that still differed from a real process's (numba state left by an import) differs from
+what the baseline built, and the matrix's comparison fails loudly.
+
 Tests of a fresh process itself (start-up, imports counted, `python -c`, interpreter
 flags) never come here: `python -c` and options are always real. KBUILD_TEST_NO_ZYGOTE=1
 runs every process for real (test_zygote.py still checks the zygote itself).
@@ -52,10 +76,18 @@ _AFTER_START_PREFIXES = ("KBUILD_", "NUMBA_", "TEST_", "HARNESS_", "PYTEST_")
 _AFTER_START = frozenset({"HOME", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
                           "PWD", "OLDPWD"})
 _HEADER = 8
+# What a warm zygote's imports (numba, kbuild) never read: its requests may differ in them.
+_WARM_AFTER_START_PREFIXES = ("KBUILD_", "TEST_", "HARNESS_", "PYTEST_")
+_WARM_AFTER_START = frozenset({"PWD", "OLDPWD", "PYTHONDONTWRITEBYTECODE"})
+NUMBA_CONFIG = ".numba_config.yaml"
 
 
 def _after_start(name: str) -> bool:
     return name in _AFTER_START or name.startswith(_AFTER_START_PREFIXES)
+
+
+def _warm_after_start(name: str) -> bool:
+    return name in _WARM_AFTER_START or name.startswith(_WARM_AFTER_START_PREFIXES)
 
 
 def _numba_own(name: str) -> bool:
@@ -123,12 +155,16 @@ def _preimport() -> None:
         sys.exit("a module numba imports imported numba itself: no zygote")
 
 
-def serve(fd: int) -> None:
-    """The zygote: pre-import, then fork a child per request on the socket `fd`."""
+def serve(fd: int, warm=()) -> None:
+    """The zygote: pre-import (and import the modules `warm`), then fork a child per
+    request on the socket `fd`."""
+    import importlib
     import socket
 
     del sys.path[0]  # this script's folder (tests/): nothing is imported from it
     _preimport()
+    for name in warm:  # a failure ends the zygote: its requests run for real
+        importlib.import_module(name)
     sock = socket.socket(fileno=fd)
     zygote_path = list(sys.path)
     for stream in (sys.stdout, sys.stderr):  # nothing of the imports' reaches a child
@@ -136,7 +172,8 @@ def serve(fd: int) -> None:
     import site
 
     _message(sock, {"top": sorted({m.split(".")[0] for m in sys.modules}), "path": zygote_path,
-                    "user_site": bool(site.ENABLE_USER_SITE)})
+                    "user_site": bool(site.ENABLE_USER_SITE),
+                    "pythonpath": os.environ.get("PYTHONPATH", "")})
     while True:
         try:
             request, fds = _receive(sock, 3)
@@ -145,7 +182,7 @@ def serve(fd: int) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
-            _child(request, fds, zygote_path)
+            _child(request, fds, zygote_path, os.environ.get("PYTHONPATH", ""))
         for fd_ in fds:
             os.close(fd_)
         _message(sock, {"pid": pid})
@@ -153,7 +190,7 @@ def serve(fd: int) -> None:
         _message(sock, {"status": status})
 
 
-def _child(request: dict, fds, zygote_path: list) -> None:
+def _child(request: dict, fds, zygote_path: list, own_pythonpath: str) -> None:
     """Become the requested process and run it; never returns."""
     import importlib
     import random
@@ -168,7 +205,9 @@ def _child(request: dict, fds, zygote_path: list) -> None:
     os.environ.update(env)
     os.chdir(request["cwd"])
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # A warm zygote's path already holds its PYTHONPATH's folders (the request's)
+    extra = [] if env.get("PYTHONPATH", "") == own_pythonpath else \
+        [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     path0 = os.getcwd() if request["kind"] == "module" else \
         os.path.dirname(os.path.realpath(request["main"]))
     sys.path[:] = [path0] + [os.path.abspath(p) for p in extra] + zygote_path
@@ -264,7 +303,7 @@ def _finish(code) -> int:
 class _Client:
     """This worker's zygote: started on first use, one request at a time."""
 
-    def __init__(self):
+    def __init__(self, env=None, warm=()):
         import socket
         import subprocess
         import threading
@@ -272,8 +311,9 @@ class _Client:
         import atexit
 
         ours, theirs = socket.socketpair()
-        self.env = _start_env()
-        self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno())],
+        self.env, self.warm = (_start_env() if env is None else dict(env)), tuple(warm)
+        self.proc = subprocess.Popen([sys.executable, __file__, str(theirs.fileno()),
+                                      ",".join(self.warm)],
                                      pass_fds=[theirs.fileno()], env=self.env, cwd="/",
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
@@ -282,7 +322,7 @@ class _Client:
         hello, _ = _receive(self.sock)
         atexit.register(self.close)
         self.top = frozenset(hello["top"])
-        self.path = hello["path"]
+        self.path, self.pythonpath = hello["path"], hello["pythonpath"]
         # HOME places the user's site-packages on the path when it is enabled
         self.start_names = {"HOME"} if hello["user_site"] else set()
 
@@ -307,25 +347,30 @@ class _Client:
             return f"interpreter option {argv[1]}"
         else:
             path0 = os.path.dirname(os.path.abspath(os.path.join(cwd, argv[1])))
-        if str(env.get("KBUILD_ENABLE", "")).strip().lower() not in ("", "0", "false", "no",
-                                                                   "off"):
+        if _enabled(env):
             return "KBUILD_ENABLE starts kbuild at start-up"
-        differ = sorted(k for k in set(env) | set(self.env)
-                        if env.get(k) != self.env.get(k)
-                        and (not _after_start(k) or k in self.start_names))
+        differ = self.differ(env)
         if differ:
             return f"start-up variables differ: {differ[:3]}"
         extra = [p for p in str(env.get("PYTHONPATH", "")).split(os.pathsep) if p]
+        if self.warm and not all(os.path.isabs(p) for p in extra):
+            return "a relative PYTHONPATH folder"  # the warm zygote's is relative to /
         for folder in [path0] + [os.path.join(cwd, p) for p in extra]:
-            if folder in self.path:
-                continue
-            try:
-                names = {n.split(".")[0] for n in os.listdir(folder)}
-            except OSError:
-                continue
-            if names & self.top:
+            if folder not in self.path and _holds_module(folder, self.top):
                 return f"{folder} holds a module the zygote imported"
+        if self.warm:
+            return _numba_config_near(argv, cwd)
         return None
+
+    def differ(self, env) -> list:
+        """The variables of `env` that differ from this zygote's where its imports could
+        have read them."""
+        if self.warm:
+            return sorted(k for k in set(env) | set(self.env)
+                          if env.get(k) != self.env.get(k) and not _warm_after_start(k))
+        return sorted(k for k in set(env) | set(self.env)
+                      if env.get(k) != self.env.get(k)
+                      and (not _after_start(k) or k in self.start_names))
 
     def run(self, argv, cwd, env, timeout):
         import selectors
@@ -374,7 +419,46 @@ class _Client:
         return subprocess.CompletedProcess(argv, code, out, err)
 
 
+def _enabled(env) -> bool:
+    """Whether KBUILD_ENABLE starts zero-config at start-up (the site's .pth reads it)."""
+    return str(env.get("KBUILD_ENABLE", "")).strip().lower() not in ("", "0", "false", "no",
+                                                                     "off")
+
+
+def _holds_module(folder: str, top) -> bool:
+    """Whether `folder` holds a module or package (a folder, `NAME.py`, an extension) of
+    a name in `top` (a `kbuild.toml` beside a pre-imported `kbuild` is no module)."""
+    import importlib.machinery
+
+    suffixes = tuple(importlib.machinery.all_suffixes())
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    for name in names:
+        stem, dot, rest = name.partition(".")
+        if stem in top and (not dot or f".{rest}" in suffixes):
+            return True
+    return False
+
+
+def _numba_config_near(argv, cwd: str) -> str | None:
+    """Why a warm zygote cannot serve `argv` in `cwd` for a numba config file it did not
+    read (None: there is none): in the working directory, in `/` (where the zygote
+    imported numba), or beside a file the arguments name (the project's)."""
+    folders = [cwd, "/"]
+    for arg in argv[2:]:
+        path = os.path.join(cwd, arg)
+        if os.path.exists(path):
+            folders.append(path if os.path.isdir(path) else os.path.dirname(path))
+    for folder in folders:
+        if os.path.exists(os.path.join(folder, NUMBA_CONFIG)):
+            return f"{folder} holds {NUMBA_CONFIG}"
+    return None
+
+
 _CLIENT: list = []  # [client or None]: None when the zygote could not start
+_WARM: dict = {}  # the modules a warm zygote imports -> its client (None: it could not start)
 REFUSED: dict = {}  # why requests ran as real processes: reason -> count (for diagnosis)
 
 
@@ -400,10 +484,30 @@ def _client():
     return _CLIENT[0]
 
 
+def _warm_client(warm: tuple, env: dict):
+    """This worker's warm zygote of the modules `warm`, started from `env` unless the one
+    running was started from an environment its imports could tell apart."""
+    if _enabled(env):
+        return _client()  # which refuses it: no zygote of its own starts zero-config
+    client = _WARM.get(warm)
+    if client is not None and (client.pid != os.getpid() or client.proc.poll() is not None
+                               or client.differ(env)):
+        if client.pid == os.getpid():
+            client.close()
+        del _WARM[warm]
+    if warm not in _WARM:
+        try:
+            _WARM[warm] = _Client(env, warm)
+        except (OSError, EOFError, ValueError):
+            _WARM[warm] = None
+    return _WARM[warm]
+
+
 def own_processes() -> set[int]:
-    """The pids of this worker's zygote (a test that counts the worker's children leaves
-    it out: it lives as long as the worker)."""
-    return {c.proc.pid for c in _CLIENT if c is not None and c.pid == os.getpid()}
+    """The pids of this worker's zygotes (a test that counts the worker's children leaves
+    them out: they live as long as the worker)."""
+    return {c.proc.pid for c in [*_CLIENT, *_WARM.values()]
+            if c is not None and c.pid == os.getpid()}
 
 
 def _log(what: str) -> None:
@@ -414,16 +518,17 @@ def _log(what: str) -> None:
             fh.write(what.split(":")[0] + "\n")
 
 
-def run(argv, *, cwd, env, timeout=None, text=False, **popen):
+def run(argv, *, cwd, env, timeout=None, text=False, warm=(), **popen):
     """`subprocess.run(argv, cwd=, env=, capture_output=True, timeout=)`, the process forked
     from this worker's zygote where it can be (see the module's docstring), a real one
-    otherwise (and for any other Popen argument)."""
+    otherwise (and for any other Popen argument). `warm`: the modules (numba.cuda, kbuild)
+    a warm zygote has imported, for a process that needs no journal (the docstring)."""
     import subprocess
 
     argv = [str(a) for a in argv]
     env = {str(k): str(v) for k, v in env.items()}
     off = os.environ.get(OFF, "") not in ("", "0")
-    client = _client() if not (popen or off) else None
+    client = None if popen or off else _warm_client(tuple(warm), env) if warm else _client()
     reason = "off" if client is None else client.refusal(argv, str(cwd), env)
     if reason is None:
         with client.lock:
@@ -435,7 +540,7 @@ def run(argv, *, cwd, env, timeout=None, text=False, **popen):
             done.stdout, done.stderr = (
                 data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
                 for data in (done.stdout, done.stderr))
-        _log("served")
+        _log("served warm" if client.warm else "served")
         return done
     REFUSED[reason] = REFUSED.get(reason, 0) + 1
     _log(reason)
@@ -444,4 +549,4 @@ def run(argv, *, cwd, env, timeout=None, text=False, **popen):
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m])
