@@ -55,6 +55,9 @@ CASES = [
     _case("metaclass-attribute-read-through-the-class",
           "class Meta(type):\n    G = 2.0\n\n\nclass C(metaclass=Meta):\n    pass\n",
           "C.G", "K.Meta.G = 7.0"),
+    # An attribute set on a function object is no global, cell or default of it.
+    _case("function-attribute", "def helper():\n    pass\n\n\nhelper.g = 2.0\n",
+          "helper.g", "K.helper.g = 7.0"),
 ]
 
 
