@@ -149,7 +149,7 @@ class Keyer:
         returned = returned_globals(py_func.__code__) if selector else frozenset()
         children += self._references(py_func, where, fn.defaults,
                                      frozenset(".".join(c) for c in returned))
-        children += self._attributes(py_func, where)
+        children += self.attribute_nodes(py_func, where)
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
@@ -167,7 +167,7 @@ class Keyer:
             children.append(leaf(LabelKind.FILE.label(), path, path))
         return branch(label, name, children)
 
-    def _attributes(self, py_func, where: str) -> list[KeyNode]:
+    def attribute_nodes(self, py_func, where: str) -> list[KeyNode]:
         """What the program set on the function object (`helper.scale = 2.0`), by
         content: Python that numba runs while typing (an `@overload` body) reads
         `helper.scale` as it reads a global, and a program may set it at run time. Device
