@@ -55,6 +55,12 @@ CASES = [
     _case("metaclass-attribute-read-through-the-class",
           "class Meta(type):\n    G = 2.0\n\n\nclass C(metaclass=Meta):\n    pass\n",
           "C.G", "K.Meta.G = 7.0"),
+    # `C.G` answered by the metaclass's `__getattr__`, from a global set at run time.
+    _case("metaclass-getattr",
+          "FACT = 2.0\n\n\nclass Meta(type):\n    def __getattr__(cls, name):\n"
+          "        if name == 'G':\n            return FACT\n        raise AttributeError(name)\n"
+          "\n\nclass C(metaclass=Meta):\n    pass\n",
+          "C.G", "K.FACT = 7.0"),
     # An attribute set on a function object is no global, cell or default of it.
     _case("function-attribute", "def helper():\n    pass\n\n\nhelper.g = 2.0\n",
           "helper.g", "K.helper.g = 7.0"),

@@ -316,11 +316,19 @@ class _ObservationKeyer(Keyer):
 
     def _project_class(self, label, cls, where):
         items, coarse = [], False
-        for name in sorted(_attribute_names(cls)):
+        for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))):
             form = self._attribute_form(getattr(cls, name, None), where)
             coarse = coarse or form is None
             items.append((name, form or ("unkeyed",)))
         classes = _reachable_classes(cls)
+        for meta in classes[len(cls.__mro__):]:
+            # All a metaclass holds, its own methods too: its `__getattr__` answers `C.X`
+            # for names no class holds, so `dir` could never list them.
+            for name, value in sorted(vars(meta).items()):
+                if name not in _CLASS_PLUMBING:
+                    form = self._attribute_form(value, where)
+                    coarse = coarse or form is None
+                    items.append((f"{meta.__qualname__}.{name}", form or ("unkeyed",)))
         bases = tuple(f"{b.__module__}:{b.__qualname__}" for b in cls.__mro__)
         if len(classes) > len(cls.__mro__):  # a metaclass: keys stay as they were without
             bases += (("metaclass",) + tuple(f"{b.__module__}:{b.__qualname__}"
@@ -346,15 +354,6 @@ class _ObservationKeyer(Keyer):
         if isinstance(value, type):
             return ("class", value.__module__, value.__qualname__)
         return None
-
-
-def _attribute_names(cls) -> set:
-    """The names `cls.NAME` reads that are no bookkeeping: `dir(cls)` (the class and its
-    bases) and what its project metaclasses hold (`dir` leaves a metaclass out)."""
-    names = set(dir(cls))
-    for meta in _reachable_classes(cls)[len(cls.__mro__):]:
-        names.update(vars(meta))
-    return {n for n in names if not (n.startswith("__") and n.endswith("__"))}
 
 
 class _EveryPackage:
