@@ -25,6 +25,7 @@ CASES = [
     (LabelKind.CLOSURE.label("scale"), "closure scale"),
     (LabelKind.DEFAULT.label("n"), "default n"),
     (LabelKind.BUILTIN.label("GAIN"), "builtin GAIN"),
+    (LabelKind.ATTRIBUTE.label("scale"), "attribute scale"),
     (LabelKind.FILE.label(), "file"),
     (LabelKind.SIGNATURE.label(), "signature"),
     (LabelKind.ARGUMENT.label(2), "argument 2"),

@@ -149,6 +149,7 @@ class Keyer:
         returned = returned_globals(py_func.__code__) if selector else frozenset()
         children += self._references(py_func, where, fn.defaults,
                                      frozenset(".".join(c) for c in returned))
+        children += self.attribute_nodes(py_func, where)
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
@@ -165,6 +166,22 @@ class Keyer:
             path = _relative_file(py_func)
             children.append(leaf(LabelKind.FILE.label(), path, path))
         return branch(label, name, children)
+
+    def attribute_nodes(self, py_func, where: str) -> list[KeyNode]:
+        """What the program set on the function object (`helper.scale = 2.0`), by
+        content: Python that numba runs while typing (an `@overload` body) reads
+        `helper.scale` as it reads a global, and a program may set it at run time. Device
+        functions held there are callees. Python's own (`__wrapped__`) are no state."""
+        held = {name: value for name, value in vars(py_func).items()
+                if not (name.startswith("__") and name.endswith("__"))}
+        nodes: list[KeyNode] = []
+        for name in sorted(held):
+            callees: list = []
+            what = f"attribute '{name}' of function {qualified_name(py_func)}"
+            contents = self._contents(held[name], what, where, callees)
+            nodes.append(leaf(LabelKind.ATTRIBUTE.label(name), contents, summary(held[name])))
+            nodes += callees
+        return nodes
 
     def _body(self, py_func, keep_positions: bool, where: str, kernel: bool,
               elided: frozenset = frozenset()) -> KeyNode:

@@ -87,6 +87,7 @@ class LabelKind(str, enum.Enum):
     CLOSURE = "closure"  # closure NAME
     DEFAULT = "default"  # default NAME
     BUILTIN = "builtin"  # builtin NAME: a name the program put into builtins
+    ATTRIBUTE = "attribute"  # attribute NAME: one set on the function object itself
     FILE = "file"
     SIGNATURE = "signature"
     ARGUMENT = "argument"  # argument N, from 1

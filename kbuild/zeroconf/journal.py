@@ -50,6 +50,7 @@ from ..keying.encode import digest, digest_of
 from ..keying.interfaces import Role
 from ..keying.observed import Kind
 from ..keying.references import LibraryRef
+from ..keying.tree import LabelKind, label_kind
 
 VERSION = 2
 # Live digests kept per (kernel, signature, arch): a program run in a few states (an
@@ -325,6 +326,8 @@ class LiveDigest:
                      py_func.__qualname__, fn.role.value, "options",
                      options_digest(self.keyer, options, where)]
             parts += self._references(py_func, where, fn.defaults)
+            if py_func.__dict__:  # attributes set on it (`helper.g = 2.0`), as its tree has them
+                parts += self._attributes(py_func, where)
         finally:
             self._stack.pop()
         # Every part is a digest, a label or a dotted name: none holds a NUL.
@@ -353,6 +356,14 @@ class LiveDigest:
                 parts += ["callee", kind.label(name), self.function(value, fn)]
                 continue
             parts += ["value", *self._leaf(kind, name, value, where)]
+        return parts
+
+    def _attributes(self, py_func, where: str) -> list:
+        parts = []
+        for node in self.keyer.attribute_nodes(py_func, where):
+            if label_kind(node.label) is not LabelKind.ATTRIBUTE:
+                raise NotVouched("device functions held in a function's attribute")
+            parts += ["attribute", node.label, node.digest]
         return parts
 
     def _leaf(self, kind, name: str, value, where: str) -> tuple:

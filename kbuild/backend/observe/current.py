@@ -237,7 +237,7 @@ class Current:
 
     def _class_digest(self, cls) -> str:
         parts = []
-        for klass in cls.__mro__:
+        for klass in _reachable_classes(cls):
             if is_library(klass.__module__):
                 continue
             for attr, value in sorted(vars(klass).items()):
@@ -252,7 +252,7 @@ class Current:
 
     def _class_sources(self, cls, why: str) -> str:
         files = []
-        for klass in cls.__mro__:
+        for klass in _reachable_classes(cls):
             module = sys.modules.get(klass.__module__)
             path = getattr(module, "__file__", None)
             if is_library(klass.__module__):
@@ -267,6 +267,17 @@ class Current:
 
 
 _ABSENT = object()
+
+
+def _reachable_classes(cls) -> tuple:
+    """The classes whose attributes `getattr(cls, name)` can return: its MRO, then its
+    metaclasses that are not a library's (`class C(metaclass=M)`: `C.S` finds `M.S`, which
+    no class of the MRO holds, and which a program can set at run time like any class
+    attribute; a library's metaclass, `ABCMeta` or `EnumType`, is pinned with it)."""
+    mro = tuple(cls.__mro__)
+    if not isinstance(cls, type) or type(cls) is type:
+        return mro
+    return mro + tuple(k for k in type(cls).__mro__ if not is_library(k.__module__))
 
 
 # A class's own bookkeeping: never what it holds.
@@ -309,13 +320,25 @@ class _ObservationKeyer(Keyer):
             form = self._attribute_form(getattr(cls, name, None), where)
             coarse = coarse or form is None
             items.append((name, form or ("unkeyed",)))
+        classes = _reachable_classes(cls)
+        for meta in classes[len(cls.__mro__):]:
+            # All a metaclass holds, its own methods too: its `__getattr__` answers `C.X`
+            # for names no class holds, so `dir` could never list them.
+            for name, value in sorted(vars(meta).items()):
+                if name not in _CLASS_PLUMBING:
+                    form = self._attribute_form(value, where)
+                    coarse = coarse or form is None
+                    items.append((f"{meta.__qualname__}.{name}", form or ("unkeyed",)))
         bases = tuple(f"{b.__module__}:{b.__qualname__}" for b in cls.__mro__)
+        if len(classes) > len(cls.__mro__):  # a metaclass: keys stay as they were without
+            bases += (("metaclass",) + tuple(f"{b.__module__}:{b.__qualname__}"
+                                            for b in classes[len(cls.__mro__):]),)
         value = ("observed-class", cls.__module__, cls.__qualname__, bases, tuple(items))
         if coarse:  # an attribute with no content form: the sources of the classes decide
             # (zero-argument `super()` cannot be called inside a generator expression)
             by_source = super()._project_class
             value += tuple(by_source(label, b, where).digest
-                           for b in cls.__mro__ if self._is_project_object(b))
+                           for b in classes if self._is_project_object(b))
         return leaf(label, value, f"class {cls.__qualname__} (by its attributes)")
 
     def _attribute_form(self, value, where):
