@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 
 from .base import Artifacts  # noqa: F401 - where the build has always imported it from
-from .reproducible import (debug_paths, dispatcher_names, flag_names, internal_functions,
-                           numbering, record_names)
+from .reproducible import (const_bytes_names, debug_paths, dispatcher_names, flag_names,
+                           internal_functions, numbering, record_names)
 from .targeting import arch_as_asked, simulating, targeting
 
 
@@ -82,6 +82,7 @@ def _kbuild_patches(cc: tuple, stable_ids: dict, source_roots) -> list:
         dispatcher_names(stable_ids),  # functions passed as arguments: by name and number
         internal_functions(),          # lowering helpers kept per kernel and inherited flags
         flag_names(),                  # flags' sets and dicts spelled sorted
+        const_bytes_names(),           # string constants named by their bytes, not hash()
         debug_paths(source_roots),     # debug binaries' source paths against placeholders
     ]
 

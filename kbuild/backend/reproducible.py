@@ -84,6 +84,27 @@ _INHERITED = object()
 
 
 @contextlib.contextmanager
+def const_bytes_names():
+    """numba names a byte-string constant (a string literal's data: `MODE in ("x", "y")`)
+    `.bytes.<hash(bytes)>`, which PYTHONHASHSEED changes, and NVVM keeps the name in the
+    PTX (`_$_bytes_$_<n>`); within the block, the name is a digest of the bytes."""
+    from numba.cuda.core import base
+
+    from ..keying.encode import digest_of
+
+    def replacement(original):
+        def insert_const_bytes(self, mod, bytes, name=None):
+            if name is None:
+                name = str(int(digest_of(("const bytes", bytes))[:15], 16))
+            return original(self, mod, bytes, name=name)
+
+        return insert_const_bytes
+
+    with _patched([base.BaseContext], "insert_const_bytes", replacement):
+        yield
+
+
+@contextlib.contextmanager
 def internal_functions():
     """numba compiles the helpers a lowering asks for (`compile_internal`: `x ** n`'s
     `int_power`, ...) with the flags of the function being lowered (`fastmath`, `lto`,

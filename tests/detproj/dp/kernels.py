@@ -67,3 +67,14 @@ def k_sync(x, n):
     cuda.cg.this_grid().sync()
     if i < x.size:
         x[i] = pow5(x[i])
+
+
+MODE = "a"
+
+
+@cuda.jit
+def k_text(x, n):
+    # numba names a string literal's bytes `.bytes.<hash(bytes)>`, which the hash seed changed
+    i = cuda.grid(1)
+    if i < x.size and MODE in ("x", "y"):
+        x[i] = x[i] * n
