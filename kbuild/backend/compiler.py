@@ -13,7 +13,7 @@ import contextlib
 
 from .base import Artifacts  # noqa: F401 - where the build has always imported it from
 from .reproducible import (const_bytes_names, debug_paths, dispatcher_names, flag_names,
-                           internal_functions, numbering, record_names)
+                           internal_functions, numbering, record_names, shared_memory_names)
 from .targeting import arch_as_asked, simulating, targeting
 
 
@@ -83,6 +83,7 @@ def _kbuild_patches(cc: tuple, stable_ids: dict, source_roots) -> list:
         internal_functions(),          # lowering helpers kept per kernel and inherited flags
         flag_names(),                  # flags' sets and dicts spelled sorted
         const_bytes_names(),           # string constants named by their bytes, not hash()
+        shared_memory_names(),         # shared arrays named by their function, not a count
         debug_paths(source_roots),     # debug binaries' source paths against placeholders
     ]
 
