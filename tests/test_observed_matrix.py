@@ -96,6 +96,13 @@ CASES = [
     case("comment-beside-overloads", replace("ob/ext.py", "def scale_it(x):",
                                              "# a stub\ndef scale_it(x):"), set()),
     case("unrelated-constant", replace("ob/consts.py", "UNUSED = 5.0", "UNUSED = 6.0"), set()),
+    # CUDA typing never tries a template registered for another target (numba-cuda's
+    # `order_by_target_specificity`): a CPU overload of the stub is no input of a kernel.
+    case("overload-of-the-stub-for-another-target",
+         replace("ob/ext.py", '@overload_method(types.Array, "ob_gained"',
+                 '@overload(scale_it, target="cpu")\ndef ol_scale_it_cpu(x):\n'
+                 '    def impl(x):\n        return x - 1.0\n\n    return impl\n\n\n'
+                 '@overload_method(types.Array, "ob_gained"'), set()),
 ]
 
 

@@ -13,8 +13,8 @@ import contextlib
 
 from .base import Artifacts  # noqa: F401 - where the build has always imported it from
 from .numbering import numbering
-from .reproducible import (debug_paths, dispatcher_names, flag_names, internal_functions,
-                           record_names)
+from .reproducible import (const_bytes_names, debug_paths, dispatcher_names, flag_names,
+                           internal_functions, record_names, shared_memory_names)
 from .targeting import arch_as_asked, simulating, targeting
 
 
@@ -83,6 +83,8 @@ def _kbuild_patches(cc: tuple, stable_ids: dict, source_roots) -> list:
         dispatcher_names(stable_ids),  # functions passed as arguments: by name and number
         internal_functions(),          # lowering helpers kept per kernel and inherited flags
         flag_names(),                  # flags' sets and dicts spelled sorted
+        const_bytes_names(),           # string constants named by their bytes, not hash()
+        shared_memory_names(),         # shared arrays named by their function, not a count
         debug_paths(source_roots),     # debug binaries' source paths against placeholders
     ]
 

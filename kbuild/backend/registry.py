@@ -37,12 +37,25 @@ def overload_implementations(func, among=None) -> list:
                 continue
             for template in getattr(fntype, "templates", ()):
                 impl = getattr(template, "_overload_func", None)
-                if not isinstance(impl, pytypes.FunctionType):
+                if not isinstance(impl, pytypes.FunctionType) or not for_cuda(template):
                     continue
                 options = _overload_options(template)
                 if not any(impl is f and options == o for f, o in found):
                     found.append((impl, options))
     return found
+
+
+# The targets whose templates numba-cuda (and numba-cuda-mlir) type with: a template
+# registered with no target is "generic" (numba-cuda's `utils.order_by_target_specificity`
+# and its typing context's `is_for_this_target` drop every other one).
+_CUDA_TARGETS = ("generic", "cuda")
+
+
+def for_cuda(template) -> bool:
+    """Whether CUDA typing ever tries `template`: an `@overload(f, target="cpu")` of a
+    stub is never run for a kernel, so it is no part of what the kernel compiles."""
+    metadata = getattr(template, "metadata", None) or {}
+    return metadata.get("target", "generic") in _CUDA_TARGETS
 
 
 def _overload_options(template) -> dict:

@@ -83,6 +83,74 @@ _INHERITED = object()
 
 
 @contextlib.contextmanager
+def const_bytes_names():
+    """numba names a byte-string constant (a string literal's data: `MODE in ("x", "y")`)
+    `.bytes.<hash(bytes)>`, which PYTHONHASHSEED changes, and NVVM keeps the name in the
+    PTX (`_$_bytes_$_<n>`); within the block, the name is a digest of the bytes."""
+    from numba.cuda.core import base
+
+    from ..keying.encode import digest_of
+
+    def replacement(original):
+        def insert_const_bytes(self, mod, bytes, name=None):
+            if name is None:
+                name = str(int(digest_of(("const bytes", bytes))[:15], 16))
+            return original(self, mod, bytes, name=name)
+
+        return insert_const_bytes
+
+    with patched([base.BaseContext], "insert_const_bytes", replacement):
+        yield
+
+
+_SMEM = "_cudapy_smem_"
+
+
+@contextlib.contextmanager
+def shared_memory_names():
+    """numba names each shared array `_cudapy_smem_<n>` from a per-process count (NVVM
+    cannot make them internal, so every one in a link needs a name of its own), and the
+    PTX keeps the name: a kernel's bytes depended on how many arrays the process lowered
+    before it (an array added to another kernel renamed this one's). Within the block, an
+    array is named by the function it is lowered in and its place among the arrays of
+    that function's module: the same in every process, and unique in a link, as the
+    functions' names are."""
+    if simulating():
+        yield
+        return
+    from numba.cuda import cudaimpl
+
+    from ..keying.encode import digest_of
+
+    def replacement(original):
+        def _generic_array(context, builder, *args, **kwargs):
+            name = kwargs.get("symbol_name")
+            if isinstance(name, str) and name.startswith(_SMEM):
+                place = sum(1 for g in builder.module.global_values
+                            if g.name.startswith(_SMEM))
+                number = digest_of(("shared array", builder.function.name, place))[:16]
+                kwargs["symbol_name"] = f"{_SMEM}{number}"
+            return original(context, builder, *args, **kwargs)
+
+        return _generic_array
+
+    with _patched_function(cudaimpl, "_generic_array", replacement):
+        yield
+
+
+@contextlib.contextmanager
+def _patched_function(module, name: str, replacement):
+    """Within the block, `module.name` is `replacement(its original)` (the lowering
+    functions look it up in their module's globals at each call)."""
+    original = getattr(module, name)
+    setattr(module, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+@contextlib.contextmanager
 def internal_functions():
     """numba compiles the helpers a lowering asks for (`compile_internal`: `x ** n`'s
     `int_power`, ...) with the flags of the function being lowered (`fastmath`, `lto`,

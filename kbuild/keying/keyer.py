@@ -444,23 +444,32 @@ class Keyer:
         return digest_of((contents, tuple(node.digest for node in callees)))
 
     def _instance_class(self, cls, where: str) -> str:
-        """The class of a configuration object by what it holds: each attribute of each of
-        its project classes, functions (methods, property getters) by their trees, values
-        by content, library bases by name; by its modules' sources where an attribute has
-        no such form. A comment elsewhere in its module changes nothing."""
+        """The class of a configuration object by what it holds (`_class_parts`); by its
+        modules' sources where an attribute has no such form. A comment elsewhere in its
+        module changes nothing."""
+        parts = self._class_parts(cls, where)
+        if parts is None:
+            label = LabelKind.GLOBAL.label(cls.__qualname__)
+            return self._class_source(label, cls, where).digest
+        return digest_of(("class", cls.__module__, cls.__qualname__, parts))
+
+    def _class_parts(self, cls, where: str) -> tuple | None:
+        """Each attribute of each of `cls`'s project classes, functions (methods, property
+        getters) by their trees, values by content, library bases by name; None where an
+        attribute has no such form."""
         parts = []
         for klass in cls.__mro__[:-1]:
             if not self._is_project_object(klass):
                 parts.append(("base", klass.__module__, klass.__qualname__))
                 continue
             for attr, value in sorted(vars(klass).items()):
-                form = None if attr in _CLASS_PLUMBING else self._class_attribute(value, where)
-                if form is None and attr not in _CLASS_PLUMBING:
-                    label = LabelKind.GLOBAL.label(cls.__qualname__)
-                    return self._project_class(label, cls, where).digest
-                if form is not None:
-                    parts.append((klass.__qualname__, attr, form))
-        return digest_of(("class", cls.__module__, cls.__qualname__, tuple(parts)))
+                if attr in _CLASS_PLUMBING:
+                    continue
+                form = self._class_attribute(value, where)
+                if form is None:
+                    return None
+                parts.append((klass.__qualname__, attr, form))
+        return tuple(parts)
 
     def _class_attribute(self, value, where: str):
         if isinstance(value, (staticmethod, classmethod)):
@@ -492,12 +501,26 @@ class Keyer:
             return None
 
     def _project_class(self, label, cls, where) -> KeyNode:
-        """A class of the project's (a numba extension type, say) by its module's whole source.
+        """A class of the project's (a numba extension type's Python class: `Pair(a, b)`
+        typed by `@type_callable(Pair)`) by what it holds (`_class_parts`).
 
-        What numba compiles for it lives in typing and lowering functions registered
-        elsewhere (`@type_callable`, `@lower`, `@overload_method`), usually beside the
-        class; keying the whole module is coarse but never misses those.
+        What numba compiles for it lives in the typing and lowering functions registered
+        for it, which every compile observes by what it looked up, wherever they are
+        (`typing function mod:Pair`, `lowering function mod:Pair`: see
+        backend/registrations.py), so a comment, a docstring or another function in its
+        module changes no key. A class with a metaclass of its own, or an attribute with
+        no content form, is keyed by its module's whole source (`_class_source`).
         """
+        parts = self._class_parts(cls, where) if type(cls) is type else None
+        if parts is None:
+            return self._class_source(label, cls, where)
+        value = ("project-class-content", cls.__module__, cls.__qualname__,
+                 parts) + made_at_import(cls)
+        return leaf(label, value, f"class {cls.__qualname__}")
+
+    def _class_source(self, label, cls, where) -> KeyNode:
+        """A class of the project's by its module's whole source: coarse, but it never
+        misses what a class with no content form holds."""
         module = sys.modules.get(cls.__module__)
         path = getattr(module, "__file__", None)
         if not path:

@@ -150,8 +150,8 @@ def _constant_of_plain_class(cls, attr: str, sources: Sources, objects: ObjectMo
     numba compiles no reference to such a class (it cannot type it): `Cls.N` is read
     by Python code that numba runs while typing (an `@overload` body), which sees
     exactly `getattr(Cls, "N")`, inherited or not. A class numba knows (an extension
-    type, a namedtuple, one with a metaclass) is keyed by its module instead (see
-    `Keyer._project_class`): its typing and lowering live in registrations there.
+    type, a namedtuple, one with a metaclass) is keyed as a whole instead (see
+    `Keyer._project_class`), its typing and lowering by what compiles observe.
     """
     if not (isinstance(cls, type) and type(cls) is type and not hasattr(cls, "_fields")):
         return False

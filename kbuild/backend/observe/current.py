@@ -316,7 +316,8 @@ class _ObservationKeyer(Keyer):
 
     def _project_class(self, label, cls, where):
         items, coarse = [], False
-        for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))):
+        for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))
+                           and not n.startswith("_abc_")):  # ABCMeta's caches
             form = self._attribute_form(getattr(cls, name, None), where)
             coarse = coarse or form is None
             items.append((name, form or ("unkeyed",)))
@@ -353,6 +354,14 @@ class _ObservationKeyer(Keyer):
             return ("function", self.function_node(value, label, where).digest)
         if isinstance(value, type):
             return ("class", value.__module__, value.__qualname__)
+        if isinstance(value, property):
+            parts = tuple(self._attribute_form(f, where) if f else ("none",)
+                          for f in (value.fget, value.fset, value.fdel))
+            return None if None in parts else ("property",) + parts
+        if isinstance(value, pytypes.FunctionType) and is_library(value.__module__):
+            # A library's method (numba's `Type.unify`, inherited by an extension type):
+            # by name, as the static key has it; the library's version is keyed.
+            return ("extern", value.__module__, value.__qualname__)
         return None
 
 

@@ -4,6 +4,7 @@ helpers numba compiles for a lowering (`x ** n` is `int_power`) under the caller
 
 import math
 
+import numba
 from numba import cuda
 
 
@@ -67,3 +68,42 @@ def k_sync(x, n):
     cuda.cg.this_grid().sync()
     if i < x.size:
         x[i] = pow5(x[i])
+
+
+MODE = "a"
+
+
+@cuda.jit
+def k_text(x, n):
+    # numba names a string literal's bytes `.bytes.<hash(bytes)>`, which the hash seed changed
+    i = cuda.grid(1)
+    if i < x.size and MODE in ("x", "y"):
+        x[i] = x[i] * n
+
+
+# numba names shared arrays `_cudapy_smem_<n>` from a per-process count, which the PTX
+# keeps: the order in which a worker lowered them once changed these kernels' bytes.
+@cuda.jit(device=True)
+def staged(x, i):
+    s = cuda.shared.array(32, numba.float32)
+    s[cuda.threadIdx.x] = x[i]
+    cuda.syncthreads()
+    return s[(cuda.threadIdx.x + 1) % 32]
+
+
+@cuda.jit
+def k_smem_a(x, n):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = staged(x, i) * n
+
+
+@cuda.jit
+def k_smem_b(x, n):
+    t = cuda.shared.array(64, numba.float32)
+    i = cuda.grid(1)
+    if i < x.size:
+        t[cuda.threadIdx.x] = x[i]
+    cuda.syncthreads()
+    if i < x.size:
+        x[i] = t[(cuda.threadIdx.x + 3) % 64] + n
