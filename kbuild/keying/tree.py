@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 7  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 8  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
@@ -65,6 +65,10 @@ KEY_SCHEMA = 7  # 2: callee bindings, bytecode fingerprints, record fields with 
 #                   the toolchain names every installed distribution that changes what is
 #                   compiled (numpy, the CUDA bindings and toolkit wheels besides numba),
 #                   and the interpreter's implementation with its version
+#                8: one key, one set of bytes for shared arrays and string constants
+#                   (named by their function and place, and by their bytes, not by a
+#                   per-process count or hash()): bytes built under schema 7 for such
+#                   kernels hold other symbol names for the same inputs
 
 
 class LabelKind(str, enum.Enum):
