@@ -236,6 +236,37 @@ def test_numbas_misreading_inside_cuda_in_is_found_where_numba_misreads():
     assert kinds.misread(kinds.kinds_of((value,)), (strided,)) is None
 
 
+class _CpuTensor:
+    """PyTorch's CPU tensor: DLPack, and a `__cuda_array_interface__` that raises."""
+
+    def __init__(self, host):
+        self.host = host
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.host.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.host.__dlpack_device__()
+
+    @property
+    def __cuda_array_interface__(self):
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor")
+
+
+def test_a_cpu_tensor_in_cuda_in_has_a_kind_and_numbas_type():
+    """numba asks for the CAI with getattr (`auto_device`): a CPU tensor wrapped in
+    `cuda.In` is typed by its DLPack, and its kind is read without raising."""
+    from numba.cuda import In
+    from numba.cuda.typing.typeof import Purpose, typeof
+
+    from kbuild.backend import kinds
+
+    first, second = In(_CpuTensor(np.arange(4.0))), In(_CpuTensor(np.arange(8.0)))
+    assert kinds.kinds_of((first,)) == kinds.kinds_of((second,))
+    assert kinds.argument_types((first,), kinds.kinds_of((first,))) == \
+        (typeof(first, Purpose.argument),)
+
+
 # -- numba-cuda-mlir -------------------------------------------------------------------------
 # Its dispatcher (`descriptor._ArgMarshaller._call_impl`) types an argument with its vendored
 # `typeof` after `_maybe_copy_to_device_item`: a host array (in a tuple too, or in

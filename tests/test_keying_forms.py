@@ -461,6 +461,18 @@ def test_a_name_put_into_builtins_is_keyed(tmp_path):
     assert first != second
 
 
+def test_a_function_attribute_with_no_content_form_is_keyed_by_its_module_source(tmp_path):
+    """A test runner's mark on a device function (`pytestmark`, a list of pytest's Mark)
+    has no content form: the function is keyed with its module's source for it (an edit
+    there rebuilds), never a failed target."""
+    device = ("import pytest\n\n\n@cuda.jit(device=True)\n@pytest.mark.slow\n"
+              "def helper(v):\n    return v * 2\n\n\n")
+    kernel = _kernel("x[0] = helper(x[0])")
+    first, same, edited = _keys(tmp_path, [_HEAD + device + kernel, _HEAD + device + kernel,
+                                           _HEAD + device + "NOTE = 1\n\n\n" + kernel])
+    assert first == same != edited
+
+
 def test_an_unkeyable_value_in_a_tuple_is_named(tmp_path):
     from kbuild.errors import KeyingError
 
@@ -672,3 +684,34 @@ def test_numpy_scalars_sharing_a_key_with_python_values_type_alike(python, numpy
     assert values.canonical(value) == values.canonical(python)
     assert typeof(value, Purpose.constant) == typeof(python, Purpose.constant)
     assert values.canonical(np.bytes_(b"ab")) != values.canonical(b"ab")
+
+
+def test_a_kbuild_compile_waits_for_a_numba_compile_in_another_thread(tmp_path):
+    """kbuild's compile patches numba process-wide: it runs under numba's compiler lock, so
+    a program's own JIT in another thread never compiles under its patches (and two
+    in-process kbuild compiles never save each other's patch as numba's original)."""
+    import threading
+
+    from numba.cuda import cudaimpl, dispatcher
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+
+    from kbuild.backend.backends import DEFAULT, get
+
+    path = tmp_path / "kbuild_locked.py"
+    path.write_text(_HEAD + _kernel("x[0] = x[0] + 1.0"))
+    module = load_module(path, "kbuild_locked")
+    made = []
+    numbas = (cudaimpl._generic_array, dispatcher._Kernel.bind)
+    compile_ = threading.Thread(
+        target=lambda: made.append(get(DEFAULT).compile(module.k, [F32], (8, 0))))
+    try:
+        with global_compiler_lock:  # another thread's numba compile, in progress
+            compile_.start()
+            compile_.join(timeout=3)
+            assert compile_.is_alive() and not made  # waiting for the lock
+            # ... and numba is numba's meanwhile: what this thread compiles is unpatched
+            assert (cudaimpl._generic_array, dispatcher._Kernel.bind) == numbas
+        compile_.join()
+    finally:
+        sys.modules.pop("kbuild_locked", None)
+    assert made and made[0].ptx.startswith(b"//")

@@ -91,8 +91,15 @@ def _kbuild_patches(cc: tuple, stable_ids: dict, source_roots) -> list:
 
 @contextlib.contextmanager
 def _as_kbuild_compiles(cc: tuple, stable_ids: dict, source_roots):
-    """Within the block, every patch of `_kbuild_patches` holds."""
+    """Within the block, every patch of `_kbuild_patches` holds, under numba's compiler
+    lock: the patches are process-wide, so another thread's numba compile (a program's
+    own JIT beside an in-process build) never runs under them, and two kbuild compiles
+    never save each other's patch as the original. A reentrant lock: a zero-config
+    compile already holds it (numba's dispatcher took it)."""
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+
     with contextlib.ExitStack() as patches:
+        patches.enter_context(global_compiler_lock)
         for patch in _kbuild_patches(cc, stable_ids, source_roots):
             patches.enter_context(patch)
         yield

@@ -81,9 +81,12 @@ def _arg_hint_kind(v):
     the layout of the device array made over its CAI: numba-cuda-mlir types that array
     (`auto_device`), which reads the strides in bytes, not the CAI as `typeof` does."""
     inner = _kind(v.value)
-    if type(inner) is tuple and inner and inner[0] in ("cai", "dlpack") \
-            and hasattr(type(v.value), "__cuda_array_interface__"):
-        return (type(v), inner, _wrapped_layout(v.value.__cuda_array_interface__))
+    if type(inner) is tuple and inner and inner[0] in ("cai", "dlpack"):
+        # A CPU tensor's property raises AttributeError (numba's `auto_device` asks with
+        # getattr too): it has no device array to make.
+        desc = getattr(v.value, "__cuda_array_interface__", None)
+        if desc is not None:
+            return (type(v), inner, _wrapped_layout(desc))
     return (type(v), inner)
 
 

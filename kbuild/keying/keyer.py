@@ -171,17 +171,38 @@ class Keyer:
         """What the program set on the function object (`helper.scale = 2.0`), by
         content: Python that numba runs while typing (an `@overload` body) reads
         `helper.scale` as it reads a global, and a program may set it at run time. Device
-        functions held there are callees. Python's own (`__wrapped__`) are no state."""
+        functions held there are callees. Python's own (`__wrapped__`) are no state. A
+        value with no content form (a test runner's mark, a library's record) is keyed as
+        the function's module source holds it, as a class with no content form is: set in
+        that source, an edit there rebuilds; it never fails a kernel that holds it."""
         held = {name: value for name, value in vars(py_func).items()
                 if not (name.startswith("__") and name.endswith("__"))}
         nodes: list[KeyNode] = []
         for name in sorted(held):
             callees: list = []
             what = f"attribute '{name}' of function {qualified_name(py_func)}"
-            contents = self._contents(held[name], what, where, callees)
-            nodes.append(leaf(LabelKind.ATTRIBUTE.label(name), contents, summary(held[name])))
+            label = LabelKind.ATTRIBUTE.label(name)
+            try:
+                contents = self._contents(held[name], what, where, callees)
+            except KeyingError:
+                nodes.append(self._attribute_source(label, py_func, held[name], where))
+                continue
+            nodes.append(leaf(label, contents, summary(held[name])))
             nodes += callees
         return nodes
+
+    def _attribute_source(self, label, py_func, value, where: str) -> KeyNode:
+        """An attribute with no content form: its type by name and the source of the
+        module that defines the function (where a decorator or an assignment set it)."""
+        module = sys.modules.get(py_func.__module__)
+        path = getattr(module, "__file__", None)
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        if not path:
+            cannot_key(where, f"attribute holding a {kind} of function "
+                              f"{qualified_name(py_func)} (no source file)")
+        form = ("attribute-by-source", kind, py_func.__module__,
+                self._sources.file_digest(path))
+        return leaf(label, form, f"a {kind} (module {py_func.__module__} source)")
 
     def _body(self, py_func, keep_positions: bool, where: str, kernel: bool,
               elided: frozenset = frozenset()) -> KeyNode:

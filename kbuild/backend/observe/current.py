@@ -335,7 +335,7 @@ class _ObservationKeyer(Keyer):
             bases += (("metaclass",) + tuple(f"{b.__module__}:{b.__qualname__}"
                                             for b in classes[len(cls.__mro__):]),)
         value = ("observed-class", cls.__module__, cls.__qualname__, bases, tuple(items))
-        if coarse:  # an attribute with no content form: the sources of the classes decide
+        if coarse:  # an attribute with no content form: the classes as the keyer keys them
             # (zero-argument `super()` cannot be called inside a generator expression)
             by_source = super()._project_class
             value += tuple(by_source(label, b, where).digest
