@@ -649,3 +649,61 @@ def test_the_host_arch_workaround_applies_only_while_upstream_asks_the_driver(mo
     finally:
         monkeypatch.undo()
         nodriver.upstream_asks_the_host.cache_clear()
+
+
+NAMED_BY_COUNTERS = '''import numpy as np
+from numba_cuda_mlir import cuda
+
+TABLE = np.array([1.0, 2.0, 3.0, 5.0], dtype=np.float32)
+OTHER = np.array([7.0, 8.0, 9.0, 4.0], dtype=np.float32)
+
+
+@cuda.jit(device=True, inline="never")
+def picked(n):
+    word = "omega" if n > 2 else "beta"
+    return word == "omega"
+
+
+@cuda.jit
+def a(x, n):
+    s = cuda.shared.array(32, np.float32)
+    s[cuda.threadIdx.x] = x[0] + TABLE[n]
+    cuda.syncthreads()
+    word = "alpha" if n > 1 else "beta"
+    x[0] = s[1] + (word == "alpha") + picked(n)
+
+
+@cuda.jit
+def b(x, n):
+    s = cuda.shared.array(16, np.float32)
+    s[cuda.threadIdx.x] = x[0] + OTHER[n]
+    cuda.syncthreads()
+    word = "gamma" if n > 1 else "delta"
+    x[0] = s[1] + (word == "gamma") + picked(n)
+'''
+
+
+@needs_mlir
+def test_a_kernel_has_the_same_bytes_whatever_the_process_compiled_before(
+        tmp_path, monkeypatch):
+    """Upstream names shared arrays, string and array constants from per-process counters;
+    kbuild names them by content: `a` compiled after `b` is `a` compiled alone (with a
+    callee's strings cloned into it, whose names meet the kernel's)."""
+    from numba_cuda_mlir.numba_cuda import types
+
+    from numba_cuda_mlir.lowering import cuda as lowering_cuda
+
+    from kbuild.backend.mlir.compiler import compile_kernel
+
+    upstream = lowering_cuda.cuda_static_shared_memory
+    monkeypatch.syspath_prepend(str(_write(tmp_path, {"counted.py": NAMED_BY_COUNTERS})))
+    import counted
+
+    sig = (types.float32[::1], types.int64)
+    ptx = [compile_kernel(k, sig, (8, 0)).ptx for k in (counted.a, counted.b, counted.a)]
+    names = [sorted(set(re.findall(
+        rb"(static_shared_memory|__numba_cuda_mlir_str|constant_array)_\d+", p))) for p in ptx]
+    assert names[0] == names[2] == [b"__numba_cuda_mlir_str", b"constant_array",
+                                    b"static_shared_memory"]
+    assert ptx[0] == ptx[2]
+    assert lowering_cuda.cuda_static_shared_memory is upstream  # put back after each compile

@@ -23,6 +23,7 @@ from ...store.manifest import built_problem
 from ..base import Artifacts
 from ..observe import FrontEnd, linked_paths, observing
 from .nodriver import pinned_target, record_names, retarget, stable_callee_names
+from .symbols import content_names
 
 # Where numba-cuda-mlir's vendored copy of numba's front end lives (its observation hooks).
 FRONT_END = FrontEnd(cores=("numba_cuda_mlir.numba_cuda.core",),
@@ -59,7 +60,8 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), observer=No
     options = dict(kernel.targetoptions, chip=arch, cc=tuple(cc[:2]))
     watching = observing(observer, FRONT_END) if observer is not None \
         else contextlib.nullcontext()
-    with pinned_target(cc), stable_callee_names(), record_names(), watching:
+    with pinned_target(cc), stable_callee_names(), record_names(), content_names(), \
+            watching:
         retarget(device_functions, arch)
         try:
             result = MLIRDispatcher(kernel.py_func, targetoptions=options).compile(

@@ -20,6 +20,10 @@ from ..toolchain import (CUDA_WHEELS, _nvjitlink_version, _nvvm_version, distrib
                          python_version)
 
 DISTRIBUTION = "numba-cuda-mlir"
+# How kbuild's own patches of this backend's compile name what upstream names per process:
+# raised when they change a compile's bytes, so that one key keeps one set of bytes
+# (1: shared arrays, string and array constants named by content, `symbols.py`).
+PATCHES = "1"
 # What it compiles with besides itself (it vendors numba): numpy, whose version decides
 # which overloads are registered, and the CUDA bindings and toolkit wheels (numba-cuda's).
 DISTRIBUTIONS = ("numpy", "cuda-bindings", "cuda-core")
@@ -36,6 +40,7 @@ def toolchain() -> dict:
     """Name -> version string for every component of the toolchain."""
     return {
         "kbuild key schema": str(KEY_SCHEMA),
+        "kbuild mlir patches": PATCHES,
         "python": python_version(),
         "backend": MLIR_NAME,
         DISTRIBUTION: version(),
