@@ -194,15 +194,19 @@ class Keyer:
     def _attribute_source(self, label, py_func, value, where: str) -> KeyNode:
         """An attribute with no content form: its type by name and the source of the
         module that defines the function (where a decorator or an assignment set it)."""
-        module = sys.modules.get(py_func.__module__)
-        path = getattr(module, "__file__", None)
         kind = f"{type(value).__module__}.{type(value).__qualname__}"
-        if not path:
-            cannot_key(where, f"attribute holding a {kind} of function "
-                              f"{qualified_name(py_func)} (no source file)")
-        form = ("attribute-by-source", kind, py_func.__module__,
-                self._sources.file_digest(path))
+        source = self._module_source(py_func, where, f"attribute holding a {kind} of "
+                                     f"function {qualified_name(py_func)}")
+        form = ("attribute-by-source", kind, py_func.__module__, source)
         return leaf(label, form, f"a {kind} (module {py_func.__module__} source)")
+
+    def _module_source(self, obj, where: str, what: str) -> str:
+        """The digest of the source file of the module that defines `obj`, which keys
+        `what` as a whole; without a source file, `what` cannot be keyed (KeyingError)."""
+        path = getattr(sys.modules.get(obj.__module__), "__file__", None)
+        if not path:
+            cannot_key(where, f"{what} (no source file)")
+        return self._sources.file_digest(path)
 
     def _body(self, py_func, keep_positions: bool, where: str, kernel: bool,
               elided: frozenset = frozenset()) -> KeyNode:
@@ -496,9 +500,7 @@ class Keyer:
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
         if isinstance(value, property):
-            parts = tuple(self._class_attribute(f, where) if f else ("none",)
-                          for f in (value.fget, value.fset, value.fdel))
-            return None if None in parts else ("property",) + parts
+            return property_form(value, lambda f: self._class_attribute(f, where))
         try:
             return ("value", canonical(value))
         except Unencodable:
@@ -542,12 +544,9 @@ class Keyer:
     def _class_source(self, label, cls, where) -> KeyNode:
         """A class of the project's by its module's whole source: coarse, but it never
         misses what a class with no content form holds."""
-        module = sys.modules.get(cls.__module__)
-        path = getattr(module, "__file__", None)
-        if not path:
-            cannot_key(where, f"class {cls.__qualname__} (no source file)")
-        value = ("project-class", cls.__module__, cls.__qualname__,
-                 self._sources.file_digest(path)) + made_at_import(cls)
+        source = self._module_source(cls, where, f"class {cls.__qualname__}")
+        value = ("project-class", cls.__module__, cls.__qualname__, source) \
+            + made_at_import(cls)
         return leaf(label, value, f"class {cls.__qualname__} (module {cls.__module__} source)")
 
     def _declared_function(self, label, declared) -> KeyNode:
@@ -561,6 +560,13 @@ class Keyer:
     def _is_project_object(self, value) -> bool:
         module = getattr(value, "__module__", None)
         return isinstance(module, str) and self._sources.is_project_module(module)
+
+
+def property_form(prop: property, form_of):
+    """A property by its getter, setter and deleter, each by `form_of`; None where one of
+    them has no form."""
+    parts = tuple(form_of(f) if f else ("none",) for f in (prop.fget, prop.fset, prop.fdel))
+    return None if None in parts else ("property",) + parts
 
 
 def _identity(py_func, node: KeyNode) -> str:

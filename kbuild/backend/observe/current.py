@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ...errors import CHANGED_AFTER_IMPORT, KeyingError
 from ...keying.bytecode import code_fingerprint, returned_functions
-from ...keying.keyer import Keyer, qualified_name
+from ...keying.keyer import Keyer, property_form, qualified_name
 from ...keying.tree import LabelKind, leaf
 from ...keying.encode import Unencodable, digest, digest_of
 from ...keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_digest
@@ -355,9 +355,7 @@ class _ObservationKeyer(Keyer):
         if isinstance(value, type):
             return ("class", value.__module__, value.__qualname__)
         if isinstance(value, property):
-            parts = tuple(self._attribute_form(f, where) if f else ("none",)
-                          for f in (value.fget, value.fset, value.fdel))
-            return None if None in parts else ("property",) + parts
+            return property_form(value, lambda f: self._attribute_form(f, where))
         if isinstance(value, pytypes.FunctionType) and is_library(value.__module__):
             # A library's method (numba's `Type.unify`, inherited by an extension type):
             # by name, as the static key has it; the library's version is keyed.
