@@ -1,16 +1,24 @@
 """Compile equivalence: kbuild's PTX for a target has the float semantics of numba's own JIT.
 
 For every kernel form of a small matrix project and of the examples, crossed with the
-options that change generated code (`fastmath` True or a set of flags, `opt`,
-`max_registers`, `lineinfo`, `debug`, and `NUMBA_OPT` in the environment), `kbuild build`
-(separate compilation and nvJitLink's link-time optimisation, the default) and numba's
-JIT of the same kernel and types (its dispatcher, compiling for the device of a fake
-driver: numba's own pipeline, nothing of kbuild's) must give PTX with:
+options that change generated code (`fastmath` True or a set of flags, with numba's
+default link-time optimisation and with `lto=False`, `opt`, `max_registers`, `lineinfo`,
+`debug`, and `NUMBA_OPT` in the environment), `kbuild build` (separate compilation and
+nvJitLink's link-time optimisation, the default) and numba's JIT of the same kernel and
+types (its dispatcher, compiling for the device of a fake driver: numba's own pipeline,
+nothing of kbuild's) must give PTX with:
 
 - the same `.target`;
 - the same set of floating-point instruction variants: opcode with every modifier
   (rounding `.rn`/`.rz`..., `.ftz`, `.approx`/`.full`, `.sat`), e.g. `cvt.rn.ftz.f32.f64`;
 - the same set of floating-point immediates (`0f3FC00000`, `0d...`).
+
+numba's side is the PTX of the program numba's `get_cubin` assembles and loads: with the
+kernel's `lto` option on (numba-cuda's default where nvJitLink is installed) the PTX
+after its link-time optimisation, whose float semantics are nvJitLink's defaults (no
+`.ftz` even under `fastmath=True`: on an H100, numba's JIT keeps denormals there, see
+tests/test_gpu_fastmath.py); else NVVM's PTX (`inspect_asm`). The PTX before numba's
+link is never launched.
 
 Sets, not counts or order: separate compilation inlines callees at link time rather than
 in NVVM's whole-program pass, so the same instructions may appear a different number of
@@ -53,36 +61,36 @@ def blend(a, b):
 
 
 def _kernels(suffix, options):
-    @cuda.jit(**options)
     def calls(x, y):
         i = cuda.grid(1)
         if i < x.size:
             y[i] = helper(x[i]) + x[i] * 0.5
 
-    @cuda.jit(**options)
     def plain(x, y):
         i = cuda.grid(1)
         if i < x.size:
             v = x[i]
             y[i] = v / 7.0 + math.exp(v) - (1.0 if v == TINY else 0.0)
 
-    @cuda.jit(**options)
     def doubles(x, y):
         i = cuda.grid(1)
         if i < x.size:
             y[i] = blend(x[i], math.sqrt(x[i])) + math.log(x[i] + 1.0)
 
     found = {}
-    for kernel in (calls, plain, doubles):
-        name = f"{kernel.py_func.__name__}_{suffix}"
-        kernel.py_func.__name__ = kernel.py_func.__qualname__ = name
-        found[name] = kernel
+    for function in (calls, plain, doubles):
+        name = f"{function.__name__}_{suffix}"
+        function.__name__ = function.__qualname__ = name
+        # The function-first form: numba-cuda's decorator factory (`cuda.jit(**options)`)
+        # drops `lto`, so `lto=False` holds only here (or with signatures).
+        found[name] = cuda.jit(function, **options)
     return found
 
 
 OPTIONS = {
     "default": {},
     "fastmath": {"fastmath": True},
+    "fastnolto": {"fastmath": True, "lto": False},
     "fastflags": {"fastmath": {"nsz", "arcp", "contract", "afn", "reassoc"}},
     "noopt": {"opt": False},
     "maxreg": {"max_registers": 32},
@@ -97,7 +105,7 @@ for _suffix, _options in OPTIONS.items():
 SIGNATURES = {"calls": "void(float32[::1], float32[::1])",
               "plain": "void(float32[::1], float32[::1])",
               "doubles": "void(float64[::1], float64[::1])"}
-SUFFIXES = ["default", "fastmath", "fastflags", "noopt", "maxreg", "lineinfo",
+SUFFIXES = ["default", "fastmath", "fastnolto", "fastflags", "noopt", "maxreg", "lineinfo",
             "fastlineinfo", "debug"]
 
 # numba's JIT under a fake device of CC: for each (module:attr, signature) its PTX.
@@ -121,7 +129,11 @@ with testing.fake_device("sm_%d%d" % cc, record=False):
         # compile is numba's dispatcher's own.
         args, _ = get(DEFAULT).parse_signature(signature, module)
         kernel.compile(tuple(args))
-        out[name + " " + signature] = kernel.inspect_asm(tuple(args))
+        # What numba's get_cubin assembles: after its link-time optimisation when the
+        # kernel's lto option is on, NVVM's PTX otherwise.
+        library = kernel.overloads[tuple(args)].library
+        out[name + " " + signature] = (library.get_lto_ptx(cc=cc) if library._lto
+                                       else kernel.inspect_asm(tuple(args)))
 print(json.dumps(out))
 '''
 
@@ -209,17 +221,25 @@ def test_the_examples_have_numbas_float_semantics(tmp_path):
     assert differ == []
 
 
-def test_a_fastmath_link_keeps_flush_to_zero(tmp_path):
-    """The case that broke: a fastmath kernel calling a device function, linked from
-    separately compiled objects, lost `.ftz` on its conversions (`cvt.f64.f32`)."""
+@pytest.mark.parametrize("kernel, ftz", [("calls_fastmath", False), ("calls_fastnolto", True)])
+def test_a_fastmath_link_has_the_denormal_behaviour_numba_launches(tmp_path, kernel, ftz):
+    """A fastmath kernel calling a device function, linked from separately compiled
+    objects. numba links a kernel whose `lto` option is on (its default) with nvJitLink's
+    own float defaults, so the binary it launches keeps denormals (`cvt.f64.f32`) though
+    its PTX before the link says `cvt.ftz.f64.f32`; kbuild's link does the same. With
+    `lto=False` numba assembles NVVM's `.ftz` PTX, and kbuild's link keeps `.ftz`."""
     project, wanted = _matrix_project(tmp_path)
     home, store = tmp_path / "home", tmp_path / "store"
-    built = run_process("build", "--json", "eq.forms:calls_fastmath", cwd=project, home=home,
+    built = run_process("build", "--json", f"eq.forms:{kernel}", cwd=project, home=home,
                         store=store)
     assert built.returncode == 0, built.stdout + built.stderr
+    assert built.json["targets"][0]["link"] == "lto"
     (ptx,) = _kbuild_ptx(built, project, home, store).values()
     ops = semantics(ptx)["float ops"]
-    assert "cvt.ftz.f64.f32" in ops and "cvt.f64.f32" not in ops, ops
+    if ftz:
+        assert "cvt.ftz.f64.f32" in ops and "cvt.f64.f32" not in ops, ops
+    else:
+        assert "cvt.f64.f32" in ops and "cvt.ftz.f64.f32" not in ops, ops
 
 
 def test_numba_force_cuda_cc_chooses_the_arch_built_and_served(tmp_path):

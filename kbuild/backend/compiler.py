@@ -120,7 +120,7 @@ def _compile(kernel, argtypes, cc, device_functions, apart, outputs=None):
     except Exception as exc:  # noqa: BLE001 - numba's own way still works
         made = f"separate compilation failed ({type(exc).__name__}: {exc})"
     reused, keys = _stored_cubin(library, tuple(cc), compiled.entry_name, outputs)
-    ptx = library.get_asm_str(cc=tuple(cc))
+    ptx = _launched_ptx(library, tuple(cc))
     cubin = library.get_cubin(cc=tuple(cc))
     return Artifacts(
         ptx=ptx.encode(),
@@ -130,6 +130,18 @@ def _compile(kernel, argtypes, cc, device_functions, apart, outputs=None):
         link={"mode": "whole", "reason": made or "separate compilation not asked for"},
         cutoff=reused, outputs=keys,
     ), library
+
+
+def _launched_ptx(library, cc: tuple) -> str:
+    """The PTX of the program numba's `get_cubin` assembles: under the kernel's `lto`
+    option (numba-cuda's default), the link-time-optimised PTX of its LTO-IR, whose float
+    semantics are nvJitLink's defaults, not the `.ftz` of NVVM's PTX before the link (see
+    `lto.link_flags`); else NVVM's PTX. A program that links files keeps NVVM's: the LTO
+    PTX would leave the files' code out."""
+    if getattr(library, "_lto", False) and not (library._linking_files
+                                                or library.needs_cudadevrt):
+        return library.get_lto_ptx(cc=cc)
+    return library.get_asm_str(cc=cc)
 
 
 def _stored_cubin(library, cc: tuple, entry: str, outputs):

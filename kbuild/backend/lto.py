@@ -52,7 +52,7 @@ def split(compiled, cc, device_functions, nodes, target_node, *, outputs=None):
     units.insert(0, (objects.kernel_object_key(target_node), library._module,
                      compiled.entry_name, kernel.summary, []))
     options = dict(library._nvvm_options)
-    flags = list(link_flags(options))
+    flags = list(link_flags(options, bool(getattr(library, "_lto", False))))
     made = []
     for key, module, root, function, defines in units:
         imports = [exports[fn.name].as_json() for fn in module.functions
@@ -100,18 +100,25 @@ def _remember(obj: Object) -> Object:
     return obj
 
 
-# The float semantics numba hands NVVM for a whole program (`nvvm.compile_ir`: a truthy
-# `fastmath`, True or a set of LLVM flags, becomes all four). nvJitLink's link-time
-# optimisation runs NVVM again over the linked objects, with its own defaults unless told:
-# without them a fastmath kernel loses flush-to-zero (`cvt.f64.f32` for numba's
-# `cvt.ftz.f64.f32`), whatever flags its objects were compiled with.
+# The float semantics of numba's own binary. numba's `get_cubin` links a kernel whose `lto`
+# option is on (numba-cuda's default wherever nvJitLink is installed, `debug=True` aside)
+# as LTO-IR, and its `LinkerOptions` name no float flags: nvJitLink's link-time NVVM runs
+# with its defaults, so the binary numba launches keeps denormals and divides exactly
+# (`cvt.f64.f32`, `div.rn.f32`) even under `fastmath=True`; its PTX before the link
+# (`inspect_asm`, `compile_ptx`) says `.ftz`, but that PTX is never what numba loads.
+# With `lto=False` numba assembles the whole program's NVVM PTX, made with the kernel's
+# flags (`nvvm.compile_ir`: a truthy `fastmath`, True or a set of LLVM flags, becomes
+# all four); a separately compiled kernel of that kind gets them at its own link.
 _FLOAT_FLAGS = ("fma", "ftz", "prec_div", "prec_sqrt")
 _FASTMATH = {"ftz": True, "fma": True, "prec_div": False, "prec_sqrt": False}
 
 
-def link_flags(nvvm_options: dict) -> tuple:
-    """The nvJitLink options (`-ftz=1`, ...) that give a link the float semantics numba's
-    NVVM compile of the same kernel has, in one order; () for NVVM's defaults."""
+def link_flags(nvvm_options: dict, lto: bool) -> tuple:
+    """The nvJitLink options (`-ftz=1`, ...) that give a link the float semantics of the
+    binary numba launches for the same kernel, in one order; () for nvJitLink's defaults
+    (`lto`: the kernel's own `lto` option, under which numba links with those)."""
+    if lto:
+        return ()
     chosen = {k: nvvm_options[k] for k in _FLOAT_FLAGS if k in nvvm_options}
     if nvvm_options.get("fastmath"):
         chosen.update(_FASTMATH)

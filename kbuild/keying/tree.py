@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 8  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 9  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
@@ -69,6 +69,13 @@ KEY_SCHEMA = 8  # 2: callee bindings, bytecode fingerprints, record fields with 
 #                   (named by their function and place, and by their bytes, not by a
 #                   per-process count or hash()): bytes built under schema 7 for such
 #                   kernels hold other symbol names for the same inputs
+#                9: the binary numba launches, not the PTX before its link: a kernel
+#                   whose `lto` option is on (numba-cuda's default) is linked with
+#                   nvJitLink's float defaults, as numba's get_cubin links it (schema 7's
+#                   -ftz=1 ... gave fastmath kernels a flush-to-zero numba's JIT does not
+#                   have, bitwise other results on denormals on an H100), and a kernel
+#                   built as one program stores the PTX of its link (numba's
+#                   `get_lto_ptx`), not NVVM's PTX before it
 
 
 class LabelKind(str, enum.Enum):
