@@ -137,6 +137,15 @@ with testing.fake_device("sm_%d%d" % cc, record=False):
 print(json.dumps(out))
 '''
 
+# numba's own cubin of each (module:attr, signature), as its dispatcher loads it on a device
+# of CC (get_cubin: LTO-IR through nvJitLink when the kernel's lto option is on), in hex.
+NUMBA_CUBINS = NUMBA_JIT.replace(
+    "out[name + \" \" + signature] = (library.get_lto_ptx(cc=cc) if library._lto\n"
+    "                                       else kernel.inspect_asm(tuple(args)))",
+    "cubin = library.get_cubin(cc=cc)\n"
+    "        out[name + \" \" + signature] = bytes(getattr(cubin, \"code\", cubin)).hex()")
+assert NUMBA_CUBINS != NUMBA_JIT
+
 _FLOAT_OP = re.compile(
     r"^\s*(?:@!?%p\d+\s+)?((?:add|sub|mul|div|fma|mad|sqrt|rsqrt|rcp|cvt|setp|set|min|max|abs"
     r"|neg|ex2|lg2|sin|cos|tanh|testp|copysign|frc|cvta)\.[\w.]*\.f(?:16|32|64)\w*(?:\.\w+)*)",
@@ -168,6 +177,18 @@ def _numba_ptx(project, home, wanted, env=None) -> dict:
                          launcher=("-c", NUMBA_JIT), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
+
+
+_SASS = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.M)
+_SYMBOL = re.compile(r"_Z\w+|\$[\w$.]+")
+
+
+def machine_code(cubin: bytes) -> list:
+    """A cubin's SASS instructions in order, symbol names (content-named by kbuild,
+    counted by numba) and addresses set aside."""
+    from kbuild.backend import disassemble
+
+    return [_SYMBOL.sub("SYM", ins) for ins in _SASS.findall(disassemble(cubin))]
 
 
 def _compare(kbuild: dict, numba: dict) -> list:
@@ -210,6 +231,37 @@ def test_every_option_of_the_matrix_has_numbas_float_semantics(tmp_path, env):
     assert differ == []
 
 
+def test_every_option_of_the_matrix_has_numbas_machine_code(tmp_path):
+    """Stronger than the float semantics: the cubin kbuild stores for each target has the
+    machine code of the cubin numba's dispatcher makes and loads for the same kernel,
+    instruction for instruction (symbol names aside): the kernels linked from separately
+    compiled objects (with and without `lto`), and those kept as one program (`opt=False`,
+    `lineinfo`, `debug`)."""
+    project, wanted = _matrix_project(tmp_path)
+    home, store = tmp_path / "home", tmp_path / "store"
+    built = run_process("build", "--json", cwd=project, home=home, store=store)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert _machine_code_differs(built, project, home, store, wanted) == []
+
+
+def _machine_code_differs(built, project, home, store, wanted) -> list:
+    """The targets whose stored cubin's machine code is not that of numba's own cubin."""
+    from conftest import blob_bytes, blob_files
+
+    blobs = blob_files(store)
+    ours = {row["target"] + " " + row["signature"]:
+            machine_code(blob_bytes(blobs[row["artifacts"]["cubin"]]))
+            for row in built.json["targets"]}
+    result = run_process(json.dumps(wanted), json.dumps(list(CC)), cwd=project, home=home,
+                         launcher=("-c", NUMBA_CUBINS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    theirs = {name: machine_code(bytes.fromhex(code))
+              for name, code in json.loads(result.stdout).items()}
+    assert sorted(ours) == sorted(theirs)
+    assert all(len(code) > 10 for code in ours.values())
+    return [name for name in sorted(ours) if ours[name] != theirs[name]]
+
+
 def test_the_examples_have_numbas_float_semantics(tmp_path):
     project = copy_examples(REPO_ROOT, tmp_path / "proj")
     home, store = tmp_path / "home", tmp_path / "store"
@@ -219,6 +271,7 @@ def test_the_examples_have_numbas_float_semantics(tmp_path):
     differ = _compare(_kbuild_ptx(built, project, home, store),
                       _numba_ptx(project, home, wanted))
     assert differ == []
+    assert _machine_code_differs(built, project, home, store, wanted) == []
 
 
 @pytest.mark.parametrize("kernel, ftz", [("calls_fastmath", False), ("calls_fastnolto", True)])

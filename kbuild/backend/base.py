@@ -148,10 +148,10 @@ class Backend(abc.ABC):
             _noting(Observer)(static_functions, root, digest_now, on_new=on_new)
 
     def relink(self, ltoirs, cc: tuple, *, max_registers=None, outputs=None, entry: str = "",
-               flags=()):
+               flags=(), lto: bool = False):
         """PTX and cubin (a `Linked`: `.ptx`, `.cubin`, `.cutoff`, `.keys`) of separately
         compiled objects (their bytes, as stored), linked again for `cc` without a
-        compile; `outputs`, `entry` and `flags` as its compile's (see `lto.link`)."""
+        compile; `outputs`, `entry`, `flags` and `lto` as its compile's (see `lto.link`)."""
         raise NotImplementedError(f"backend {self.name} compiles no objects apart")
 
     def typing_registries(self) -> list:

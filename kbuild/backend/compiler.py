@@ -179,7 +179,7 @@ def _linked(compiled, cc, made, options, outputs=None) -> Artifacts:
 
     linked = link([o.ltoir for o in made], cc, max_registers=options.get("max_registers"),
                   outputs=outputs, entry=compiled.entry_name,
-                  flags=made[0].manifest["link_flags"])
+                  flags=made[0].manifest["link_flags"], lto=made[0].manifest["lto"])
     return Artifacts(ptx=linked.ptx, cubin=linked.cubin, entry=compiled.entry_name,
                      cooperative=bool(compiled.cooperative),
                      link={"mode": "lto", "objects": [o.key for o in made]}, objects=made,

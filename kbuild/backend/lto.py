@@ -52,7 +52,8 @@ def split(compiled, cc, device_functions, nodes, target_node, *, outputs=None):
     units.insert(0, (objects.kernel_object_key(target_node), library._module,
                      compiled.entry_name, kernel.summary, []))
     options = dict(library._nvvm_options)
-    flags = list(link_flags(options, bool(getattr(library, "_lto", False))))
+    lto = bool(getattr(library, "_lto", False))
+    flags = list(link_flags(options, lto))
     made = []
     for key, module, root, function, defines in units:
         imports = [exports[fn.name].as_json() for fn in module.functions
@@ -61,7 +62,7 @@ def split(compiled, cc, device_functions, nodes, target_node, *, outputs=None):
                     "imports": imports}
         if not defines:  # the kernel's own object, and how the target must be linked
             manifest.update(entry=compiled.entry_name, cooperative=bool(compiled.cooperative),
-                            link_flags=flags)
+                            link_flags=flags, lto=lto)
         obj = _made.get(key)
         # One key, another interface (a callee's return type changed): other code.
         if obj is None or objects.interface(obj.manifest) != objects.interface(manifest):
@@ -200,21 +201,23 @@ def arch_cc(cc) -> tuple:
 
 
 def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "",
-         flags=()) -> Linked:
+         flags=(), lto: bool = False) -> Linked:
     """PTX and cubin of LTO-IR objects, linked with link-time optimisation for `cc`.
 
     With `outputs` (the build's `cutoff.Outputs`), early cutoff: objects byte-identical
     to an earlier link's take its PTX and cubin (no link), a linked PTX byte-identical
     to an earlier one takes its cubin (no PTX -> cubin). `entry` is the kernel the
-    stored output must define; `flags` the kernel's float semantics (`link_flags`)."""
+    stored output must define; `flags` the kernel's float semantics (`link_flags`);
+    `lto` the kernel's own `lto` option, which decides how numba makes its cubin (see
+    `cubin_of`)."""
     from ..keying.cutoff import link_options, step_options
 
     cc2 = arch_cc(cc)
     flags = tuple(flags)
-    options = step_options(cc2, max_registers)
+    options = step_options(cc2, max_registers) + ((("lto", True),) if lto else ())
     if outputs is None:
         ptx = link_ptx(ltoirs, cc2, flags)
-        return Linked(ptx, ptx_to_cubin(ptx, cc2, max_registers))
+        return Linked(ptx, cubin_of(ltoirs, ptx, cc2, max_registers, lto))
     link_key, found = outputs.linked(ltoirs, link_options(options, flags), entry)
     if found is not None:
         return Linked(*found, cutoff="link", keys=(link_key,))
@@ -222,7 +225,25 @@ def link(ltoirs, cc, *, max_registers=None, outputs=None, entry: str = "",
     cubin_key, cubin = outputs.cubin([ptx], options, entry)
     if cubin is not None:
         return Linked(ptx, cubin, cutoff="cubin", keys=(link_key, cubin_key))
-    return Linked(ptx, ptx_to_cubin(ptx, cc2, max_registers), keys=(link_key, cubin_key))
+    return Linked(ptx, cubin_of(ltoirs, ptx, cc2, max_registers, lto),
+                  keys=(link_key, cubin_key))
+
+
+def cubin_of(ltoirs, ptx: bytes, cc, max_registers=None, lto: bool = False) -> bytes:
+    """The cubin numba would make of the same program. numba's `get_cubin` hands a kernel
+    whose `lto` option is on to nvJitLink as LTO-IR, which optimises and assembles it as
+    one program; it assembles a kernel with `lto` off from its PTX (ptxas on PTX as an
+    input of a link gives other machine code for the same PTX). Both through numba's own
+    linker, with its options."""
+    if not lto:
+        return ptx_to_cubin(ptx, cc, max_registers)
+    from numba.cuda.cudadrv.driver import _Linker
+
+    linker = _Linker(max_registers=max_registers, cc=arch_cc(cc), lto=True)
+    for i, data in enumerate(ltoirs):
+        linker.add_ltoir(bytes(data), name=f"object{i}")
+    cubin = linker.complete()
+    return bytes(getattr(cubin, "code", cubin))
 
 
 def link_ptx(ltoirs, cc, flags=()) -> bytes:

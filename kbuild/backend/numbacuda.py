@@ -77,11 +77,11 @@ class NumbaCuda(NumbaDispatchers, Backend):
                               observer, outputs, source_roots)
 
     def relink(self, ltoirs, cc: tuple, *, max_registers=None, outputs=None, entry: str = "",
-               flags=()):
+               flags=(), lto: bool = False):
         from .lto import link
 
         return link(ltoirs, cc, max_registers=max_registers, outputs=outputs, entry=entry,
-                    flags=flags)
+                    flags=flags, lto=lto)
 
     def typing_registries(self) -> list:
         from .registry import registries

@@ -144,7 +144,7 @@ def link_target(the_plan: Plan, store: Store, target: Target, relink: Relink,
         linked = resolved.backend.relink(
             ltoirs, arch_cc(target.arch), max_registers=options.get("max_registers"),
             outputs=outputs(the_plan, target, store, objects), entry=recipe.entry,
-            flags=recipe.flags)
+            flags=recipe.flags, lto=recipe.lto)
     except Exception:  # noqa: BLE001 - a bad blob (CorruptBlob) or link: compile it instead
         return compile_target(the_plan, target, store, objects)
     if built_problem(target.arch, recipe.entry, {"ptx": linked.ptx, "cubin": linked.cubin}):

@@ -91,6 +91,7 @@ class Recipe:
     entry: str  # the kernel's symbol
     cooperative: bool
     flags: tuple = ()  # the kernel's float flags for the link (nvJitLink options)
+    lto: bool = False  # the kernel's lto option: how numba makes its cubin (`lto.cubin_of`)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
     blobs = {key: found[key]["artifacts"]["ltoir"] for key in found}
     ordered = tuple((key, blobs[key]) for key in link_order(first, blobs))
     return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]),
-                  tuple(manifest.get("link_flags", ())))
+                  tuple(manifest.get("link_flags", ())), bool(manifest.get("lto", False)))
 
 
 def link_order(first: str, blobs: dict) -> list:

@@ -248,6 +248,8 @@ def _object_problem(manifest: dict) -> str | None:
         if not isinstance(flags, list) or not all(
                 isinstance(f, str) and _LINK_FLAG.fullmatch(f) for f in flags):
             return "kernel object with link flags kbuild does not give"
+        if not isinstance(manifest.get("lto", False), bool):
+            return "kernel object with a malformed lto option"
     return None
 
 
