@@ -21,12 +21,12 @@ from .targeting import arch_as_asked, simulating, targeting
 def prepare() -> None:
     """Do numba's one-time set-up of a process's first compile now (loading its typing and
     lowering registries and the modules that fill them: most of a second), import what a
-    first compile imports, and index the registries when they hold the project's
-    registrations (`registrations.prepare`). A process about to fork compile workers
-    calls it first, so each worker starts with all of it done instead of paying it again
-    (nothing here starts a thread or touches a driver), and a compile's time limit
-    measures the compile; `kbuild watch` calls it while it waits for a save. Again, it
-    costs milliseconds."""
+    first compile imports, index the registries when they hold the project's
+    registrations (`registrations.prepare`) and find libdevice. A process about to fork
+    compile workers calls it first, so each worker starts with all of it done instead of
+    paying it again (nothing here starts a thread or touches a driver), and a compile's
+    time limit measures the compile; `kbuild watch` calls it while it waits for a save.
+    Again, it costs milliseconds."""
     if simulating():
         return
     try:
@@ -38,6 +38,9 @@ def prepare() -> None:
         from . import registrations
 
         registrations.prepare()
+        from numba.cuda.cudadrv import libs
+
+        libs.get_libdevice()  # where libdevice is: searched for once per process
     except Exception:  # noqa: BLE001 - only a head start: the first compile does it anyway
         pass
 
