@@ -11,7 +11,8 @@ after the workers, to record what they observed.
 
 A launcher counts, in the build process and in every worker it forks (one line per event
 appended to a file, by process id: a worker leaves with `os._exit`, no atexit runs),
-the indexes built and the registrations worked out for one.
+the indexes built and the registrations worked out for one; for numba-cuda, and for
+numba-cuda-mlir (its own registries, vendored: the same index) where it is installed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import collections
 import textwrap
 from pathlib import Path
 
+import pytest
+
+import mlir_support
 from support import run
 
 N_KERNELS = 4
@@ -93,8 +97,12 @@ def _project(root: Path) -> Path:
     return root
 
 
-def test_workers_inherit_the_registrations_index(tmp_path):
+@pytest.mark.parametrize("backend", ["numba-cuda", pytest.param(
+    mlir_support.MLIR, marks=mlir_support.needs_mlir)])
+def test_workers_inherit_the_registrations_index(tmp_path, backend):
     project = _project(tmp_path / "proj")
+    if backend == mlir_support.MLIR:
+        mlir_support.port(project)
     log = tmp_path / "work.txt"
     done = run("build", "--json", "-j", "2", cwd=project, home=tmp_path / "home",
                store=tmp_path / "store", env={"TEST_WORK_FILE": str(log)},
