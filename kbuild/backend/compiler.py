@@ -20,10 +20,13 @@ from .targeting import arch_as_asked, simulating, targeting
 
 def prepare() -> None:
     """Do numba's one-time set-up of a process's first compile now (loading its typing and
-    lowering registries and the modules that fill them: most of a second). A process about
-    to fork compile workers calls it first, so each worker starts with it done instead of
-    paying it again, and a compile's time limit measures the compile; `kbuild watch` calls
-    it while it waits for a save. Again, it costs milliseconds."""
+    lowering registries and the modules that fill them: most of a second), import what a
+    first compile imports, index the registries when they hold the project's
+    registrations (`registrations.prepare`) and find libdevice. A process about to fork
+    compile workers calls it first, so each worker starts with all of it done instead of
+    paying it again (nothing here starts a thread or touches a driver), and a compile's
+    time limit measures the compile; `kbuild watch` calls it while it waits for a save.
+    Again, it costs milliseconds."""
     if simulating():
         return
     try:
@@ -31,8 +34,32 @@ def prepare() -> None:
 
         cuda_target.typing_context.refresh()
         cuda_target.target_context.refresh()
+        _first_compile_imports()
+        from . import registrations
+
+        registrations.prepare()
+        from numba.cuda.cudadrv import libs
+
+        libs.get_libdevice()  # where libdevice is: searched for once per process
     except Exception:  # noqa: BLE001 - only a head start: the first compile does it anyway
         pass
+
+
+def _first_compile_imports() -> None:
+    # The modules a first compile imports: numba's that the observer hooks and that
+    # `typeof` reaches for (a data model manager and cffi_utils hold registries, so the
+    # index made next would be stale in every worker without them), the types the
+    # reproducibility patches patch, separate compilation's own.
+    from numba.cuda.types import cuda_functions, cuda_npytypes  # noqa: F401
+    try:  # numba's own `typeof`, where numba is installed beside numba-cuda
+        from numba.core.typing import bufproto, cffi_utils  # noqa: F401
+    except ImportError:
+        pass
+
+    from . import debugpaths, lto  # noqa: F401
+    from .observe.hooks import load_hooked
+
+    load_hooked()
 
 
 def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=None,

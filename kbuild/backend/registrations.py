@@ -441,6 +441,52 @@ def index() -> Index:
     return _INDEX["index"]
 
 
+def prepare() -> None:
+    """Index the registries now when they hold the project's registrations: a process
+    about to fork compile workers, so that every worker inherits the index and what each
+    registration holds (`_ENTRIES`, `_HELD`) instead of working it all out again, and the
+    process itself has it when it records the workers' observations. A registry that
+    grows later is indexed again, working out only its new entries. Registries with
+    nothing of the project's are left alone: no compile asks for their index."""
+    if _mentions_project():
+        index()
+
+
+def _mentions_project() -> bool:
+    """Whether a loaded registry names anything of the project's at a glance (its
+    registration's class, function, key or what a library wrapper captured): a cheap,
+    shallow stand-in for `held` over every registration. One it misses costs only time
+    (a compile indexes the registries itself), never a different index."""
+    entries = [cls for cls, _ in _typing_templates()]
+    for registry in _lowering_registries():
+        for table in ("functions", "getattrs", "setattrs", "casts", "constants"):
+            entries += list(getattr(registry, table, ()))
+    for manager in _model_managers():
+        entries += list(getattr(manager, "_handlers", {}).items())
+    return any(_project_at_a_glance(e) for e in entries)
+
+
+def _project_at_a_glance(value, depth: int = 0) -> bool:
+    if depth > 3:
+        return False
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, tuple):
+        return any(_project_at_a_glance(v, depth + 1) for v in value)
+    if isinstance(value, pytypes.FunctionType):
+        return not is_library(value.__module__) or any(
+            _project_at_a_glance(c.cell_contents, depth + 1)
+            for c in value.__closure__ or () if _filled(c))
+    if isinstance(value, type):
+        if not is_library(value.__module__):
+            return True
+        if "<locals>" not in value.__qualname__ and not _made_by_library(value):
+            return False  # numba's own class
+        return any(_project_at_a_glance(v, depth + 1) for k, v in vars(value).items()
+                   if not k.startswith("__") and k not in _CACHES)
+    return _is_numba_type(value) and not is_library(type(value).__module__)
+
+
 def _stamp() -> tuple:
     sizes = []
     for registry in _typing_registries() + _lowering_registries():

@@ -280,11 +280,7 @@ class BuildService:
             items = [item for item in items if item[1] is not None]
         started = workers.started or (lambda target: None)
         if workers.timeout is not None or (workers.jobs > 1 and len(items) > 1):
-            compiled = [target for target, recipe in items if recipe is None]
-            for backend in {id(b): b for b in (the_plan.kernels[t.name].backend
-                                                for t in compiled)}.values():
-                backend.prepare()  # once here, not once in every worker
-
+            self.prepare_workers([target for target, recipe in items if recipe is None])
             for (target, _), outcome, seconds in run_in_workers(
                     self.job, items, workers.jobs, timeout=workers.timeout,
                     started=lambda item: started(item[0])):
@@ -295,6 +291,14 @@ class BuildService:
         for item in items:
             started(item[0])
             yield (item[0],) + self.job(item)
+
+    def prepare_workers(self, targets) -> None:
+        """The one-time set-up of the backends compiling `targets` (`Backend.prepare`),
+        done here once before workers are forked: each inherits it instead of paying
+        it again."""
+        kernels = self.plan.kernels
+        for backend in {id(b): b for b in (kernels[t.name].backend for t in targets)}.values():
+            backend.prepare()
 
     def job(self, item):
         """(Artifacts or exception, seconds) of one (target, `Relink` or None) job, here."""

@@ -77,6 +77,8 @@ def check_served(the_plan: Plan, store: Store, rows: list, *, sample: Sample = S
         manifest = service.fresh(target)
         if manifest is not None:
             served[target] = manifest
+    if len(served) > 1 and jobs > 1 or timeout is not None:
+        service.prepare_workers(served)
     checked = run_in_workers(lambda target: service.compile_fresh(target, served[target]),
                              list(served), max(1, jobs), timeout=timeout)
     for target, outcome, seconds in checked:

@@ -111,10 +111,14 @@ def _explained(exc: Exception) -> Exception:
 
 
 def prepare() -> None:
-    """Load its typing and lowering registries now (about a second: see `compiler.prepare`)."""
+    """Load its typing and lowering registries now (about a second), and index them when
+    they hold the project's registrations (see `compiler.prepare`)."""
     try:
         from numba_cuda_mlir.descriptor import mlir_target
 
         mlir_target.ensure_initialized()
+        from .. import registrations
+
+        registrations.prepare()
     except Exception:  # noqa: BLE001 - only a head start: the first compile does it anyway
         pass

@@ -72,6 +72,13 @@ def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
         yield observer
 
 
+def load_hooked(front_end: FrontEnd = NUMBA_CUDA_FRONT_END) -> None:
+    """Import every module whose classes `observing` hooks, hooking nothing (a process
+    about to fork compile workers: they inherit the modules)."""
+    for _ in _hooks(None, front_end):
+        pass
+
+
 def _hooks(observer: Observer, front_end: FrontEnd):
     interpreters = [importlib.import_module(f"{core}.interpreter") for core in front_end.cores]
 
