@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 import textwrap
 
-from conftest import blob_bytes, blob_files
-from mlir_support import MLIR, needs_mlir
+from conftest import blob_bytes, blob_files, copy_examples
+from mlir_support import MLIR, needs_mlir, port
+from support import REPO_ROOT
 from support import run as run_process
 from test_equivalence import machine_code, semantics
 
@@ -135,24 +136,26 @@ LINKED = ["default", "fastmath"]
 # the cubin its launcher loads (hex) and the PTX that cubin was assembled from.
 MLIR_JIT = '''
 import json, importlib, sys
-import numpy as np
 from kbuild import testing
 from kbuild.backend.backends import get
 
 wanted = json.loads(sys.argv[1])
 out = {}
 with testing.fake_device(sys.argv[2], record=False, compilers=("numba-cuda-mlir",)):
+    from numba_cuda_mlir import descriptor
     from numba_cuda_mlir.mlir_optimization import get_lto_ptx
-    from numba_cuda_mlir.numba_cuda.np.numpy_support import as_dtype
     for name, signature in wanted:
         module_name, _, attr = name.partition(":")
         kernel = module = importlib.import_module(module_name)
         for part in attr.split("."):
             kernel = getattr(kernel, part)
         args, _ = get("numba-cuda-mlir").parse_signature(signature, module)
-        # What its C++ launcher asks for arguments of these types, and loads.
-        values = [np.zeros((1,) * t.ndim, dtype=as_dtype(t.dtype)) for t in args]
-        cubin, entry, _ = kernel._compile_impl(values)
+        # What its C++ launcher asks for arguments of these types (`_launch` hands their
+        # types over in `_compile_arg_types`), and loads.
+        descriptor._compile_arg_types.types = tuple(args)
+        descriptor._compile_arg_types.values = (None,) * len(args)
+        cubin, entry, _ = kernel._compile_impl((None,) * len(args))
+        del descriptor._compile_arg_types.types, descriptor._compile_arg_types.values
         (cres,) = [c for sig, c in kernel.overloads.items() if tuple(sig) == tuple(args)]
         lto = cres.metadata["link_plan"].compile_new_inputs_as_ltoir
         ptx = get_lto_ptx(cres.cres) if lto else cres.metadata["ptx"]
@@ -189,6 +192,22 @@ def _kbuild_side(built, store) -> dict:
     return out
 
 
+def _differences(ours: dict, theirs: dict) -> tuple:
+    """(targets whose cubin has other machine code than the JIT's, (target, field, ours,
+    theirs) for each float-semantics field of the PTX that differs)."""
+    assert sorted(ours) == sorted(theirs)
+    code = {name: (machine_code(ours[name]["cubin"]),
+                   machine_code(bytes.fromhex(theirs[name]["cubin"]))) for name in ours}
+    assert all(len(mine) > 10 for mine, _ in code.values())
+    other_code = [name for name, (mine, jit) in sorted(code.items()) if mine != jit]
+    other_semantics = [(name, field, a[field], b[field])
+                       for name in sorted(ours)
+                       for a, b in [(semantics(ours[name]["ptx"]),
+                                     semantics(theirs[name]["ptx"]))]
+                       for field in a if a[field] != b[field]]
+    return other_code, other_semantics
+
+
 def _jit_side(project, home, wanted) -> dict:
     result = run_process(json.dumps(wanted), ARCH, cwd=project, home=home,
                          launcher=("-c", MLIR_JIT))
@@ -209,13 +228,17 @@ def test_every_option_has_the_machine_code_and_float_semantics_numba_cuda_mlir_l
                   if jit["lto"] and "_lto" not in name and "fastlto" not in name) \
         == ["linked_default", "linked_fastmath"]
     assert sum(jit["lto"] for jit in theirs.values()) == 2 * len(SIGNATURES) + len(LINKED)
-    code = {name: (machine_code(ours[name]["cubin"]),
-                   machine_code(bytes.fromhex(theirs[name]["cubin"]))) for name in ours}
-    assert all(len(mine) > 10 for mine, _ in code.values())
-    other_code = [name for name, (mine, jit) in sorted(code.items()) if mine != jit]
-    other_semantics = [(name, field, a[field], b[field])
-                       for name in sorted(ours)
-                       for a, b in [(semantics(ours[name]["ptx"]),
-                                     semantics(theirs[name]["ptx"]))]
-                       for field in a if a[field] != b[field]]
-    assert (other_code, other_semantics) == ([], [])
+    assert _differences(ours, theirs) == ([], [])
+
+
+def test_the_ported_examples_have_what_numba_cuda_mlir_loads(tmp_path):
+    """The examples as a user ports them (the kernels numba-cuda-mlir 0.6.0 compiles)."""
+    project = port(copy_examples(REPO_ROOT, tmp_path / "proj"))
+    home, store = tmp_path / "home", tmp_path / "store"
+    built = run_process("build", "--json", "--arch", ARCH, cwd=project, home=home,
+                        store=store)
+    assert built.returncode == 0, built.stdout + built.stderr
+    wanted = [(row["target"], row["signature"]) for row in built.json["targets"]]
+    assert len(wanted) >= 8
+    ours, theirs = _kbuild_side(built, store), _jit_side(project, home, wanted)
+    assert _differences(ours, theirs) == ([], [])
