@@ -5,8 +5,8 @@ numba-cuda-mlir's C++ launcher asks its dispatcher's `_compile_impl(args)` for a
 it does not hold and loads the cubin it returns, `cres.metadata["cubin"]`: made by
 `mlir_optimization.optimize` with nvJitLink for the resolved linker arch (`sm_90` on an
 H100, no `a`/`f` suffix unless `chip` names one), `opt_level`, `max_registers`,
-`ptxas_options`, `-g`/`-lineinfo`, and no float flags of its own (`fastmath` reaches only
-NVVM: `-ftz=1 -prec-div=0 -prec-sqrt=0 -fma=1`). Whether that link is an LTO link is the
+`ptxas_options`, `-g`/`-lineinfo`, and no float flags of its own (`fastmath` is given to
+NVVM only, `_nvvm_options`). Whether that link is an LTO link is the
 kernel's `lto` option (its decorator's default is False; `resolve_link_plan`): with
 `lto=True` NVVM makes LTO-IR and nvJitLink's LTO makes the cubin (the PTX it assembles
 is `get_lto_ptx`'s), else NVVM's PTX is what nvJitLink assembles.
@@ -14,8 +14,9 @@ is `get_lto_ptx`'s), else NVVM's PTX is what nvJitLink assembles.
 For a small project (a kernel calling a device function, float32 and float64 math:
 sqrt, exp, log, division, a comparison against a denormal constant) crossed with the
 options of numba-cuda-mlir's `cuda.jit` that change code (`fastmath`, `lto`,
-`opt=False`, `max_registers`, `lineinfo`, `debug`; its `fastmath` takes a
-bool only, no set of flags), and a kernel linking a `.cu` file (LTO-IR from NVRTC, so
+`opt=False`, `max_registers`, `lineinfo`, `debug`, `launch_bounds`, `ptxas_options`; its
+`fastmath` takes a bool only, no set of flags; upstream's link refuses `opt_level=1`),
+with and without `NUMBA_OPT=0`, and a kernel linking a `.cu` file (LTO-IR from NVRTC, so
 an LTO link with `lto` off), `kbuild build` must store, per target:
 
 - PTX with the float semantics of the PTX the JIT assembles (`test_equivalence.semantics`:
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 import json
 import textwrap
+
+import pytest
 
 from conftest import blob_bytes, blob_files, copy_examples
 from mlir_support import MLIR, needs_mlir, port
@@ -99,6 +102,8 @@ OPTIONS = {
     "lineinfo": {"lineinfo": True},
     "fastlineinfo": {"fastmath": True, "lineinfo": True},
     "debug": {"debug": True, "opt": False},
+    "bounds": {"launch_bounds": (128, 2)},
+    "ptxas": {"ptxas_options": "-O1"},
 }
 for _suffix, _options in OPTIONS.items():
     globals().update(_kernels(_suffix, _options))
@@ -129,7 +134,7 @@ SIGNATURES = {"calls": "void(float32[::1], float32[::1])",
               "plain": "void(float32[::1], float32[::1])",
               "doubles": "void(float64[::1], float64[::1])"}
 SUFFIXES = ["default", "fastmath", "lto", "fastlto", "nolto", "noopt", "maxreg",
-            "lineinfo", "fastlineinfo", "debug"]
+            "lineinfo", "fastlineinfo", "debug", "bounds", "ptxas"]
 LINKED = ["default", "fastmath"]
 
 # numba-cuda-mlir's JIT under a fake device of the arch: for each (module:attr, signature)
@@ -208,19 +213,21 @@ def _differences(ours: dict, theirs: dict) -> tuple:
     return other_code, other_semantics
 
 
-def _jit_side(project, home, wanted) -> dict:
-    result = run_process(json.dumps(wanted), ARCH, cwd=project, home=home,
+def _jit_side(project, home, wanted, env=None) -> dict:
+    result = run_process(json.dumps(wanted), ARCH, cwd=project, home=home, env=env,
                          launcher=("-c", MLIR_JIT))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
 
-def test_every_option_has_the_machine_code_and_float_semantics_numba_cuda_mlir_loads(tmp_path):
+@pytest.mark.parametrize("env", [{}, {"NUMBA_OPT": "0"}], ids=["env-default", "NUMBA_OPT=0"])
+def test_every_option_has_the_machine_code_and_float_semantics_numba_cuda_mlir_loads(
+        tmp_path, env):
     project, wanted = _project(tmp_path)
     home, store = tmp_path / "home", tmp_path / "store"
-    built = run_process("build", "--json", cwd=project, home=home, store=store)
+    built = run_process("build", "--json", cwd=project, home=home, store=store, env=env)
     assert built.returncode == 0, built.stdout + built.stderr
-    ours, theirs = _kbuild_side(built, store), _jit_side(project, home, wanted)
+    ours, theirs = _kbuild_side(built, store), _jit_side(project, home, wanted, env)
     assert sorted(ours) == sorted(theirs) and len(ours) == len(wanted)
     # The matrix reaches both of its links: LTO-IR through nvJitLink's LTO (asked for, or
     # for linked LTO-IR), and PTX.
