@@ -3,9 +3,13 @@
 The kernel is compiled by a fresh `MLIRDispatcher` of its Python function with every
 one of the decorator's options and the target's arch (never `cuda.compile(dispatcher,
 cc=...)`: that keeps the arch the dispatcher's first compile pinned, and drops most
-options). Its compile lowers to MLIR, through NVVM to PTX and links a cubin with
-nvJitLink for that arch (with `max_registers`, its link files and, for a grid sync,
-cudadevrt): both are taken as it made them. No driver is asked (`nodriver`).
+options), and asked for no `output` (`output="ptx"` turns the kernel's `lto` off). Its
+compile lowers to MLIR, through NVVM to PTX (or LTO-IR where the kernel's link plan is
+LTO: `lto=True`, or LTO-IR among its link files) and links a cubin with nvJitLink for
+that arch (with `max_registers`, its link files and, for a grid sync, cudadevrt): the
+cubin is taken as it made it, which is the one its launcher loads (`_compile_impl`
+returns `metadata["cubin"]`), and the PTX is that program's (`program_ptx`). No driver
+is asked (`nodriver`). tests/test_mlir_equivalence.py holds both to its JIT's.
 
 Device functions are always compiled into their callers: upstream inlines small ones
 in numba IR and clones the MLIR of the others into the caller's module; it has no
@@ -64,11 +68,11 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), observer=No
             watching:
         retarget(device_functions, arch)
         try:
+            # No `output=`: `compile(output="ptx")` sets the kernel's `lto` to False,
+            # and the cubin would not be the one its launcher loads (see `program_ptx`).
             result = MLIRDispatcher(kernel.py_func, targetoptions=options).compile(
-                tuple(argtypes), output="ptx")
-            # A kernel that links LTO-IR (a .cu file's, say) is compiled to LTO-IR and
-            # its PTX made on request (it resolves the arch again: inside the block).
-            ptx = result.ptx
+                tuple(argtypes))
+            ptx = program_ptx(result)
         except Exception as exc:  # noqa: BLE001 - reworded when it is upstream's ICE
             raise _explained(exc) from exc
     metadata = result.metadata
@@ -88,6 +92,20 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), observer=No
         # backend's way with every target (README: Backends).
         link={"mode": "whole", "backend": WHOLE_PROGRAM},
     )
+
+
+def program_ptx(result) -> str:
+    """The PTX of the program whose cubin a compile made, as numba-cuda-mlir's launcher
+    would load it: a kernel whose link plan is LTO (`lto=True`, or LTO-IR among its link
+    files) is compiled to LTO-IR and linked by nvJitLink's LTO, whose own float defaults
+    decide (no `.ftz` under `fastmath`): that link's PTX (`get_lto_ptx`); else NVVM's
+    PTX, which nvJitLink assembles. Made on request: called where the arch is pinned."""
+    plan = result.metadata.get("link_plan")
+    if plan is not None and plan.compile_new_inputs_as_ltoir:
+        from numba_cuda_mlir.mlir_optimization import get_lto_ptx
+
+        return get_lto_ptx(result.cres)
+    return result.ptx
 
 
 class CompilerBug(Exception):

@@ -22,8 +22,10 @@ from ..toolchain import (CUDA_WHEELS, _nvjitlink_version, _nvvm_version, distrib
 DISTRIBUTION = "numba-cuda-mlir"
 # How kbuild's own patches of this backend's compile name what upstream names per process:
 # raised when they change a compile's bytes, so that one key keeps one set of bytes
-# (1: shared arrays, string and array constants named by content, `symbols.py`).
-PATCHES = "1"
+# (1: shared arrays, string and array constants named by content, `symbols.py`; 2: a
+# kernel's `lto` option kept, no longer turned off by `compile(output="ptx")`, and an LTO
+# kernel's PTX that of its link, `compiler.program_ptx`).
+PATCHES = "2"
 # What it compiles with besides itself (it vendors numba): numpy, whose version decides
 # which overloads are registered, and the CUDA bindings and toolkit wheels (numba-cuda's).
 DISTRIBUTIONS = ("numpy", "cuda-bindings", "cuda-core")
