@@ -295,6 +295,68 @@ def test_a_fastmath_link_has_the_denormal_behaviour_numba_launches(tmp_path, ker
         assert "cvt.f64.f32" in ops and "cvt.ftz.f64.f32" not in ops, ops
 
 
+LINKING = '''
+import math
+import os
+
+import numpy as np
+from numba import cuda
+
+CU = os.path.join(os.path.dirname(__file__), "scaled.cu")
+scaled = cuda.declare_device("scaled", "float32(float32, float32)")
+
+
+def linking(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = scaled(x[i], np.float32(1.5)) / x[i] + math.sqrt(np.float64(x[i]))
+
+
+def syncing(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = 1.0 / x[i] + math.sqrt(np.float64(x[i]))
+    cuda.cg.this_grid().sync()
+
+
+linking = cuda.jit(linking, link=[CU], fastmath=True)
+syncing = cuda.jit(syncing, fastmath=True)
+'''
+
+
+def test_a_program_linking_files_stores_the_ptx_numba_launches(tmp_path):
+    """A fastmath kernel kept as one program because it links a file (`link=[.cu]`) or
+    cudadevrt (a grid sync): its stored PTX, which a device newer than its arch links
+    with those files, has the float semantics of the program numba launches (its LTO
+    link's: no `.ftz`), not those of NVVM's PTX before the link; and it still links with
+    them, for its arch and a newer one."""
+    from kbuild.backend.loader import link_ptx
+
+    project = tmp_path / "proj"
+    (project / "lk").mkdir(parents=True)
+    (project / "lk" / "__init__.py").write_text("")
+    (project / "lk" / "forms.py").write_text(textwrap.dedent(LINKING))
+    (project / "lk" / "scaled.cu").write_text(
+        'extern "C" __device__ int scaled(float* out, float a, float b)\n'
+        "{ *out = a * b; return 0; }\n")
+    wanted = [(f"lk.forms:{name}", SIGNATURES["calls"]) for name in ("linking", "syncing")]
+    lines = ["[project]", 'name = "lk"', 'paths = ["."]', f'arch = ["{ARCH}"]', ""]
+    for name, signature in wanted:
+        lines += [f'[kernels."{name}"]', f'signatures = ["{signature}"]', ""]
+    (project / "kbuild.toml").write_text("\n".join(lines))
+    home, store = tmp_path / "home", tmp_path / "store"
+    built = run_process("build", "--json", cwd=project, home=home, store=store)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert {r["link"] for r in built.json["targets"]} == {"whole"}
+    ours = _kbuild_ptx(built, project, home, store)
+    assert _compare(ours, _numba_ptx(project, home, wanted)) == []
+    files = {"linking": [str(project / "lk" / "scaled.cu")], "syncing": []}
+    for name, ptx in ours.items():
+        kernel = name.split()[0].partition(":")[2]
+        for cc in (CC, (10, 0)):
+            assert link_ptx(ptx.encode(), cc, files[kernel], kernel == "syncing")
+
+
 def test_numba_force_cuda_cc_chooses_the_arch_built_and_served(tmp_path):
     """numba compiles for NUMBA_FORCE_CUDA_CC's arch (NVVM's `-arch`) and assembles that
     PTX for the device; kbuild under zero-config builds and keys that arch's target and

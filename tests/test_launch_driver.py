@@ -363,13 +363,35 @@ def test_installed_dispatchers_launch_the_stored_binaries(built, cc, monkeypatch
     assert len(packed) == (2 if cc == (8, 0) else 0)
 
 
-# -- a kernel linked with a CUDA C file, on a device its cubin is not for ---------------
+# -- a kernel linked with CUDA C or PTX, on a device its cubin is not for ---------------
+
+# A device function's PTX (sm_80), as a linked `.ptx` file or PTXSource holds it.
+MUL_PTX = """.version 7.0
+.target sm_80
+.address_size 64
+.visible .func (.param .b32 r) {name}(.param .b64 p0, .param .b32 p1, .param .b32 p2)
+{{
+.reg .b32 %r<2>;
+.reg .b64 %rd<2>;
+.reg .f32 %f<4>;
+ld.param.u64 %rd1, [p0];
+ld.param.f32 %f1, [p1];
+ld.param.f32 %f2, [p2];
+mul.f32 %f3, %f1, %f2;
+st.f32 [%rd1], %f3;
+mov.u32 %r1, 0;
+st.param.b32 [r], %r1;
+ret;
+}}
+"""
+
 
 LINKED = '''import os
 
 from numba import cuda
 
 MUL = 'extern "C" __device__ int {name}(float* out, float a, float b) {{ *out = a * b; return 0; }}'
+MUL_PTX = {mul_ptx!r}
 
 mul = cuda.declare_device("mul", "float32(float32, float32)")
 mul_code = cuda.declare_device("mul_code", "float32(float32, float32)")
@@ -390,12 +412,33 @@ def from_code(x):
 @cuda.jit
 def from_declaration(x):
     x[0] = mul_hidden(x[0], 2.0)
+
+
+# PTX linked: numba's LTO link leaves it out of the kernel's PTX (it is no LTO-IR), so
+# the stored PTX declares `mul_ptx` and only the cubin holds its code.
+mul_ptx = cuda.declare_device("mul_ptx", "float32(float32, float32)")
+mul_ptx_hidden = cuda.declare_device("mul_ptx_hidden", "float32(float32, float32)",
+                                     link=[cuda.PTXSource(MUL_PTX.format(name="mul_ptx_hidden")
+                                                          .encode())])
+
+
+@cuda.jit(link=[os.path.join(os.path.dirname(__file__), "mul.ptx")])
+def from_ptx_file(x):
+    x[0] = mul_ptx(x[0], 2.0)
+
+
+@cuda.jit
+def from_ptx_declaration(x):
+    x[0] = mul_ptx_hidden(x[0], 2.0)
 '''
+LINKED = LINKED.replace("{mul_ptx!r}", repr(MUL_PTX))
+LINKED_KERNELS = ("from_file", "from_code", "from_declaration")
 
 
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory):
-    """A project whose kernels call CUDA C linked in three ways, built for sm_80 only."""
+    """A project whose kernels call CUDA C linked in three ways, and PTX in two, built
+    for sm_80 only."""
     root = tmp_path_factory.mktemp("linkproj")
     (root / "lkfile").mkdir()
     (root / "lkfile" / "__init__.py").write_text("")
@@ -403,22 +446,37 @@ def linked(tmp_path_factory):
     (root / "lkfile" / "mul.cu").write_text(
         'extern "C" __device__ int mul(float* out, float a, float b)\n'
         "{ *out = a * b; return 0; }\n")
+    (root / "lkfile" / "mul.ptx").write_text(MUL_PTX.format(name="mul_ptx"))
     (root / "kbuild.toml").write_text(
         '[project]\nname = "linkproj"\narch = ["sm_80", "sm_90"]\n' + "".join(
             f'\n[kernels."lkfile.ops:{k}"]\nsignatures = ["void(float32[::1])"]\n'
-            for k in ("from_file", "from_code", "from_declaration")))
+            for k in LINKED_KERNELS + ("from_ptx_file", "from_ptx_declaration")))
     return _built_for_sm80(root)
 
 
-@pytest.mark.parametrize("kernel", ["from_file", "from_code"])
-def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked, kernel):
-    """sm_80's PTX declares `mul` but the CUDA C code is only in the cubin: on an sm_90
-    device the PTX is linked with it again (NVRTC + nvJitLink), not handed to the
-    driver, whose JIT fails on an unresolved extern function."""
+@pytest.mark.parametrize("kernel", LINKED_KERNELS)
+def test_a_linked_lto_kernels_ptx_holds_its_code_for_the_device(linked, kernel):
+    """With `lto` on (numba-cuda's default) the stored PTX is that of numba's LTO link,
+    which compiled the CUDA C code to LTO-IR with the kernel's: on an sm_90 device it is
+    whole, and the driver's JIT takes it as it is, however the code was linked."""
     from kbuild import testing
 
     proj = _load(linked)
     launcher = proj.kernel(f"lkfile.ops:{kernel}")
+    with testing.fake_device("sm_90", proj.store) as fake:
+        launcher[1, 1](testing.device_array(_host()))
+    assert [k.kind for k in fake.loads] == ["ptx"]
+    assert len(fake.launches) == 1
+
+
+def test_a_linked_kernels_ptx_is_linked_with_its_code_for_the_device(linked):
+    """sm_80's PTX declares `mul_ptx` but its code (a linked PTX file, no LTO-IR) is only
+    in the cubin: on an sm_90 device the PTX is linked with it again (nvJitLink), not
+    handed to the driver, whose JIT fails on an unresolved extern function."""
+    from kbuild import testing
+
+    proj = _load(linked)
+    launcher = proj.kernel("lkfile.ops:from_ptx_file")
     with testing.fake_device("sm_90", proj.store) as fake:
         launcher[1, 1](testing.device_array(_host()))
         assert launcher.numba_kernel("void(float32[::1])") is not None  # install()'s path
@@ -434,11 +492,12 @@ def test_ptx_calling_code_kbuild_cannot_link_is_refused_by_name(linked):
 
     proj = _load(linked)
     with testing.fake_device("sm_90", proj.store) as fake, pytest.raises(LaunchError) as info:
-        proj.kernel("lkfile.ops:from_declaration")[1, 1](testing.device_array(_host()))
+        proj.kernel("lkfile.ops:from_ptx_declaration")[1, 1](
+            testing.device_array(_host()))
     assert fake.loads == []
     assert str(info.value) == (
-        "kernel 'lkfile.ops:from_declaration' void(float32[::1]): its sm_80 PTX calls "
-        "mul_hidden, code its cubin was linked with, and kbuild cannot link it for device "
+        "kernel 'lkfile.ops:from_ptx_declaration' void(float32[::1]): its sm_80 PTX calls "
+        "mul_ptx_hidden, code its cubin was linked with, and kbuild cannot link it for device "
         "sm_90 here; add sm_90 to the kernel's archs and build")
 
 

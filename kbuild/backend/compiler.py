@@ -10,6 +10,7 @@ kernel and device functions are linked as LTO-IR objects of their own (`lto`).
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 from .base import Artifacts  # noqa: F401 - where the build has always imported it from
 from .numbering import numbering
@@ -163,11 +164,17 @@ def _launched_ptx(library, cc: tuple) -> str:
     """The PTX of the program numba's `get_cubin` assembles: under the kernel's `lto`
     option (numba-cuda's default), the link-time-optimised PTX of its LTO-IR, whose float
     semantics are nvJitLink's defaults, not the `.ftz` of NVVM's PTX before the link (see
-    `lto.link_flags`); else NVVM's PTX. A program that links files keeps NVVM's: the LTO
-    PTX would leave the files' code out."""
-    if getattr(library, "_lto", False) and not (library._linking_files
-                                                or library.needs_cudadevrt):
-        return library.get_lto_ptx(cc=cc)
+    `lto.link_flags`); else NVVM's PTX. So too for a program that links files or
+    cudadevrt: its LTO PTX holds what of them is LTO-IR (a `.cu` file's code, inlined),
+    and a PTX fallback links the rest as it links them to NVVM's PTX (`loader.link_ptx`);
+    NVVM's PTX would give a newer device a fastmath kernel's `.ftz`, which numba's
+    binary for that device does not have."""
+    if getattr(library, "_lto", False):
+        with warnings.catch_warnings():
+            # numba says so of each file its LTO PTX leaves out (not LTO-IR: cudadevrt,
+            # a .ptx or .o file): the fallback links those.
+            warnings.filterwarnings("ignore", "Not adding ", UserWarning)
+            return library.get_lto_ptx(cc=cc)
     return library.get_asm_str(cc=cc)
 
 
