@@ -434,3 +434,33 @@ def test_a_manifest_with_enums_is_written_without_json(monkeypatch):
     value = {"link": {"mode": LinkMode.RELINK, "objects": ["a" * 32]}, "n": _Level.HIGH}
     assert manifest.manifest_text(value).startswith('{\n "link": {\n  "mode": "relink"')
     assert calls == []
+
+
+def _kernel_object(**fields) -> dict:
+    """A kernel object's manifest as a separate compile writes it (`lto.split`)."""
+    from kbuild.artifacts import OBJECT_KIND
+
+    return {"schema": MANIFEST_SCHEMA, "key": KEY, "arch": "sm_90", "kind": OBJECT_KIND,
+            "artifacts": {"ltoir": "0" * 32}, "exports": [], "imports": [], "entry": "k",
+            "cooperative": False, "link_flags": [], "lto": True, **fields}
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({}, None),
+    ({"lto": False, "link_flags": ["-ftz=1", "-fma=1"]}, None),
+    ({"lto": None}, "without an lto option"),
+    ({"lto": "yes"}, "without an lto option"),
+    ({"lto": True, "link_flags": ["-ftz=1"]}, "lto on and link flags"),
+], ids=["lto", "no-lto-with-flags", "lto-missing", "lto-not-a-bool", "lto-with-flags"])
+def test_a_kernel_objects_link_is_what_kbuild_writes(fields, problem):
+    """A kernel object's `lto` option decides how its target is relinked: one without it
+    (which kbuild never writes) is refused, not read as `lto=False` (a relink would make
+    another cubin than numba's), and so is one with lto and float flags for its link."""
+    from kbuild.store.manifest import EntryProblem, parse_manifest
+
+    manifest = {k: v for k, v in _kernel_object(**fields).items() if v is not None}
+    if problem is None:
+        assert parse_manifest(KEY, json.dumps(manifest)) == manifest
+    else:
+        with pytest.raises(EntryProblem, match=problem):
+            parse_manifest(KEY, json.dumps(manifest))

@@ -248,8 +248,12 @@ def _object_problem(manifest: dict) -> str | None:
         if not isinstance(flags, list) or not all(
                 isinstance(f, str) and _LINK_FLAG.fullmatch(f) for f in flags):
             return "kernel object with link flags kbuild does not give"
-        if not isinstance(manifest.get("lto", False), bool):
-            return "kernel object with a malformed lto option"
+        # Its lto option decides its link (`lto.cubin_of`): never guessed when absent, and
+        # an lto kernel's link takes nvJitLink's float defaults, so no flags of its own.
+        if not isinstance(manifest.get("lto"), bool):
+            return "kernel object without an lto option"
+        if manifest["lto"] and flags:
+            return "kernel object with lto on and link flags kbuild does not give"
     return None
 
 
