@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 10  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 9  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
@@ -75,10 +75,9 @@ KEY_SCHEMA = 10  # 2: callee bindings, bytecode fingerprints, record fields with
 #                   -ftz=1 ... gave fastmath kernels a flush-to-zero numba's JIT does not
 #                   have, bitwise other results on denormals on an H100), and a kernel
 #                   built as one program stores the PTX of its link (numba's
-#                   `get_lto_ptx`), not NVVM's PTX before it
-#               10: so does a kernel built as one program that links files or cudadevrt
-#                   (schema 9 stored its NVVM PTX: a fastmath kernel's `.ftz`, which a
-#                   device newer than its arch got in the PTX fallback)
+#                   `get_lto_ptx`), not NVVM's PTX before it, also when it links files
+#                   or cudadevrt (NVVM's PTX gave a device newer than its arch a
+#                   fastmath kernel's `.ftz` in the PTX fallback)
 
 
 class LabelKind(str, enum.Enum):
