@@ -336,3 +336,45 @@ def test_a_link_file_that_is_gone_fails_its_target_alone(tmp_path, store, run_kb
     assert rows["pkg.links:k"]["error"] == (
         f"pkg.links:k: link file {root / 'pkg' / 'gone.cu'} cannot be read (No such file or "
         "directory); restore it or fix the link= path")
+
+
+LINKS_CUDA_C_WITHOUT_LTO = '''import os
+
+from numba import cuda
+
+mul = cuda.declare_device("mul", "float32(float32, float32)")
+
+
+def body(x):
+    x[0] = mul(x[0], 2.0)
+
+
+# The function-first form: numba-cuda's decorator factory drops `lto`.
+k = cuda.jit(body, link=[os.path.join(os.path.dirname(__file__), "mul.cu")], lto=False)
+'''
+
+
+def test_cuda_c_linked_with_lto_off_says_it_needs_the_driver_and_is_not_recorded(
+        tmp_path, store, run_kbuild):
+    """numba-cuda compiles CUDA C for a kernel with lto=False to PTX for the driver's
+    version: on a machine without the driver the row says so and what to do, and the
+    failure is not recorded under the key (a machine with the driver builds it)."""
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("the NVIDIA driver is installed here: numba-cuda compiles it")
+    root = write_project(tmp_path / "project", '[project]\nname = "p"\narch = ["sm_80"]\n\n'
+                         f'[kernels."pkg.links:k"]\n{SIG}\n\n' + GOOD_TABLE)
+    (root / "pkg" / "links.py").write_text(LINKS_CUDA_C_WITHOUT_LTO)
+    (root / "pkg" / "mul.cu").write_text(
+        'extern "C" __device__ int mul(float* out, float a, float b) { *out = a * b; '
+        'return 0; }\n')
+    for _ in range(2):  # the second is compiled again, not answered from a record
+        done = run_kbuild("build", "--json", "-k", cwd=root, store=store)
+        assert done.returncode == 1, done.stderr
+        rows = _by_target(done)
+        assert rows["pkg.mod:k"]["status"] in ("built", "cached")
+        error = rows["pkg.links:k"]["error"]
+        assert rows["pkg.links:k"]["status"] == "failed"
+        assert "NeedsDriver: this compile needs the NVIDIA driver" in error, error
+        assert "leave the kernel's lto on" in error and "failed earlier" not in error, error

@@ -88,7 +88,7 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     are written relative to (see `debugpaths`).
     """
     stable_ids = stable_ids or {}
-    with _as_kbuild_compiles(cc, stable_ids, source_roots):
+    with _as_kbuild_compiles(cc, stable_ids, source_roots), _driver_explained():
         if observer is None:
             return _compile(kernel, argtypes, cc, device_functions, apart, outputs)[0]
         from .observe import link_files, observing
@@ -98,6 +98,29 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
                                           outputs)
         link_files(observer, library)
         return artifacts
+
+
+class NeedsDriver(OSError):
+    """numba-cuda asked for the NVIDIA driver during a compile (a build needs none). An
+    OSError: what this machine lacks, so never recorded as the key's failure."""
+
+
+@contextlib.contextmanager
+def _driver_explained():
+    """numba-cuda's own compile reaches for the driver in one case a user can write: CUDA C
+    linked to a kernel whose `lto` is off, whose PTX NVRTC makes for the driver's version.
+    Said so, with what to do, instead of the library loader's message alone."""
+    try:
+        yield
+    except Exception as exc:
+        if type(exc).__name__ != "DynamicLibNotFoundError" or "driver" not in str(exc):
+            raise
+        raise NeedsDriver(
+            f"this compile needs the NVIDIA driver ({exc}). numba-cuda compiles CUDA C "
+            "linked to a kernel with lto=False (link=[...] .cu files, declare_device "
+            "sources) to PTX for the driver's version: build it where the driver is "
+            "installed, or leave the kernel's lto on (numba-cuda's default), under "
+            "which the CUDA C becomes LTO-IR and no driver is asked") from exc
 
 
 def _kbuild_patches(cc: tuple, stable_ids: dict, source_roots) -> list:
