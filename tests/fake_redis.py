@@ -57,13 +57,22 @@ class FakeRedis:
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def url(self, prefix: str = "kbuild:") -> str:
         return f"redis://127.0.0.1:{self.port}/0?prefix={prefix}"
 
     def stop(self) -> None:
+        """Stop accepting; the listener's descriptor is closed only once the accepting
+        thread has returned. Closed under a thread about to call accept(), its number could
+        be another test's socket by then, whose connections this server would take."""
         self.closed.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes a blocked accept()
+        except OSError:
+            pass
+        self._acceptor.join(timeout=10)
         self._listener.close()
 
     def _accept(self) -> None:
