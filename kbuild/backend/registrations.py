@@ -149,10 +149,17 @@ def _is_numba_type(value) -> bool:
     """Whether `value` is a numba type instance (not a type class)."""
     if isinstance(value, type):
         return False
-    module = type(value).__module__ or ""
-    return module.startswith(_TYPE_MODULES) or \
-        any(c.__name__ == "Type" and c.__module__.startswith(_TYPE_MODULES)
-            for c in type(value).__mro__)
+    cls = type(value)
+    answer = _NUMBA_TYPE_CLASSES.get(cls)
+    if answer is None:  # once per class: indexing asks it of ~40,000 values
+        module = cls.__module__ or ""
+        answer = _NUMBA_TYPE_CLASSES[cls] = module.startswith(_TYPE_MODULES) or \
+            any(c.__name__ == "Type" and c.__module__.startswith(_TYPE_MODULES)
+                for c in cls.__mro__)
+    return answer
+
+
+_NUMBA_TYPE_CLASSES: dict = {}  # class -> whether its instances are numba types
 
 
 # Where numba's type classes live: numba's, numba-cuda's and numba-cuda-mlir's copy.
