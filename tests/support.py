@@ -85,9 +85,13 @@ def kbuild_argv(*args, launcher=("-m", "kbuild")) -> list[str]:
 
 
 # What a warm zygote imports for `run(..., warm=True)`: numba-cuda and the kbuild modules
-# a `kbuild build` imports.
+# a `kbuild build` imports; then it takes numba's first-compile set-up (its typing and
+# lowering registries loaded, what a first compile imports: `compiler.prepare`, as a
+# `-j` build does before forking its workers) and indexes numba's registries (what each
+# registration holds is worked out once; a child works out only the project's).
 WARM = ("numba.cuda", "kbuild.cli.entry", "kbuild.cli.build_cmds", "kbuild.cli.buildflow",
-        "kbuild.project", "kbuild.builder.run", "kbuild.backend.numbacuda")
+        "kbuild.project", "kbuild.builder.run", "kbuild.backend.numbacuda",
+        "kbuild.backend.compiler:prepare", "kbuild.backend.registrations:index")
 
 
 def run(*args, cwd, home, env=None, store=None, timeout=300, launcher=("-m", "kbuild"),

@@ -261,15 +261,19 @@ class Recording(os._Environ):
 e = os.environ
 os.environ = Recording(e._data, e.encodekey, e.decodekey, e.encodevalue, e.decodevalue)
 import importlib
-for name in sys.argv[1:]:
-    importlib.import_module(name)
+for name in sys.argv[1:]:  # as the zygote takes them: `module:function` calls it too
+    module, _, call = name.partition(":")
+    done = importlib.import_module(module)
+    if call:
+        getattr(done, call)()
 print(json.dumps(sorted(read)))
 """
 
 
 def test_the_warm_imports_read_none_of_the_variables_requests_may_differ_in(tmp_path):
     """What a warm zygote's requests may differ in (`_WARM_AFTER_START`) must be read by
-    none of its imports: set every such variable, import, see which were read."""
+    none of its imports and set-up steps: set every such variable, import, see which were
+    read."""
     from support import REPO_ROOT
 
     env = {**_env(tmp_path, KBUILD_TRACEBACK="1", TEST_X="1", HARNESS_X="1", PYTEST_X="1"),

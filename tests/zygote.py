@@ -35,7 +35,9 @@ Why a child is the process a test asked for:
   `sys.orig_argv` are the zygote's, and a traceback shows no `<frozen runpy>` frames.
 
 A warm zygote (`run(..., warm=MODULES)`, asked for explicitly, never the default) also
-imports MODULES (numba.cuda, kbuild), for processes that need no journal: the matrices'
+imports MODULES (numba.cuda, kbuild; an entry `module:function` also calls the function:
+numba's first-compile set-up, the index of its registries), for processes that need no
+journal: the matrices'
 reference builds, a fresh build of an edited project into an empty store that is only
 compared with the incremental build's artifacts. Numba reads its settings at import, so a
 warm zygote is started from the environment of the request that needs it and serves only
@@ -164,7 +166,10 @@ def serve(fd: int, warm=()) -> None:
     del sys.path[0]  # this script's folder (tests/): nothing is imported from it
     _preimport()
     for name in warm:  # a failure ends the zygote: its requests run for real
-        importlib.import_module(name)
+        module, _, call = name.partition(":")
+        done = importlib.import_module(module)
+        if call:  # a set-up step every child would take first, taken once here
+            getattr(done, call)()
     sock = socket.socket(fileno=fd)
     zygote_path = list(sys.path)
     for stream in (sys.stdout, sys.stderr):  # nothing of the imports' reaches a child
