@@ -74,8 +74,28 @@ def _target_device():
 
 
 def _ensure_target_cc(self, want):
-    """A code library's arch: the one asked for, else the arch being built."""
-    return want if want is not None else _state["cc"]
+    """A code library's arch: the one asked for, else the arch being built; under a
+    stand-in driver (`binds`), the arch numba-cuda's JIT gives the stand-in device."""
+    if want is not None:
+        return want
+    cc = _state["cc"]
+    return jit_cc(cc) if _state["binds"] and len(cc) == 2 else cc
+
+
+def jit_cc(device_cc: tuple) -> tuple:
+    """The cc numba-cuda's JIT compiles for on a device of `device_cc` (NUMBA_FORCE_CUDA_CC
+    aside): `CUDACodeLibrary._ensure_cc` asks for the arch-specific target, (9, 0) ->
+    (9, 0, 'a'), from 9.0 on. On a device newer than the toolchain knows numba cannot
+    compile that target (`nvrtc.get_arch_option` refuses an 'a' arch it would lower to
+    an older cc), so the device's own cc is kept: its kernels compile for the newest cc
+    the toolchain knows, as they did before."""
+    from .toolchain import supported_ccs
+
+    cc = tuple(device_cc[:2])
+    supported = supported_ccs()
+    if cc < (9, 0) or (supported is not None and cc not in supported):
+        return cc
+    return cc + ("a",)
 
 
 def _bind_to_target(self):
