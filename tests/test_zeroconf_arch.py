@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -147,3 +148,44 @@ def test_the_mlir_backend_keeps_the_devices_plain_arch():
         pytest.skip("numba-cuda-mlir is not installed")
     assert get("numba-cuda-mlir").compile_arch("sm_90") == "sm_90"
     assert get("numba-cuda-mlir").compile_arch("sm_100") == "sm_100"
+
+
+NEWER = """\
+import json, sys
+import numpy as np
+import kbuild
+from kbuild import testing
+
+with testing.fake_device("sm_190", record=False) as fake:
+    session = kbuild.enable(store=sys.argv[1])
+    said = []
+    session.warn = said.append
+    import app_kernels as K
+    try:
+        K.shift[2, 32](fake.array(np.zeros(64, np.float32)), fake.array(np.zeros(64, np.float32)))
+        raised = None
+    except Exception as exc:
+        raised = f"{type(exc).__name__}: {exc}"
+print("REPORT " + json.dumps({"counts": dict(session.counts), "said": said, "raised": raised}))
+"""
+
+
+def test_a_device_newer_than_the_toolchain_is_left_to_numba(tmp_path):
+    """numba-cuda cannot compile a newer device's arch-specific target; kbuild tries the
+    device's plain arch, which the toolchain cannot link either, says so and hands the
+    kernel to numba, which raises its own error."""
+    from zeroconf_support import env_for
+
+    import zygote
+
+    if _supported((19, 0)):
+        pytest.skip("the toolchain compiles for sm_190")
+    root = write_program(tmp_path / "prog", newer=NEWER)
+    done = zygote.run([sys.executable, "newer.py", str(tmp_path / "store")], cwd=root,
+                      env=env_for(root), text=True, timeout=600)
+    report = json.loads(done.stdout.splitlines()[-1][len("REPORT "):])
+    assert report["counts"] == {"built": 0, "fallback": 1}
+    said, = report["said"]
+    assert said.startswith("kbuild: app_kernels:shift void(float32[::1], float32[::1]) "
+                           "sm_190: ") and said.endswith("numba compiles it")
+    assert report["raised"].startswith("ValueError: Can't use arch-specific compute_190a")
