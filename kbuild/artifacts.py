@@ -161,6 +161,13 @@ def arch_number(arch: str) -> str:
     return f"sm_{match.group(1)}" if match else ""
 
 
+def cubin_runs_on(arch: str, device_arch: str) -> bool:
+    """Whether a cubin built for `arch` loads on a device of `device_arch` ('sm_90'): the
+    device's own arch, or its arch-specific target ('sm_90a', what numba-cuda's JIT
+    compiles for from 9.0 on), which runs on that cc alone."""
+    return bool(arch_number(arch)) and arch_number(arch) == arch_number(device_arch)
+
+
 def names_kernel(entry: str, prefix: str) -> bool:
     """Whether the symbol `entry` is the kernel whose entry prefix (its mangled module and
     name, `backend.binaries.entry_prefix`) is `prefix`, and not one nested inside it: the

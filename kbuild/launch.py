@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from .artifacts import cubin_runs_on
 from .config import arch_cc
 from .discover import Target
 from .errors import LaunchError
@@ -330,9 +331,13 @@ class _JitLaunch:
 
 
 def choose_artifact(built_archs, device_arch: str):
-    """(arch, 'cubin' | 'ptx') for a device: its exact arch, else the best PTX below it."""
+    """(arch, 'cubin' | 'ptx') for a device: its exact arch, else its arch-specific
+    target's cubin ('sm_90a' on an sm_90), else the best PTX below it."""
     if device_arch in built_archs:
         return device_arch, "cubin"
+    own = sorted(a for a in built_archs if cubin_runs_on(a, device_arch))
+    if own:
+        return own[0], "cubin"
     device = arch_cc(device_arch)[:2]
     below = [a for a in built_archs if arch_cc(a)[:2] <= device and len(arch_cc(a)) == 2]
     if below:

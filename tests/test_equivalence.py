@@ -373,7 +373,8 @@ def test_numba_force_cuda_cc_chooses_the_arch_built_and_served(tmp_path):
         assert entry not in {digest for _, _, digest in forced["loads"]}
     plain = zc.run(root, "kbuild", enable={"store": str(tmp_path / "store")},
                    env={"HARNESS_CC": "[9, 0]"})
-    assert {arch for _, _, arch, _ in plain["served"]} == {"sm_90"}
+    # numba's JIT target on an sm_90 device: the arch-specific sm_90a
+    assert {arch for _, _, arch, _ in plain["served"]} == {"sm_90a"}
     assert plain["counts"]["built"] == 2  # another arch, another key
 
 

@@ -148,6 +148,11 @@ def test_warm_store_loads_without_compiling(warm):
     (("sm_80", "sm_90"), "sm_89", ("sm_80", "ptx")),
     (("sm_80", "sm_90"), "sm_120", ("sm_90", "ptx")),
     (("sm_80",), "sm_75", (None, None)),
+    # An arch-specific build (numba-cuda's JIT target from 9.0 on) runs on its cc alone.
+    (("sm_90a",), "sm_90", ("sm_90a", "cubin")),
+    (("sm_90", "sm_90a"), "sm_90", ("sm_90", "cubin")),
+    (("sm_80", "sm_90a"), "sm_100", ("sm_80", "ptx")),
+    (("sm_90a",), "sm_100", (None, None)),
 ])
 def test_artifact_choice(built, device, expected):
     from kbuild.launch import choose_artifact

@@ -79,6 +79,25 @@ def test_kbuild_run_record_writes_kbuild_toml_then_build_makes_the_same_keys(roo
 
 
 @needs_hook
+def test_recording_on_an_sm_90_records_the_arch_served(root, tmp_path):
+    """On an sm_90 device numba-cuda's JIT target, and so zero-config's, is sm_90a: the
+    record declares that arch, and `kbuild build` then holds what the launch looked up."""
+    store = tmp_path / "store"
+    done = _kbuild_run(root, "--record", "--store", str(store), "--",
+                       sys.executable, "_harness.py", "env", "shift",
+                       env={"HARNESS_CC": "[9, 0]"})
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1][len("REPORT "):])
+    (name, _, arch, key), = report["served"]
+    assert arch == "sm_90a"
+    assert 'arch = ["sm_90a"]' in (root / "kbuild.toml").read_text()
+    built = kbuild(root, "build", "--json", "--store", str(store))
+    row, = json.loads(built.stdout)["targets"]
+    assert (row["target"], row["arch"], row["key"], row["status"]) == \
+        (name, "sm_90a", key, "cached")
+
+
+@needs_hook
 def test_recording_under_the_simulator_then_building_for_every_arch(root, tmp_path):
     """No GPU, no driver: numba's simulator runs the program, kbuild records the argument
     types of each launch (numba's typeof), and `kbuild build` builds them for two archs."""

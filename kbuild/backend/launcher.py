@@ -216,15 +216,19 @@ def device_arch(device_id: int) -> str:
 
 
 def compile_arch(device_arch: str) -> str:
-    """The arch numba-cuda compiles for on a device of `device_arch`: the one
+    """The arch numba-cuda's JIT compiles for on a device of `device_arch`: the one
     NUMBA_FORCE_CUDA_CC names when it is set (numba gives NVVM that arch and assembles its
-    PTX for the device: see `device_binary`), else the device's own."""
+    PTX for the device: see `device_binary`), else the device's arch-specific target from
+    9.0 on ('sm_90' -> 'sm_90a', see `targeting.jit_cc`), else the device's own."""
     from numba.cuda import config
 
+    from ..artifacts import arch_number
+    from .targeting import jit_cc
+
     forced = config.FORCE_CUDA_CC
-    if not forced:
-        return device_arch
-    return f"sm_{forced[0]}{forced[1]}{forced[2] if len(forced) > 2 else ''}"
+    digits = arch_number(device_arch)[len("sm_"):]  # 'sm_90' -> '90': cc (9, 0)
+    cc = tuple(forced) if forced else jit_cc((int(digits[:-1]), int(digits[-1])))
+    return f"sm_{cc[0]}{cc[1]}{cc[2] if len(cc) > 2 else ''}"
 
 
 def device_binary(manifest: dict, ptx: bytes, device_cc: tuple) -> bytes:

@@ -23,11 +23,7 @@ them, so such PTX is linked for the device (nvJitLink) before it is loaded.
 
 from __future__ import annotations
 
-
-def library_cc(cc: tuple) -> tuple:
-    """The key numba-cuda's code library uses for a device's binary cache."""
-    cc = tuple(cc[:2])
-    return cc + ("a" if cc >= (9, 0) else "",)
+from .targeting import library_cc
 
 
 def rebuild_kernel(manifest: dict, argtypes, binary: bytes, binary_kind: str, device_cc: tuple,

@@ -74,8 +74,36 @@ def _target_device():
 
 
 def _ensure_target_cc(self, want):
-    """A code library's arch: the one asked for, else the arch being built."""
-    return want if want is not None else _state["cc"]
+    """A code library's arch: the one asked for, else the arch being built; under a
+    stand-in driver (`binds`), what numba-cuda's JIT asks of a device of its cc."""
+    if want is not None:
+        return want
+    cc = _state["cc"]
+    return library_cc(cc) if _state["binds"] and len(cc) == 2 else cc
+
+
+def library_cc(device_cc: tuple) -> tuple:
+    """The cc numba-cuda's code library compiles for on a device of `device_cc`, the key
+    of its binary caches (`CUDACodeLibrary._ensure_cc`): the arch-specific target from
+    9.0 on, (9, 0) -> (9, 0, 'a'); (8, 6) -> (8, 6, '')."""
+    cc = tuple(device_cc[:2])
+    return cc + ("a" if cc >= (9, 0) else "",)
+
+
+def jit_cc(device_cc: tuple) -> tuple:
+    """The cc numba-cuda's JIT compiles for on a device of `device_cc` (NUMBA_FORCE_CUDA_CC
+    aside), as kbuild names a target's arch: `library_cc` without an empty suffix. On a
+    device newer than the toolchain numba cannot compile the arch-specific target
+    (`nvrtc.get_arch_option` refuses to lower an 'a' arch to an older cc), so the
+    device's plain cc is kept, as before: its compile fails to link and numba, compiling
+    it instead, says why."""
+    from .toolchain import supported_ccs
+
+    cc = library_cc(device_cc)
+    supported = supported_ccs()
+    if not cc[2] or (supported is not None and cc[:2] not in supported):
+        return cc[:2]
+    return cc
 
 
 def _bind_to_target(self):

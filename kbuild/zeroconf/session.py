@@ -212,7 +212,7 @@ class Session:
         sensitive = kernel is not None and \
             backend_of(request.dispatcher).kernel_launch_sensitive(kernel)
         self.recording.add(request.py_func, request.argtypes, name, text,
-                           self._device_arch_or_none(request),
+                           self._compile_arch_or_none(request),
                            request.launch if sensitive else None)
 
     def writable(self) -> bool:
@@ -252,9 +252,11 @@ class Session:
         may name another to numba-cuda)."""
         return backend_of(request.dispatcher).compile_arch(device_arch)
 
-    def _device_arch_or_none(self, request):
+    def _compile_arch_or_none(self, request):
+        """The arch served on this device (recorded: `kbuild build` then builds the
+        targets a launch looks up, sm_90a on an sm_90), None without a driver."""
         try:
-            return self._device_arch(request)
+            return self._compile_arch(request, self._device_arch(request))
         except Exception:  # noqa: BLE001 - no driver: numba says so when it compiles
             return None
 
