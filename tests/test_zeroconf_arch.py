@@ -189,3 +189,24 @@ def test_a_device_newer_than_the_toolchain_is_left_to_numba(tmp_path):
     assert said.startswith("kbuild: app_kernels:shift void(float32[::1], float32[::1]) "
                            "sm_190: ") and said.endswith("numba compiles it")
     assert report["raised"].startswith("ValueError: Can't use arch-specific compute_190a")
+
+
+def test_on_miss_error_names_the_arch_looked_up_and_how_to_build_it(tmp_path):
+    """A store prebuilt for a declared sm_90 holds no sm_90a entry: a zero-config launch
+    on an sm_90 device with on_miss='error' says it looked up sm_90a (numba-cuda's JIT
+    target there), not sm_90, which the store does hold, and how to build what it needs."""
+    from zeroconf_support import declare, kbuild
+
+    root, store = write_program(tmp_path / "prog"), tmp_path / "store"
+    declare(root, {"app_kernels:shift": [SIG]}, arch="sm_90")
+    built = kbuild(root, "build", "--json", "--store", str(store))
+    assert [(row["arch"], row["status"]) for row in json.loads(built.stdout)["targets"]] == \
+        [("sm_90", "built")]
+    (root / "kbuild.toml").unlink()
+    failed = run(root, "kbuild", ("shift",), enable={"store": str(store), "on_miss": "error"},
+                 env={"HARNESS_CC": "[9, 0]"}, check=False)
+    assert failed["returncode"] != 0
+    said = failed["stderr"].strip().splitlines()[-1]
+    assert f"is not in store {store} for sm_90a, the arch numba-cuda compiles for on " \
+           "this sm_90 device (on_miss='error')" in said, said
+    assert "kbuild build --arch sm_90a" in said, said

@@ -55,14 +55,27 @@ def obtained(session, service, targets, request, device_arch: str):
         return manifest, served
     first = targets[0]
     if session.settings.on_miss == "error":
-        raise LaunchError(f"kernel '{first.name}' {first.signature} is not in store "
-                          f"{session.store.root} for {device_arch} (on_miss='error')")
+        raise LaunchError(_missing(session, first, request, device_arch))
     if session.settings.on_miss == "jit" or not session.writable():
         return None, None
     manifest, served = _build(session, service, targets, request)
     session.starter.built(session.settings, session.journal, session.declared, first.name,
                           first.signature, first.arch, session.warn)
     return manifest, served
+
+
+def _missing(session, first, request, device_arch: str) -> str:
+    """What on_miss='error' says of a kernel the store lacks: the arch it was looked up
+    for, which is not the device's own where the backend compiles for another (numba-cuda's
+    JIT target 'sm_90a' on an sm_90, NUMBA_FORCE_CUDA_CC): a store prebuilt for the
+    device's plain arch holds an entry a launch never serves."""
+    where = f"{first.arch}"
+    if first.arch != device_arch:
+        where += (f", the arch {backend_of(request.dispatcher).name} compiles for on this "
+                  f"{device_arch} device")
+    return (f"kernel '{first.name}' {first.signature} is not in store {session.store.root} "
+            f"for {where} (on_miss='error'); build it there with `kbuild build --arch "
+            f"{first.arch}`, or run once with on_miss='build'")
 
 
 def _lookup(service, target, request):
