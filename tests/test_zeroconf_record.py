@@ -98,6 +98,34 @@ def test_recording_on_an_sm_90_records_the_arch_served(root, tmp_path):
 
 
 @needs_hook
+def test_recording_into_a_project_file_declaring_sm_90_adds_the_arch_served(root, tmp_path):
+    """An H100 project whose kbuild.toml declares sm_90: its launches on an sm_90 look up
+    sm_90a (numba-cuda's JIT target), so the record adds that arch to the file, and
+    `kbuild build` then holds what a zero-config launch that may not compile needs."""
+    declare(root, {"app_kernels:scale": [SIG]}, arch="sm_90")
+    done = _kbuild_run(root, "--record", "--store", str(tmp_path / "recorded"), "--",
+                       sys.executable, "_harness.py", "env", "shift",
+                       env={"HARNESS_CC": "[9, 0]"})
+    assert done.returncode == 0, done.stderr
+    assert 'arch = ["sm_90", "sm_90a"]' in (root / "kbuild.toml").read_text()
+    assert "added arch sm_90a" in done.stderr, done.stderr
+    assert "next: kbuild build " in done.stderr and "--arch sm_80,sm_90" not in done.stderr
+    store = tmp_path / "store"
+    built = kbuild(root, "build", "--json", "--store", str(store))
+    assert sorted((row["target"], row["arch"]) for row in json.loads(built.stdout)["targets"]) \
+        == [(f"app_kernels:{k}", a) for k in ("scale", "shift") for a in ("sm_90", "sm_90a")]
+    served = run(root, "kbuild", ("scale", "shift"), env={"HARNESS_CC": "[9, 0]"},
+                 enable={"store": str(store), "on_miss": "error"})
+    assert served["counts"] == {"hits": 2, "served": 2}
+    # Recorded again: nothing new, the file as it was.
+    text = (root / "kbuild.toml").read_text()
+    again = _kbuild_run(root, "--record", "--store", str(store), "--",
+                        sys.executable, "_harness.py", "env", "shift",
+                        env={"HARNESS_CC": "[9, 0]"})
+    assert again.returncode == 0 and (root / "kbuild.toml").read_text() == text
+
+
+@needs_hook
 def test_recording_under_the_simulator_then_building_for_every_arch(root, tmp_path):
     """No GPU, no driver: numba's simulator runs the program, kbuild records the argument
     types of each launch (numba's typeof), and `kbuild build` builds them for two archs."""

@@ -182,6 +182,36 @@ def test_merge_into_pyproject_and_a_new_file(tmp_path):
     assert data["project"] == {"name": "sub", "paths": ["..", "."], "arch": ["sm_80", "sm_90"]}
 
 
+def test_merge_adds_the_archs_served_to_an_existing_file(tmp_path):
+    """The archs the launches looked up (sm_90a on an sm_90) join the project's list, a
+    pyproject's too; a file without one builds sm_80 and says so now; a recorded kernel's
+    own list gets them; nothing is written when each list has them."""
+    from kbuild.zeroconf import tomledit
+
+    path = tmp_path / "kbuild.toml"
+    path.write_text('[project]\nname = "p"\n\n[kernels."m:own"]\n'
+                    'signatures = ["void(int8)"]\narch = ["sm_80"]\n')
+    result = tomledit.merge(path, {"m:own": {"signatures": ["void(int8)"]},
+                                   "m:new": {"signatures": ["void(int8)"]}},
+                            name="p", served=["sm_90a"])
+    data = tomllib.loads(path.read_text())
+    assert result["archs"] == ["sm_90a"]
+    assert data["project"]["arch"] == ["sm_80", "sm_90a"]
+    assert data["kernels"]["m:own"]["arch"] == ["sm_80", "sm_90a"]
+    text = path.read_text()
+    again = tomledit.merge(path, {"m:new": {"signatures": ["void(int8)"]}}, name="p",
+                           served=["sm_90a"])
+    assert again["archs"] == [] and path.read_text() == text
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "lib"\n\n[tool.kbuild.project]\narch = ["sm_90"]\n')
+    tomledit.merge(pyproject, {"lib.k:a": {"signatures": ["void(int8)"]}}, name="lib",
+                   served=["sm_90a"])
+    data = tomllib.loads(pyproject.read_text())
+    assert data["tool"]["kbuild"]["project"]["arch"] == ["sm_90", "sm_90a"]
+    assert "arch" not in data["project"]
+
+
 def test_merge_refuses_to_break_a_file(tmp_path):
     from kbuild.errors import ConfigError
     from kbuild.zeroconf import tomledit

@@ -97,9 +97,9 @@ def _write_recording(args, folder: Path, code: int) -> None:
         return
     path = _project_file(getattr(args, "config", None))
     roots = sorted({_relative(r, path.parent) for r in found.roots}) or ["."]
-    archs = sorted(found.archs | set(filter(None, (args.arch or "").split(",")))) or ["sm_80"]
+    served = sorted(found.archs | set(filter(None, (args.arch or "").split(","))))
     result = tomledit.merge(path, found.kernels, name=path.parent.name or "project",
-                            paths=roots, archs=archs)
+                            paths=roots, archs=served or ["sm_80"], served=served)
     kernels = {k for k, _ in result["added"]} | {k for k, _ in result["launches"]}
     verb = "wrote" if result["created"] else "recorded into"
     _say(f"kbuild run: {verb} {path}: {len(result['added'])} new signatures of "
@@ -108,7 +108,11 @@ def _write_recording(args, folder: Path, code: int) -> None:
          + ("" if code == 0 else f" (the command exited with {code})"))
     for kernel, signature in result["added"]:
         _say(f"  {kernel} {signature}")
-    _say("next: kbuild build --arch sm_80,sm_90 (on any machine, no GPU needed)")
+    if result["archs"]:  # what the launches looked up (sm_90a on an sm_90), not declared
+        _say(f"kbuild run: added arch {', '.join(result['archs'])} to {path}: the launches "
+             "looked it up")
+    _say("next: kbuild build (the archs declared, which a launch here looks up; on any "
+         "machine, no GPU needed)")
 
 
 def _project_file(config) -> Path:

@@ -28,10 +28,14 @@ from ..errors import ConfigError
 HEADER = "# Written by `kbuild run --record`: the kernels and signatures a run launched.\n"
 
 
-def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=("sm_80",)) -> dict:
+def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=("sm_80",),
+          served=()) -> dict:
     """Write `kernels` (name -> {"signatures": [...], "launch": [{grid, block, shared}]})
-    into the project file `path` (created when missing). Returns what was added:
-    {"file", "created", "added": [[kernel, signature], ...], "launches": [[kernel, launch]]}."""
+    into the project file `path` (created when missing, declaring `archs`). `served`: the
+    archs the launches looked up (sm_90a on an sm_90), added to an existing file's
+    project archs (and a recorded kernel's own) that lack them: `kbuild build` then holds
+    the keys those launches look up. Returns what was added: {"file", "created",
+    "added": [[kernel, signature], ...], "launches": [[kernel, launch]], "archs": [...]}."""
     created = not path.exists()
     # Bytes, not text mode: universal newlines would turn a CRLF file into an LF one.
     text = _new_file(name, paths, archs) if created else \
@@ -45,6 +49,7 @@ def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=("sm_80",
             text = _drop_placeholder(text, prefix, kernel)
         doc = _parse(path, text)
     declared = _kernels_table(doc, prefix)
+    added_archs = [] if created else _add_archs(path, doc, prefix, served)
     added, launches, new_tables = [], [], []
     for kernel in sorted(kernels):
         want = kernels[kernel]
@@ -60,14 +65,45 @@ def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=("sm_80",
             raise ConfigError(f"{path}: kernel '{kernel}' is not a table; add "
                               f"{', '.join(signatures)} to it by hand")
         new, new_launch = _extend(path, kernel, have, signatures, wanted_launch)
+        _extend_archs(path, f"kernel '{kernel}'", have, served)
         added += [[kernel, s] for s in new]
         launches += [[kernel, x] for x in new_launch]
     text = _with_new_tables(doc, declared, prefix, new_tables)
     text = re.sub(r"(?<!\r)\n", newline, text) if newline == "\r\n" else text
     _check(path, text, prefix, kernels)
-    if added or launches or created:
+    if added or launches or created or added_archs:
         path.write_bytes(text.encode("utf-8", "surrogateescape"))
-    return {"file": str(path), "created": created, "added": added, "launches": launches}
+    return {"file": str(path), "created": created, "added": added, "launches": launches,
+            "archs": added_archs}
+
+
+def _add_archs(path: Path, doc, prefix: str, served) -> list:
+    """The `served` archs the project's `arch` list lacked, appended to it (a file
+    without one builds sm_80, now said); [] when it has them or has no project table."""
+    data = doc
+    for part in prefix.split(".")[:-1]:
+        data = data.get(part, {}) if isinstance(data, dict) else {}
+    project = data.get("project") if isinstance(data, dict) else None
+    if not isinstance(project, dict) or not served:
+        return []
+    if "arch" not in project:
+        project["arch"] = tomlkit.array()
+        project["arch"].append("sm_80")  # the default `config` gives a file without one
+    return _extend_archs(path, "[project]", project, served)
+
+
+def _extend_archs(path: Path, where: str, table, served) -> list:
+    """Append to `table`'s own `arch` list the `served` archs it lacks (none when it
+    has no list); returns them."""
+    have = table.get("arch")
+    if have is None:
+        return []
+    if not isinstance(have, list):
+        raise ConfigError(f"{path}: {where} arch is not an array; add "
+                          f"{', '.join(served)} to it by hand")
+    new = [a for a in sorted(set(served)) if a not in have]
+    have.extend(new)
+    return new
 
 
 def _parse(path: Path, text: str):
