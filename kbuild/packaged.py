@@ -10,8 +10,9 @@ follows `on_miss`: "error" raises naming it, "jit" lets numba compile its kernel
 "build" builds them into the user's cache store (a compiler is needed then).
 
 At launch the launcher picks, among the archs the bundle holds, the cubin for the
-device's exact arch, else the PTX of the highest arch below it (the driver JITs it
-once per process), else `on_miss`. `describe()` says which, per target.
+device's exact arch, else for its arch-specific target (`sm_90a` on an sm_90), else the
+PTX of the highest plain arch below it (the driver JITs it once per process), else
+`on_miss` (`launch.choose_artifact`). `describe()` says which, per target.
 
 This module sits below the project API: `FromBundle` is what a project answers from
 its bundle, and `project.PackagedProject` mixes it into a `Project`, handing
