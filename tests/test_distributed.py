@@ -6,6 +6,8 @@ get the project as data and must reach the same keys and the same artifacts as a
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 
 import pytest
@@ -21,14 +23,36 @@ SAXPY = "examples.saxpy:saxpy"
 POLY = "examples.elementwise:scaled_poly"
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@contextlib.contextmanager
+def local_cluster(**options):
+    """A LocalCluster on loopback (no dashboard; the scheduler's HTTP server, its health
+    routes, on loopback too) that leaves this process's environment as it found it: its
+    nanny puts dask's variables for the workers it spawns into `os.environ`
+    (PYTHONHASHSEED=6640 among them), where every later test of this pytest worker
+    would inherit them."""
     import distributed
 
-    # No dashboard; the scheduler's HTTP server (health routes) on loopback too.
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None,
-                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:
+    saved = dict(os.environ)
+    try:
+        with distributed.LocalCluster(threads_per_worker=1, processes=True, host="127.0.0.1",
+                                      dashboard_address=None,
+                                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                                      **options) as local:
+            _put_back(saved)
+            yield local
+    finally:
+        _put_back(saved)
+
+
+def _put_back(environ: dict) -> None:
+    if dict(os.environ) != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster(n_workers=2) as local:
         yield local
 
 
@@ -210,14 +234,9 @@ def dask_setup(worker):
 ])
 def test_a_worker_returning_what_its_target_is_not_fails_it_and_nothing_is_stored(
         local_build, run_kbuild, tmp_path, lie, problem):
-    import distributed
-
     preload = tmp_path / "liar.py"
     preload.write_text(PRELOAD.format(body=LIARS[lie]))
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None,
-                                  preload=[str(preload)],
-                                  scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as liar:
+    with local_cluster(n_workers=1, preload=[str(preload)]) as liar:
         result = run_kbuild("build", "--json", "-k", "--arch", ARCH, SAXPY, POLY,
                             "--executor", liar.scheduler_address.replace("tcp://", "dask://"),
                             cwd=local_build[0], store=tmp_path / "store")

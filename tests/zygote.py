@@ -468,8 +468,13 @@ REFUSED: dict = {}  # why requests ran as real processes: reason -> count (for d
 
 
 def _start_env() -> dict:
-    """What of this worker's environment a zygote started now would start with."""
-    return {k: v for k, v in os.environ.items() if not _after_start(k) or k == "HOME"}
+    """What of this worker's environment a zygote started now would start with: never a
+    fixed hash seed. A library a test runs may leave one in the worker's environment
+    (dask's nanny sets PYTHONHASHSEED=6640 in the process that starts it); the requests
+    never carry it on (`support.kbuild_env` drops it), so a zygote started with it would
+    refuse every request of the worker from then on (250 real processes in one run)."""
+    return {k: v for k, v in os.environ.items()
+            if (not _after_start(k) or k == "HOME") and k != "PYTHONHASHSEED"}
 
 
 def _client():
@@ -520,7 +525,8 @@ def _log(what: str) -> None:
     where = os.environ.get("KBUILD_TEST_ZYGOTE_LOG")
     if where:
         with open(where, "a") as fh:
-            fh.write(what.split(":")[0] + "\n")
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[0]
+            fh.write(f"{what}\t{test}\n")
 
 
 def run(argv, *, cwd, env, timeout=None, text=False, warm=(), **popen):
