@@ -155,6 +155,17 @@ def ltoir_facts(data: bytes) -> Facts:
 _READERS = {"ptx": ptx_facts, "cubin": cubin_facts, "ltoir": ltoir_facts}
 
 
+# An arch name: 'sm_' + the cc's major and minor digits, and an optional 'a'
+# (arch-specific) or 'f' (family) suffix.
+ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+
+
+def arch_cc(arch: str) -> tuple:
+    """'sm_90' -> (9, 0); 'sm_90a' -> (9, 0, 'a')."""
+    major, minor, suffix = ARCH.match(arch).groups()
+    return (int(major), int(minor), suffix) if suffix else (int(major), int(minor))
+
+
 def arch_number(arch: str) -> str:
     """'sm_90a' -> 'sm_90': what a cubin's e_flags and a PTX's .target are compared by."""
     match = re.match(r"^sm_(\d+)", arch or "")

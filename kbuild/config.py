@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib
 
+from .artifacts import ARCH, arch_cc
 from .errors import ConfigError
 
 CONFIG_NAME = "kbuild.toml"
@@ -35,7 +35,6 @@ SCHEMA = {
 KNOWN_CCS = {(5, 0), (5, 2), (5, 3), (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5),
              (8, 0), (8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 1), (10, 3),
              (11, 0), (12, 0), (12, 1)}
-_ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 
 
 @dataclass(frozen=True)
@@ -393,7 +392,7 @@ def validate_arch(arch: str, where: str, check_toolchain: bool = True) -> str:
     """`arch` if it names a GPU architecture the installed toolchain compiles for
     (sm_XY, sm_XYa, sm_XYf), else ConfigError naming the ones it does (with
     `check_toolchain=False`: one this kbuild knows, without asking the toolchain)."""
-    if not isinstance(arch, str) or not _ARCH.match(arch):
+    if not isinstance(arch, str) or not ARCH.match(arch):
         raise ConfigError(f"{where}: unknown arch {arch!r}; write it like 'sm_80' or 'sm_90'")
     cc = arch_cc(arch)[:2]
     if not check_toolchain:
@@ -419,12 +418,6 @@ def validate_arch(arch: str, where: str, check_toolchain: bool = True) -> str:
 
 def _names(ccs) -> str:
     return ", ".join(f"sm_{a}{b}" for a, b in sorted(ccs))
-
-
-def arch_cc(arch: str) -> tuple:
-    """'sm_90' -> (9, 0); 'sm_90a' -> (9, 0, 'a')."""
-    major, minor, suffix = _ARCH.match(arch).groups()
-    return (int(major), int(minor), suffix) if suffix else (int(major), int(minor))
 
 
 def default_store(config: ProjectConfig | None, override: str | None) -> Path:

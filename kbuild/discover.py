@@ -14,8 +14,9 @@ import sysconfig
 import traceback
 from dataclasses import dataclass, field
 
+from .artifacts import arch_cc
 from .backend import is_library
-from .config import KernelSpec, ProjectConfig, arch_cc
+from .config import KernelSpec, ProjectConfig
 from .errors import TargetError
 from .model import Target  # noqa: F401 - the noun's home is the model; named here too
 from .sources import record_imported_source

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .artifacts import cubin_runs_on
-from .config import arch_cc
+from .artifacts import arch_cc, cubin_runs_on
 from .discover import Target
 from .errors import LaunchError
 from .model import RowStatus

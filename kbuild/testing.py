@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import arch_cc
+from .artifacts import arch_cc
 from .errors import ConfigError
 
 __all__ = ["FakeDevice", "Launched", "Loaded", "device_array", "fake_device", "memref_of"]

@@ -40,12 +40,11 @@ from support import run as run_process
 
 ARCH, CC = "sm_90", (9, 0)
 
-FORMS = '''
-import math
-
-import numpy as np
-from numba import cuda
-
+# The matrix project's kernels (a kernel calling a device function, float32 and float64
+# math, a comparison against a denormal constant), one set per entry of an OPTIONS table
+# that follows them: `forms` makes the module for a backend's `cuda` (numba-cuda-mlir's
+# matrix, test_mlir_equivalence.py, has its own options and a linked kernel).
+KERNELS = '''
 SCALE = np.float32(1.5)
 TINY = np.float32(1e-39)  # a float32 denormal: flushed to zero under ftz
 
@@ -85,7 +84,16 @@ def _kernels(suffix, options):
         # drops `lto`, so `lto=False` holds only here (or with signatures).
         found[name] = cuda.jit(function, **options)
     return found
+'''
 
+
+def forms(cuda_import: str, rest: str, imports: str = "import math\n") -> str:
+    """The matrix module: `imports`, numpy, `cuda_import`, KERNELS, then `rest` (its OPTIONS
+    table and what else the module holds)."""
+    return f"\n{imports}\nimport numpy as np\n{cuda_import}\n{KERNELS}{rest}"
+
+
+FORMS = forms("from numba import cuda", '''
 
 OPTIONS = {
     "default": {},
@@ -100,7 +108,7 @@ OPTIONS = {
 }
 for _suffix, _options in OPTIONS.items():
     globals().update(_kernels(_suffix, _options))
-'''
+''')
 
 SIGNATURES = {"calls": "void(float32[::1], float32[::1])",
               "plain": "void(float32[::1], float32[::1])",

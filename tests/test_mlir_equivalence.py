@@ -39,57 +39,13 @@ from conftest import blob_bytes, blob_files, copy_examples
 from mlir_support import MLIR, needs_mlir, port
 from support import REPO_ROOT
 from support import run as run_process
-from test_equivalence import machine_code, semantics
+from test_equivalence import SIGNATURES, forms, machine_code, semantics
 
 pytestmark = needs_mlir
 
 ARCH = "sm_90"
 
-FORMS = '''
-import math
-import os
-
-import numpy as np
-from numba_cuda_mlir import cuda
-
-SCALE = np.float32(1.5)
-TINY = np.float32(1e-39)  # a float32 denormal: flushed to zero under ftz
-
-
-@cuda.jit(device=True)
-def helper(v):
-    return math.sqrt(v) / (v + SCALE)
-
-
-@cuda.jit(device=True)
-def blend(a, b):
-    return a * 0.25 + b / 3.0
-
-
-def _kernels(suffix, options):
-    def calls(x, y):
-        i = cuda.grid(1)
-        if i < x.size:
-            y[i] = helper(x[i]) + x[i] * 0.5
-
-    def plain(x, y):
-        i = cuda.grid(1)
-        if i < x.size:
-            v = x[i]
-            y[i] = v / 7.0 + math.exp(v) - (1.0 if v == TINY else 0.0)
-
-    def doubles(x, y):
-        i = cuda.grid(1)
-        if i < x.size:
-            y[i] = blend(x[i], math.sqrt(x[i])) + math.log(x[i] + 1.0)
-
-    found = {}
-    for function in (calls, plain, doubles):
-        name = f"{function.__name__}_{suffix}"
-        function.__name__ = function.__qualname__ = name
-        found[name] = cuda.jit(function, **options)
-    return found
-
+FORMS = forms("from numba_cuda_mlir import cuda", '''
 
 OPTIONS = {
     "default": {},
@@ -126,13 +82,11 @@ def _linked(suffix, options):
 
 for _suffix in ("default", "fastmath"):
     globals().update(_linked(_suffix, OPTIONS[_suffix]))
-'''
+''', imports="import math\nimport os\n")
+
 SCALED_CU = ('extern "C" __device__ int scaled(float* out, float a, float b)\n'
              "{ *out = a * b + 1e-39f; return 0; }\n")
 
-SIGNATURES = {"calls": "void(float32[::1], float32[::1])",
-              "plain": "void(float32[::1], float32[::1])",
-              "doubles": "void(float64[::1], float64[::1])"}
 SUFFIXES = ["default", "fastmath", "lto", "fastlto", "nolto", "noopt", "maxreg",
             "lineinfo", "fastlineinfo", "debug", "bounds", "ptxas"]
 LINKED = ["default", "fastmath"]

@@ -222,12 +222,11 @@ def compile_arch(device_arch: str) -> str:
     9.0 on ('sm_90' -> 'sm_90a', see `targeting.jit_cc`), else the device's own."""
     from numba.cuda import config
 
-    from ..artifacts import arch_number
+    from ..artifacts import arch_cc
     from .targeting import jit_cc
 
     forced = config.FORCE_CUDA_CC
-    digits = arch_number(device_arch)[len("sm_"):]  # 'sm_90' -> '90': cc (9, 0)
-    cc = tuple(forced) if forced else jit_cc((int(digits[:-1]), int(digits[-1])))
+    cc = tuple(forced) if forced else jit_cc(arch_cc(device_arch)[:2])
     return f"sm_{cc[0]}{cc[1]}{cc[2] if len(cc) > 2 else ''}"
 
 

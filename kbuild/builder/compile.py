@@ -8,7 +8,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 
-from ..config import arch_cc
+from ..artifacts import arch_cc
 from ..discover import Target
 from ..errors import CHANGED_AFTER_IMPORT, CompileError
 from ..execute.parallel import note

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..config import arch_cc
+from ..artifacts import arch_cc
 from ..discover import Target
 from ..keying.encode import digest
 from ..keying.launch import with_launch

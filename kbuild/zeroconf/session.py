@@ -234,7 +234,7 @@ class Session:
     def load(self, manifest, served, request, device_arch, backend, key: str):
         """The kernel `backend` hands the dispatcher for the stored entry `manifest` of
         `served` (its key digest `key`), counted as served."""
-        from ..config import arch_cc
+        from ..artifacts import arch_cc
 
         kernel = backend.dispatcher_kernel(request, manifest, self.store.read_blob, device_arch,
                                            arch_cc(device_arch), self.config.paths,
