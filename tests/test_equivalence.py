@@ -31,10 +31,12 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from conftest import copy_examples
+from conftest import blob_bytes, blob_files, copy_examples
 from support import REPO_ROOT
 from support import run as run_process
 
@@ -116,7 +118,8 @@ SIGNATURES = {"calls": "void(float32[::1], float32[::1])",
 SUFFIXES = ["default", "fastmath", "fastnolto", "fastflags", "noopt", "maxreg", "lineinfo",
             "fastlineinfo", "debug"]
 
-# numba's JIT under a fake device of CC: for each (module:attr, signature) its PTX.
+# numba's JIT under a fake device of CC: for each (module:attr, signature) the PTX its
+# get_cubin assembles and the cubin it loads (hex), from one compile.
 NUMBA_JIT = '''
 import json, importlib, sys
 from kbuild import testing
@@ -138,21 +141,17 @@ with testing.fake_device("sm_%d%d" % cc, record=False):
         args, _ = get(DEFAULT).parse_signature(signature, module)
         kernel.compile(tuple(args))
         # What numba's get_cubin assembles: after its link-time optimisation when the
-        # kernel's lto option is on, NVVM's PTX otherwise.
+        # kernel's lto option is on, NVVM's PTX otherwise; and the cubin it loads on a
+        # device of cc (LTO-IR through nvJitLink when lto is on).
         library = kernel.overloads[tuple(args)].library
-        out[name + " " + signature] = (library.get_lto_ptx(cc=cc) if library._lto
-                                       else kernel.inspect_asm(tuple(args)))
+        cubin = library.get_cubin(cc=cc)
+        out[name + " " + signature] = {
+            "ptx": (library.get_lto_ptx(cc=cc) if library._lto
+                    else kernel.inspect_asm(tuple(args))),
+            "cubin": bytes(getattr(cubin, "code", cubin)).hex()}
 print(json.dumps(out))
 '''
 
-# numba's own cubin of each (module:attr, signature), as its dispatcher loads it on a device
-# of CC (get_cubin: LTO-IR through nvJitLink when the kernel's lto option is on), in hex.
-NUMBA_CUBINS = NUMBA_JIT.replace(
-    "out[name + \" \" + signature] = (library.get_lto_ptx(cc=cc) if library._lto\n"
-    "                                       else kernel.inspect_asm(tuple(args)))",
-    "cubin = library.get_cubin(cc=cc)\n"
-    "        out[name + \" \" + signature] = bytes(getattr(cubin, \"code\", cubin)).hex()")
-assert NUMBA_CUBINS != NUMBA_JIT
 
 _FLOAT_OP = re.compile(
     r"^\s*(?:@!?%p\d+\s+)?((?:add|sub|mul|div|fma|mad|sqrt|rsqrt|rcp|cvt|setp|set|min|max|abs"
@@ -170,21 +169,31 @@ def semantics(ptx: str) -> dict:
             "immediates": sorted(set(_IMMEDIATE.findall(ptx)))}
 
 
-def _kbuild_ptx(result, project, home, store) -> dict:
-    ptx = {}
+def _kbuild_side(result, store, kind: str) -> dict:
+    """'module:attr signature' -> the stored blob of `kind` of each target of a build."""
+    blobs = blob_files(store)
+    out = {}
     for row in result.json["targets"]:
         assert row["status"] in ("built", "cached"), row
-        blob = run_process("cat", row["artifacts"]["ptx"], cwd=project, home=home, store=store)
-        assert blob.returncode == 0, blob.stderr
-        ptx[row["target"] + " " + row["signature"]] = blob.stdout
-    return ptx
+        out[row["target"] + " " + row["signature"]] = \
+            blob_bytes(blobs[row["artifacts"][kind]])
+    return out
 
 
-def _numba_ptx(project, home, wanted, env=None) -> dict:
+def _kbuild_ptx(result, store) -> dict:
+    return {name: ptx.decode() for name, ptx in _kbuild_side(result, store, "ptx").items()}
+
+
+def _numba_side(project, home, wanted, env=None) -> dict:
+    """'module:attr signature' -> {"ptx": text, "cubin": hex}: numba's JIT (NUMBA_JIT)."""
     result = run_process(json.dumps(wanted), json.dumps(list(CC)), cwd=project, home=home,
                          launcher=("-c", NUMBA_JIT), env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
+
+
+def _ptx_of(numba: dict) -> dict:
+    return {name: side["ptx"] for name, side in numba.items()}
 
 
 _SASS = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", re.M)
@@ -200,6 +209,8 @@ def machine_code(cubin: bytes) -> list:
 
 
 def _compare(kbuild: dict, numba: dict) -> list:
+    """(name, field, kbuild's, numba's) for each `semantics` field where two PTX texts of
+    a target differ."""
     assert sorted(kbuild) == sorted(numba)
     return [(name, field, a[field], b[field])
             for name in sorted(kbuild)
@@ -223,48 +234,63 @@ def _matrix_project(tmp_path):
     return project, wanted
 
 
+@dataclass
+class Matrix:
+    """The matrix project built by `kbuild build` in one environment, and numba's JIT of
+    each of its targets there (`_numba_side`)."""
+
+    built: object
+    store: Path
+    numba: dict
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory):
+    """env -> its Matrix, made once per worker that asks for it: the float semantics and
+    the machine code of the default environment's targets are checked on one build and
+    one JIT."""
+    made = {}
+
+    def get(env: dict) -> Matrix:
+        name = json.dumps(env, sort_keys=True)
+        if name not in made:
+            project, wanted = _matrix_project(tmp_path_factory.mktemp("matrix"))
+            home, store = project.parent / "home", project.parent / "store"
+            built = run_process("build", "--json", cwd=project, home=home, store=store,
+                                env=env)
+            assert built.returncode == 0, built.stdout + built.stderr
+            made[name] = Matrix(built, store, _numba_side(project, home, wanted, env))
+        return made[name]
+
+    return get
+
+
 @pytest.mark.parametrize("env", [{}, {"NUMBA_OPT": "0"}], ids=["env-default", "NUMBA_OPT=0"])
-def test_every_option_of_the_matrix_has_numbas_float_semantics(tmp_path, env):
-    project, wanted = _matrix_project(tmp_path)
-    home, store = tmp_path / "home", tmp_path / "store"
-    built = run_process("build", "--json", cwd=project, home=home, store=store, env=env)
-    assert built.returncode == 0, built.stdout + built.stderr
-    links = {r["target"]: r["link"] for r in built.json["targets"]}
+def test_every_option_of_the_matrix_has_numbas_float_semantics(matrix, env):
+    made = matrix(env)
+    links = {r["target"]: r["link"] for r in made.built.json["targets"]}
     # Separate compilation is what is checked: the plain options link from objects (under
     # NUMBA_OPT=0 every kernel is one program, as opt=False kernels are).
     expected = "whole" if env else "lto"
     assert links["eq.forms:calls_fastmath"] == links["eq.forms:calls_default"] == expected
-    differ = _compare(_kbuild_ptx(built, project, home, store),
-                      _numba_ptx(project, home, wanted, env))
-    assert differ == []
+    assert _compare(_kbuild_ptx(made.built, made.store), _ptx_of(made.numba)) == []
 
 
-def test_every_option_of_the_matrix_has_numbas_machine_code(tmp_path):
+def test_every_option_of_the_matrix_has_numbas_machine_code(matrix):
     """Stronger than the float semantics: the cubin kbuild stores for each target has the
     machine code of the cubin numba's dispatcher makes and loads for the same kernel,
     instruction for instruction (symbol names aside): the kernels linked from separately
     compiled objects (with and without `lto`), and those kept as one program (`opt=False`,
     `lineinfo`, `debug`)."""
-    project, wanted = _matrix_project(tmp_path)
-    home, store = tmp_path / "home", tmp_path / "store"
-    built = run_process("build", "--json", cwd=project, home=home, store=store)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert _machine_code_differs(built, project, home, store, wanted) == []
+    made = matrix({})
+    assert _machine_code_differs(made.built, made.store, made.numba) == []
 
 
-def _machine_code_differs(built, project, home, store, wanted) -> list:
+def _machine_code_differs(built, store, numba: dict) -> list:
     """The targets whose stored cubin's machine code is not that of numba's own cubin."""
-    from conftest import blob_bytes, blob_files
-
-    blobs = blob_files(store)
-    ours = {row["target"] + " " + row["signature"]:
-            machine_code(blob_bytes(blobs[row["artifacts"]["cubin"]]))
-            for row in built.json["targets"]}
-    result = run_process(json.dumps(wanted), json.dumps(list(CC)), cwd=project, home=home,
-                         launcher=("-c", NUMBA_CUBINS))
-    assert result.returncode == 0, result.stderr[-3000:]
-    theirs = {name: machine_code(bytes.fromhex(code))
-              for name, code in json.loads(result.stdout).items()}
+    ours = {name: machine_code(cubin)
+            for name, cubin in _kbuild_side(built, store, "cubin").items()}
+    theirs = {name: machine_code(bytes.fromhex(side["cubin"])) for name, side in numba.items()}
     assert sorted(ours) == sorted(theirs)
     assert all(len(code) > 10 for code in ours.values())
     return [name for name in sorted(ours) if ours[name] != theirs[name]]
@@ -276,10 +302,9 @@ def test_the_examples_have_numbas_float_semantics(tmp_path):
     built = run_process("build", "--json", "--arch", ARCH, cwd=project, home=home, store=store)
     assert built.returncode == 0, built.stdout + built.stderr
     wanted = [(r["target"], r["signature"]) for r in built.json["targets"]]
-    differ = _compare(_kbuild_ptx(built, project, home, store),
-                      _numba_ptx(project, home, wanted))
-    assert differ == []
-    assert _machine_code_differs(built, project, home, store, wanted) == []
+    numba = _numba_side(project, home, wanted)
+    assert _compare(_kbuild_ptx(built, store), _ptx_of(numba)) == []
+    assert _machine_code_differs(built, store, numba) == []
 
 
 @pytest.mark.parametrize("kernel, ftz", [("calls_fastmath", False), ("calls_fastnolto", True)])
@@ -295,7 +320,7 @@ def test_a_fastmath_link_has_the_denormal_behaviour_numba_launches(tmp_path, ker
                         store=store)
     assert built.returncode == 0, built.stdout + built.stderr
     assert built.json["targets"][0]["link"] == "lto"
-    (ptx,) = _kbuild_ptx(built, project, home, store).values()
+    (ptx,) = _kbuild_ptx(built, store).values()
     ops = semantics(ptx)["float ops"]
     if ftz:
         assert "cvt.ftz.f64.f32" in ops and "cvt.f64.f32" not in ops, ops
@@ -356,8 +381,8 @@ def test_a_program_linking_files_stores_the_ptx_numba_launches(tmp_path):
     built = run_process("build", "--json", cwd=project, home=home, store=store)
     assert built.returncode == 0, built.stdout + built.stderr
     assert {r["link"] for r in built.json["targets"]} == {"whole"}
-    ours = _kbuild_ptx(built, project, home, store)
-    assert _compare(ours, _numba_ptx(project, home, wanted)) == []
+    ours = _kbuild_ptx(built, store)
+    assert _compare(ours, _ptx_of(_numba_side(project, home, wanted))) == []
     files = {"linking": [str(project / "lk" / "scaled.cu")], "syncing": []}
     for name, ptx in ours.items():
         kernel = name.split()[0].partition(":")[2]
