@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlir_support
-from support import Result, run, shared_dir, shared_home, template
+from support import WARM, WARM_MLIR, Result, run, shared_dir, shared_home, template
 
 PROJECT = Path(__file__).resolve().parent / "editproj"
 
@@ -51,6 +51,11 @@ class Variant:
     @property
     def id(self) -> str:
         return self.backend
+
+    @property
+    def warm(self) -> tuple:
+        """What the warm zygote of this backend's reference builds imports."""
+        return WARM_MLIR if self.backend == mlir_support.MLIR else WARM
 
     def port(self, project: Path, vendor: Path | None = None) -> Path:
         """The checkout at `project` (and a package of its beside it) for this backend."""
@@ -85,13 +90,14 @@ VARIANTS = (Variant("numba-cuda"), Variant(mlir_support.MLIR, mlir_support.UNSUP
 # -- running kbuild -------------------------------------------------------------
 
 def kbuild_result(project: Path, store: Path, *args: str, env_extra=None,
-                  launcher=("-m", "kbuild"), warm: bool = False) -> Result:
+                  launcher=("-m", "kbuild"), warm: bool | tuple = False) -> Result:
     """`python -m kbuild ARGS --json --config project/kbuild.toml --store store` in
     `project`, HOME the test run's shared one (else beside the project), bytecode writing
     off: a checkout's run can answer from the journal its template's build wrote.
 
     `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first. `warm`:
-    from the zygote with numba-cuda imported (`support.run`), for a reference build only.
+    from the zygote with numba-cuda imported (`support.run`; a tuple: those modules), for
+    a reference build only.
     """
     return run(*args, "--json", "--config", project / "kbuild.toml", "--store", store,
                cwd=project, home=shared_home() or project.parent / "home", env=env_extra,
@@ -113,13 +119,14 @@ def build(project: Path, store: Path, *args: str, **kw) -> dict:
 
 
 def reference(project: Path, store: Path, *args: str, env_extra=None,
-              expect_rc: int = 0) -> dict:
+              expect_rc: int = 0, warm: tuple = WARM) -> dict:
     """A matrix's reference: `kbuild build ARGS` of the edited project into the empty
     store `store`, whose artifacts the incremental build's are compared with; its JSON.
 
     Nothing of it is a fresh process's own behaviour (no journal, no store to answer
     from), so it runs where it costs least: forked from the warm zygote (numba-cuda and
-    kbuild imported already, `support.run(warm=True)`), every target compiled in that one
+    kbuild imported already, `support.run(warm=...)`: `Variant.warm` names the modules
+    of a numba-cuda-mlir project's), every target compiled in that one
     process (`-j1`: no worker forked, none importing numba's registries again). Neither
     can hide a stale binary: a target's bytes depend on neither the process nor the
     order it compiled in (tests/test_determinism.py), and a reference that did would
@@ -128,7 +135,7 @@ def reference(project: Path, store: Path, *args: str, env_extra=None,
     case fails loudly.
     """
     proc = kbuild_result(project, store, "build", "-j1", *args, env_extra=env_extra,
-                         warm=True)
+                         warm=warm)
     assert proc.returncode == expect_rc, (
         f"reference build exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
         f"stderr:\n{proc.stderr[-3000:]}")

@@ -92,21 +92,27 @@ def kbuild_argv(*args, launcher=("-m", "kbuild")) -> list[str]:
 WARM = ("numba.cuda", "kbuild.cli.entry", "kbuild.cli.build_cmds", "kbuild.cli.buildflow",
         "kbuild.project", "kbuild.builder.run", "kbuild.backend.numbacuda",
         "kbuild.backend.compiler:prepare", "kbuild.backend.registrations:index")
+# The same for a numba-cuda-mlir project's reference builds: numba-cuda-mlir imported too.
+# Not its one-time set-up (`mlir.compiler.prepare`): its typing context, once initialized,
+# never sees a registration made later (the project's overloads, registered at its import).
+WARM_MLIR = WARM + ("numba_cuda_mlir", "kbuild.backend.mlir.backend")
 
 
 def run(*args, cwd, home, env=None, store=None, timeout=300, launcher=("-m", "kbuild"),
-        bytecode: bool = True, warm: bool = False, **popen) -> Result:
+        bytecode: bool = True, warm: bool | tuple = False, **popen) -> Result:
     """Run kbuild (or `launcher`) with `args` in `cwd`; see `kbuild_env` for the rest.
 
     A fresh process's behaviour, forked from this worker's zygote where it can be
     (`zygote.run`: `-m kbuild` and scripts; `-c`, interpreter options and Popen
     arguments run a real process). `warm=True`: from a zygote that has numba-cuda and
-    kbuild imported already (`WARM`), for a command that needs no journal and whose
-    output is only compared with a real process's (a reference build: see
-    `zygote`'s docstring for when it serves and why that is sound)."""
+    kbuild imported already (`WARM`; a tuple: those modules, e.g. `WARM_MLIR`), for a
+    command that needs no journal and whose output is only compared with a real
+    process's (a reference build: see `zygote`'s docstring for when it serves and why
+    that is sound)."""
     proc = zygote.run(kbuild_argv(*args, launcher=launcher), cwd=str(cwd),
                       env=kbuild_env(home, store=store, env=env, bytecode=bytecode),
-                      timeout=timeout, warm=WARM if warm else (), **popen)
+                      timeout=timeout,
+                      warm=WARM if warm is True else tuple(warm or ()), **popen)
     stdout = proc.stdout.decode("utf-8", "replace")
     parsed = json.loads(stdout) if "--json" in map(str, args) and proc.stdout.strip() else None
     return Result(proc.returncode, stdout, proc.stderr.decode("utf-8", "replace"), parsed,

@@ -24,6 +24,7 @@ import pytest
 
 from editmatrix_support import build, copy_tree, fresh_checkout, reference, short
 from mlir_support import needs_mlir
+from support import WARM_MLIR
 
 pytestmark = needs_mlir
 
@@ -178,7 +179,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, old, new, rebuilt):
     consts = project / "dv" / "consts.py"
     consts.write_text(consts.read_text().replace(old, new))
     incremental = build(project, tmp_path / "store", "-j1")
-    fresh = reference(project, tmp_path / "fresh-store")
+    fresh = reference(project, tmp_path / "fresh-store", warm=WARM_MLIR)
     now, clean = _ptx(incremental), _ptx(fresh)
     stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"

@@ -199,7 +199,7 @@ def test_incremental_matches_fresh(baseline, journaled, variant, tmp_path, the_c
     # Every target, into an empty store: fresh results are never shared between cases by
     # key, since a store of them looked up by kbuild's own key would answer a key that
     # missed the edit with the bytes from before it, the fault this matrix looks for.
-    fresh = reference(project, tmp_path / "fresh-store", env_extra=env)
+    fresh = reference(project, tmp_path / "fresh-store", env_extra=env, warm=variant.warm)
     assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
     now, clean = artifacts(incremental), artifacts(fresh)
     stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
