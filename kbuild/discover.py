@@ -123,12 +123,16 @@ def forget_project_modules() -> int:
     """Drop every module kbuild imported from a project's sources from sys.modules, so the
     next import runs the saved sources (`kbuild watch`); returns how many. Modules loaded
     any other way (kbuild itself, numba, site-packages) stay."""
+    from .backend.backends import loaded
+
     gone = [name for name, module in sys.modules.items()
             if isinstance(getattr(getattr(module, "__spec__", None), "loader", None),
                           _SourceOnlyLoader) and not is_library(name)]
     for name in gone:
         del sys.modules[name]
     importlib.invalidate_caches()
+    for backend in loaded():  # what their compilers took from the first import goes too
+        backend.project_forgotten()
     return len(gone)
 
 

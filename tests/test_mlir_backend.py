@@ -707,3 +707,72 @@ def test_a_kernel_has_the_same_bytes_whatever_the_process_compiled_before(
                                     b"static_shared_memory"]
     assert ptx[0] == ptx[2]
     assert lowering_cuda.cuda_static_shared_memory is upstream  # put back after each compile
+
+
+WATCHED_EXT = '''from numba_cuda_mlir.numba_cuda.extending import overload
+
+
+def gain(x):
+    pass
+
+
+@overload(gain, target="cuda")
+def _gain(x):
+    def impl(x):
+        return x * 2.0
+    return impl
+'''
+
+WATCHED_KERNEL = '''from numba_cuda_mlir import cuda
+
+from wp.ext import gain
+
+
+@cuda.jit
+def k1(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = gain(x[i])
+'''
+
+
+@needs_mlir
+def test_watch_compiles_what_a_new_process_compiles_after_an_overload_is_saved(
+        tmp_path, kbuild_process):
+    """numba-cuda-mlir loads its registries at a process's first compile only: `kbuild
+    watch` imports the project again after a save, and the kernel calling the overload
+    that import registered failed to type ("Untyped global name 'gain'") in its second
+    round, though a new process builds it. The round builds it, the bytes a new process
+    builds."""
+    import subprocess
+
+    from support import kbuild_argv, kbuild_env
+
+    project = tmp_path / "proj"
+    (project / "wp").mkdir(parents=True)
+    (project / "wp" / "__init__.py").write_text("")
+    (project / "wp" / "ext.py").write_text(WATCHED_EXT)
+    (project / "wp" / "k.py").write_text(WATCHED_KERNEL)
+    (project / "kbuild.toml").write_text(
+        f'[project]\nname = "wp"\npaths = ["."]\narch = ["sm_90"]\nbackend = "{MLIR}"\n\n'
+        '[kernels."wp.k:k1"]\nsignatures = ["void(float32[::1], float32[::1])"]\n')
+    store, home = tmp_path / "store", tmp_path / "home"
+    proc = subprocess.Popen(kbuild_argv("watch", "--rounds", "2"), cwd=project,
+                            env=kbuild_env(home, store=store), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("watching "):
+                ext = project / "wp" / "ext.py"
+                ext.write_text(ext.read_text().replace("x * 2.0", "x * 5.0"))
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    summaries = [ln.split(" in ")[0] for ln in lines if " built, " in ln]
+    assert summaries == ["1 built, 0 cached, 0 failed"] * 2, "\n".join(lines)
+    again = kbuild_process("build", "--json", cwd=project, store=store)
+    fresh = kbuild_process("build", "--json", cwd=project, store=tmp_path / "fresh")
+    assert [r["status"] for r in again.json["targets"]] == ["cached"]
+    assert again.json["targets"][0]["artifacts"] == fresh.json["targets"][0]["artifacts"]

@@ -25,6 +25,8 @@ interface only, never through a compiler's attribute names:
   `serve(resolver)` / `stop_serving()`: its dispatchers asking zero-config first,
   `record_launches(record)`: its simulator's launches, `current_arch()` and `compile_arch(device_arch)`: what it builds for;
 - `prepare()`: its one-time set-up, done before a process forks compile workers;
+- `project_forgotten()`: the project's modules are to be imported again (`kbuild watch`):
+  what its set-up took from their first import is taken again at the next compile;
 - `simulating()`: whether it runs a simulator in this process;
 - `holds_compiled`, `forget_code`, `forget_kernel`, `launched_as`, `watching`: the code
   its dispatchers hold in this process and the launch configuration a compile sees;
@@ -218,6 +220,13 @@ class Backend(abc.ABC):
 
     def prepare(self) -> None:
         """Its one-time set-up of a process's first compile, done now."""
+
+    def project_forgotten(self) -> None:
+        """The project's modules were dropped, to be imported again from their saved
+        sources (`kbuild watch`): what this compiler's set-up took from the registrations
+        their first import made (its typing and lowering registries) must be taken again
+        at the next compile, as a fresh process's first compile takes it. numba-cuda
+        loads its registries' new entries at every compile: nothing to do."""
 
     def forget_compiled(self, device_functions=(), objects=None) -> None:
         """Drop what this process compiled that a later compile would reuse: separately

@@ -112,5 +112,10 @@ class NumbaCudaMlir(NumbaDispatchers, Backend):
 
         prepare()
 
+    def project_forgotten(self) -> None:
+        from .compiler import set_up_again
+
+        set_up_again()
+
 
 BACKEND = NumbaCudaMlir()

@@ -128,6 +128,23 @@ def _explained(exc: Exception) -> Exception:
     return CompilerBug(f"numba-cuda-mlir cannot compile it: {what}")
 
 
+def set_up_again() -> None:
+    """numba-cuda-mlir loads its registries' entries at a process's first compile only
+    (`ensure_initialized`), not at every compile as numba-cuda does: a kernel of a
+    project imported again (`kbuild watch`) using an overload its new import registered
+    failed to type ("Untyped global name"), where a fresh process compiles it. Its next
+    compile loads them again, as a first compile does (and with the same timing: a
+    registration made after that compile is unseen, in a fresh process too)."""
+    import sys
+
+    for name in ("numba_cuda_mlir.descriptor", "numba_cuda_mlir.numba_cuda.descriptor"):
+        descriptor = sys.modules.get(name)
+        for target in (getattr(descriptor, "mlir_target", None),
+                       getattr(descriptor, "cuda_target", None)):
+            if target is not None and hasattr(target, "_typingctx_initialized"):
+                target._typingctx_initialized = target._targetctx_initialized = False
+
+
 def prepare() -> None:
     """Load its typing and lowering registries now (about a second), and index them when
     they hold the project's registrations (see `compiler.prepare`)."""
