@@ -748,14 +748,11 @@ def test_watch_compiles_what_a_new_process_compiles_after_an_overload_is_saved(
 
     from support import kbuild_argv, kbuild_env
 
-    project = tmp_path / "proj"
-    (project / "wp").mkdir(parents=True)
-    (project / "wp" / "__init__.py").write_text("")
-    (project / "wp" / "ext.py").write_text(WATCHED_EXT)
-    (project / "wp" / "k.py").write_text(WATCHED_KERNEL)
-    (project / "kbuild.toml").write_text(
-        f'[project]\nname = "wp"\npaths = ["."]\narch = ["sm_90"]\nbackend = "{MLIR}"\n\n'
-        '[kernels."wp.k:k1"]\nsignatures = ["void(float32[::1], float32[::1])"]\n')
+    project = _write(tmp_path / "proj", {
+        "wp/__init__.py": "", "wp/ext.py": WATCHED_EXT, "wp/k.py": WATCHED_KERNEL,
+        "kbuild.toml": f'[project]\nname = "wp"\npaths = ["."]\narch = ["sm_90"]\n'
+                       f'backend = "{MLIR}"\n\n[kernels."wp.k:k1"]\n'
+                       'signatures = ["void(float32[::1], float32[::1])"]\n'})
     store, home = tmp_path / "store", tmp_path / "home"
     proc = subprocess.Popen(kbuild_argv("watch", "--rounds", "2"), cwd=project,
                             env=kbuild_env(home, store=store), stdout=subprocess.PIPE,
