@@ -18,6 +18,8 @@ from .artifacts import ARCH, arch_cc
 from .errors import ConfigError
 
 CONFIG_NAME = "kbuild.toml"
+# What a project builds for when its file names no `arch` (and a zero-config run none).
+DEFAULT_ARCHS = ("sm_80",)
 PYPROJECT = "pyproject.toml"  # its [tool.kbuild] table, when no kbuild.toml is nearer
 
 # Every table and key a project file may hold; anything else is a typo to report.
@@ -234,7 +236,7 @@ def _parse(path: Path, data: dict, prefix: str = "",
                   default=default_name or path.parent.name)
     paths = _string_list(project, "paths", path, f"{prefix}project", default=["."])
     archs = tuple(validate_arch(a, f"{path}: [{prefix}project] arch", check) for a in
-                  _string_list(project, "arch", path, f"{prefix}project", default=["sm_80"]))
+                  _string_list(project, "arch", path, f"{prefix}project", default=list(DEFAULT_ARCHS)))
     store = _typed(project, "store", str, path, f"{prefix}project", default=None)
     backend = _backend(path, project, f"{prefix}project", f"{path.name} ([{prefix}project])")
     max_size = _max_size(path, store_table)

@@ -236,7 +236,7 @@ def build(spec: dict) -> dict:
 
     from ..builder import Workers, plan
     from ..builder.service import BuildService
-    from ..config import KernelSpec, ProjectConfig
+    from ..config import DEFAULT_ARCHS, KernelSpec, ProjectConfig
     from ..store.storage import open_storage
 
     wanted = [tuple(t) for t in spec["targets"]]
@@ -244,7 +244,7 @@ def build(spec: dict) -> dict:
     for name, text, arch in wanted:
         signatures, archs = names.setdefault(name, ({}, {}))
         signatures[text], archs[arch] = None, None
-    archs = tuple(spec["archs"]) or ("sm_80",)
+    archs = tuple(spec["archs"]) or DEFAULT_ARCHS
     config = ProjectConfig(
         path=Path(spec["root"]) / "kbuild.toml", name=spec["name"],
         paths=tuple(Path(p) for p in spec["roots"]), archs=archs,

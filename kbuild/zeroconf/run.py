@@ -85,6 +85,7 @@ def _warn_without_hook() -> None:
 
 
 def _write_recording(args, folder: Path, code: int) -> None:
+    from ..config import DEFAULT_ARCHS
     from . import tomledit
     from .record import collect
 
@@ -99,7 +100,7 @@ def _write_recording(args, folder: Path, code: int) -> None:
     roots = sorted({_relative(r, path.parent) for r in found.roots}) or ["."]
     served = sorted(found.archs | set(filter(None, (args.arch or "").split(","))))
     result = tomledit.merge(path, found.kernels, name=path.parent.name or "project",
-                            paths=roots, archs=served or ["sm_80"], served=served)
+                            paths=roots, archs=served or DEFAULT_ARCHS, served=served)
     kernels = {k for k, _ in result["added"]} | {k for k, _ in result["launches"]}
     verb = "wrote" if result["created"] else "recorded into"
     _say(f"kbuild run: {verb} {path}: {len(result['added'])} new signatures of "

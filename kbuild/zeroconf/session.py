@@ -60,7 +60,7 @@ class Session:
     """The per-process state of zero-config caching (one per `enable()`)."""
 
     def __init__(self, settings, journal: bool | None = None, background=None):
-        from ..config import ProjectConfig
+        from ..config import DEFAULT_ARCHS, ProjectConfig
         from .background import Starter
         from .settings import verify_share
 
@@ -69,7 +69,7 @@ class Session:
         project = settings.config
         self.config = ProjectConfig(
             path=settings.root / "kbuild.toml", name=settings.name, paths=settings.roots,
-            archs=settings.archs or ("sm_80",), store=settings.store, kernels=(),
+            archs=settings.archs or DEFAULT_ARCHS, store=settings.store, kernels=(),
             remote_timeout=getattr(project, "remote_timeout", None))
         self.declared = {spec.name: spec for spec in getattr(project, "kernels", ())}
         self.sources = _ProgramSources(settings.roots, facts_dir=self.store.base / "facts")

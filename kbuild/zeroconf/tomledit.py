@@ -22,13 +22,13 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import InlineTable
 
-from ..config import parse_toml
+from ..config import DEFAULT_ARCHS, parse_toml
 from ..errors import ConfigError
 
 HEADER = "# Written by `kbuild run --record`: the kernels and signatures a run launched.\n"
 
 
-def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=("sm_80",),
+def merge(path: Path, kernels: dict, *, name: str, paths=(".",), archs=DEFAULT_ARCHS,
           served=()) -> dict:
     """Write `kernels` (name -> {"signatures": [...], "launch": [{grid, block, shared}]})
     into the project file `path` (created when missing, declaring `archs`). `served`: the
@@ -88,7 +88,7 @@ def _add_archs(path: Path, doc, prefix: str, served) -> list:
         return []
     if "arch" not in project:
         project["arch"] = tomlkit.array()
-        project["arch"].append("sm_80")  # the default `config` gives a file without one
+        project["arch"].extend(DEFAULT_ARCHS)  # what `config` gives a file without one
     return _extend_archs(path, "[project]", project, served)
 
 
