@@ -137,12 +137,12 @@ def set_up_again() -> None:
     registration made after that compile is unseen, in a fresh process too)."""
     import sys
 
-    for name in ("numba_cuda_mlir.descriptor", "numba_cuda_mlir.numba_cuda.descriptor"):
-        descriptor = sys.modules.get(name)
-        for target in (getattr(descriptor, "mlir_target", None),
-                       getattr(descriptor, "cuda_target", None)):
-            if target is not None and hasattr(target, "_typingctx_initialized"):
-                target._typingctx_initialized = target._targetctx_initialized = False
+    # Its own target, and the vendored numba-cuda target its device functions type with.
+    for module, name in (("numba_cuda_mlir.descriptor", "mlir_target"),
+                         ("numba_cuda_mlir.numba_cuda.descriptor", "cuda_target")):
+        target = getattr(sys.modules.get(module), name, None)
+        if target is not None and hasattr(target, "_typingctx_initialized"):
+            target._typingctx_initialized = target._targetctx_initialized = False
 
 
 def prepare() -> None:
