@@ -21,7 +21,7 @@ from ..errors import KeyingError
 from .bytecode import code_canonical, code_fingerprint, returned_functions, returned_globals
 from .encode import Unencodable, digest_of, encode
 from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
-from .references import LibraryRef, function_def, referenced_values, remembered
+from .references import LibraryRef, RawNamespace, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
 from .values import cache_unwrapped, canonical, cannot_key, instance_state, \
@@ -29,7 +29,7 @@ from .values import cache_unwrapped, canonical, cannot_key, instance_state, \
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
-_CONTAINERS = (tuple, list, dict, set, frozenset)
+_CONTAINERS = (tuple, list, dict, set, frozenset, pytypes.MappingProxyType)
 # What a class holds for Python's bookkeeping or a dataclass's (mirrors of its fields,
 # which are keyed as the class attributes and instance state they are): never keyed.
 _CLASS_PLUMBING = frozenset({"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__",
@@ -336,6 +336,11 @@ class Keyer:
             return name, self._declared_function(label, declared)
         if self._objects.record_of(value) is not None:
             return name, _type_node(label, value, self._objects)
+        if isinstance(value, RawNamespace):
+            raise KeyingError(
+                f"{where}: reads '{value.chain}', a module's namespace reached through a "
+                "function, which kbuild cannot follow (no read of it can be observed); "
+                "read the names from the module itself (`module.NAME`, `vars(module)`)")
         if isinstance(value, LibraryRef):
             return name, leaf(label, ("library", value.module, value.path),
                               f"{value.module}.{value.path}")
@@ -382,10 +387,13 @@ class Keyer:
         if isinstance(value, (set, frozenset)):
             return (type(value).__name__, tuple(sorted(
                 (self._contents(v, what, where, callees) for v in value), key=encode)))
-        if isinstance(value, dict):
-            return ("dict", tuple(sorted(((self._contents(k, what, where, callees),
-                                           self._contents(v, what, where, callees))
-                                          for k, v in value.items()), key=encode)))
+        if isinstance(value, (dict, pytypes.MappingProxyType)):
+            # A mapping proxy (`types.MappingProxyType`, a class's `__dict__`): a read-only
+            # view, keyed by what it shows.
+            return ("dict" if isinstance(value, dict) else "mappingproxy", tuple(sorted(
+                ((self._contents(k, what, where, callees),
+                  self._contents(v, what, where, callees)) for k, v in value.items()),
+                key=encode)))
         try:
             return canonical(value)
         except Unencodable:

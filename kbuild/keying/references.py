@@ -44,6 +44,16 @@ class LibraryRef:
     path: str
 
 
+@dataclass(frozen=True)
+class RawNamespace:
+    """`fn.__globals__`: a module's namespace reached through a function, whose reads
+    nothing observes (the function hands out the module's own dict, never a recording
+    one, and no read of it can be seen): a key made without them could go stale, so the
+    keyer refuses it."""
+
+    chain: str
+
+
 def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=None,
                       defaults=None):
     """(kind, dotted name, value) for every global, closure cell and default it reads;
@@ -107,10 +117,15 @@ def _cell_value(cell):
 
 
 def _resolve_chain(chain, value, sources: Sources, objects: ObjectModel):
-    """Follow attribute accesses through modules: `mathx.sq` is the function `sq`."""
+    """Follow attribute accesses through modules: `mathx.sq` is the function `sq`.
+    A module's `__dict__` is the module (code reading it while numba compiles is handed
+    a namespace that observes each name read, as `vars(mod)` is); a function's
+    `__globals__`, its module's own dict, is a `RawNamespace`."""
     i = 1
     while i < len(chain) and (_is_namespace(value) or _constant_of_plain_class(
             value, chain[i], sources, objects)):
+        if isinstance(value, pytypes.ModuleType) and chain[i] == "__dict__":
+            return ".".join(chain[:i]), value
         if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__) \
                 and _by_name(value.__name__, getattr(value, chain[i], None), objects):
             return ".".join(chain), LibraryRef(value.__name__, ".".join(chain[i:]))
@@ -118,6 +133,9 @@ def _resolve_chain(chain, value, sources: Sources, objects: ObjectModel):
         i += 1
     if value is _MISSING:
         return ".".join(chain[:i]), ("missing attribute", ".".join(chain[:i]))
+    if i < len(chain) and chain[i] == "__globals__" and \
+            isinstance(getattr(value, "__globals__", None), dict):
+        return ".".join(chain[:i + 1]), RawNamespace(".".join(chain[:i + 1]))
     return ".".join(chain[:i]), value
 
 

@@ -81,6 +81,9 @@ def canonical(value):
         return (type(value).__name__, _sorted_encoded(canonical(v) for v in value))
     if isinstance(value, dict):
         return ("dict", _sorted_encoded((canonical(k), canonical(v)) for k, v in value.items()))
+    if isinstance(value, pytypes.MappingProxyType):  # a read-only view: by what it shows
+        return ("mappingproxy", _sorted_encoded((canonical(k), canonical(v))
+                                                for k, v in value.items()))
     if isinstance(value, np.ndarray):
         return _array(value)
     if isinstance(value, np.generic):
