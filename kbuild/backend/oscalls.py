@@ -59,9 +59,21 @@ def asked_by_project(frame, installed) -> bool:
         if top in _TOOLCHAIN or name in _IMPORTING:
             return False  # the toolchain's, or the import system finding or loading a module
         if not (is_library(name) or installed(frame.f_code.co_filename)):
-            return frame.f_code.co_name != "<module>"
+            return not importing(frame)
         frame = frame.f_back
     return False
+
+
+def importing(frame) -> bool:
+    """Whether `frame` runs a module's body at its import (or reload): what it reads is
+    pinned by the module's source. Code that `exec` and `eval` run is named `<module>`
+    too, but runs in a module that is done importing (or in a namespace of its own)."""
+    code = frame.f_code
+    if code.co_name != "<module>":
+        return False
+    scope = frame.f_globals
+    return bool(getattr(scope.get("__spec__"), "_initializing", False)) \
+        or code.co_filename == scope.get("__file__")
 
 
 @contextlib.contextmanager

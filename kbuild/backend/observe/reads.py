@@ -3,10 +3,18 @@
 Within `_module_reads`, the attribute reads of every module that is not a library's
 (`mod.X`, `getattr(mod, name)`, `from m import X` in a function body) are observed, and
 `globals()`, `vars(mod)`, `__import__` and `importlib.import_module` are stand-ins that
-observe the names read through them; within `_environ`, `os.environ` (and the mapping
+observe the names read through them; `inspect.getattr_static` (which reads past a
+module's class) notes its reads, and `exec` / `eval` every name their code could look up
+in a module's namespace; within `_environ`, `os.environ` (and the mapping
 class behind every alias of it) observes each variable read. Reads by kbuild, by numba
 and by installed packages (`_installed`), and a module body's at its import, are none of
 the project's and are left out.
+
+What reads a module's own dict past its class and every stand-in is not seen:
+`object.__getattribute__(mod, name)`, dict's own methods called on a namespace handed
+out (`dict.get(vars(mod), name)`), a function's `__globals__` or a frame's `f_globals`
+reached while the compile runs (a function's `__globals__` that the typing function
+names is refused by the keyer instead). `kbuild verify` rebuilds and compares.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import builtins
 import contextlib
 import functools
 import importlib
+import inspect
 import os
 import sys
 import sysconfig
@@ -23,6 +32,7 @@ import types as pytypes
 
 from ...environ import WatchedEnviron
 from ...keying.observed import Kind
+from .. import oscalls
 from ..registrations import is_library
 
 
@@ -193,6 +203,20 @@ def _module_reads(observer):
     watch_new()
     original_globals = builtins.globals
 
+    # `inspect.getattr_static(mod, name)` reads the module's own dict past its class
+    # (`object.__getattribute__`), through one helper of inspect's that every spelling of
+    # it calls (`from inspect import getattr_static` too): the helper notes the read.
+    original_check = getattr(inspect, "_check_instance", None)
+    recording_types = classes.values()
+
+    def recording_check_instance(obj, attr):
+        found = original_check(obj, attr)
+        if type(obj) in recording_types and isinstance(attr, str) and not _dunder(attr):
+            frame = sys._getframe(2)  # getattr_static's caller
+            if not _reader_is_kbuild(frame) and not _import_or_toolchain_read(frame):
+                observer.read(_module_name(obj), attr)
+        return found
+
     def recording_globals():
         frame = sys._getframe(1)
         if frame is None or _import_or_toolchain_read(frame) or \
@@ -200,23 +224,99 @@ def _module_reads(observer):
             return frame.f_globals if frame is not None else original_globals()
         return _RecordingGlobals(frame.f_globals, observer)
 
+    # `exec` and `eval` look names up in the namespaces they are given (the caller's, by
+    # default) past any stand-in (`LOAD_NAME` reads a dict's own items): every name the
+    # code could load from a module's namespace is a read of it.
+    original_exec, original_eval = builtins.exec, builtins.eval
+
+    def module_of(scope):
+        if isinstance(scope, _RecordingGlobals):
+            return scope._module
+        name = dict.get(scope, "__name__") if isinstance(scope, dict) else None
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is not None and id(module) in watched and \
+                pytypes.ModuleType.__getattribute__(module, "__dict__") is scope:
+            return name
+        return None
+
+    def running(original, mode):
+        def stand_in(source, *args, **kwargs):
+            frame = sys._getframe(1)
+            by_project = threading.get_ident() == compiling and \
+                not _reader_is_kbuild(frame) and not _import_or_toolchain_read(frame)
+            scopes = [args[i] if len(args) > i else kwargs.get(key)
+                      for i, key in enumerate(("globals", "locals"))]
+            if scopes[0] is None:  # the caller's namespaces, as the original takes them
+                scopes[0] = frame.f_globals
+                if scopes[1] is None:
+                    scopes[1] = _frame_locals(frame)
+                args = (scopes[0], scopes[1]) + args[2:]
+                kwargs = {k: v for k, v in kwargs.items() if k not in ("globals", "locals")}
+            if by_project:
+                names = _names_loaded(source, mode)
+                for scope in scopes:
+                    module = module_of(scope) if scope is not None else None
+                    for name in names if module else ():
+                        if not _dunder(name) and dict.__contains__(scope, name):
+                            observer.read(module, name)
+            return original(source, *args, **kwargs)
+
+        return stand_in
+
+    recording_exec, recording_eval = running(original_exec, "exec"), running(original_eval, "eval")
+
     # The stand-ins are named as what they stand in for: code keyed while they are in
     # place (a typing function digested as it is about to run) reads Python's own
     # `globals`, as it does after the compile.
     for stand_in, original in ((recording_globals, original_globals),
+                               (recording_exec, original_exec), (recording_eval, original_eval),
                                (watching_import, original_import),
                                (watching_import_module, original_import_module)):
         functools.update_wrapper(stand_in, original)
     builtins.globals = recording_globals
+    builtins.exec, builtins.eval = recording_exec, recording_eval
     builtins.__import__, importlib.import_module = watching_import, watching_import_module
+    if original_check is not None:
+        inspect._check_instance = recording_check_instance
     try:
         yield
     finally:
+        if original_check is not None:
+            inspect._check_instance = original_check
         builtins.globals = original_globals
+        builtins.exec, builtins.eval = original_exec, original_eval
         builtins.__import__, importlib.import_module = original_import, original_import_module
         for module, cls in watched.values():
             if type(module) is classes.get(cls):
                 module.__class__ = cls
+
+
+def _names_loaded(source, mode: str) -> frozenset:
+    """Every name code (a code object, or source as `exec`/`eval` compile it) and the
+    code nested in it could look up by name; none for what does not compile (the call
+    raises as it would)."""
+    code = source
+    if isinstance(source, (str, bytes, bytearray)):
+        try:
+            code = compile(source, "<string>", mode, dont_inherit=True)
+        except (SyntaxError, ValueError, TypeError):
+            return frozenset()
+    names, todo = set(), [code]
+    while todo:
+        code = todo.pop()
+        if isinstance(code, pytypes.CodeType):
+            names.update(code.co_names)
+            todo.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
+    return frozenset(names)
+
+
+def _frame_locals(frame):
+    """The local namespace `exec`/`eval` take from a caller that names none: the frame's
+    own (a module's, a class body's), or for a function's a snapshot of its variables
+    (`locals()`: a dict that Python 3.13 makes anew, earlier ones keep on the frame)."""
+    if sys.version_info >= (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        return dict(frame.f_locals)
+    return frame.f_locals
 
 
 def _module_name(module):
@@ -249,7 +349,7 @@ def _import_or_toolchain_read(frame) -> bool:
     names, which the static key holds, or an installed package it supports, `cffi.FFI`),
     or an installed package's own code: what Python *runs* of the project's while numba
     compiles is what this observes."""
-    return frame.f_code.co_name == "<module>" or \
+    return oscalls.importing(frame) or \
         is_library(frame.f_globals.get("__name__")) or _installed(frame.f_code.co_filename)
 
 
