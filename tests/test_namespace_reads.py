@@ -6,7 +6,7 @@ value made from it) another way than `consts.SCALE`: past the module's class
 code that `exec` or `eval` run (in the caller's namespace, in `vars(module)`, as a
 function made from compiled code), through a read-only mapping proxy; and a file that
 code `eval` runs opens. Editing SCALE (and the file) must rebuild every channel's kernel to a fresh build's bytes; a comment beside it
-rebuilds nothing. A function's `__globals__` (the module's own dict: no read of it can
+rebuilds nothing; for each backend. A function's `__globals__` (the module's own dict: no read of it can
 be observed) fails its target, saying why, and that target only.
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import pytest
 
 from editmatrix_support import artifacts, build, reference, with_status
+from mlir_support import MLIR, needs_mlir, port_config, port_sources
+from support import WARM, WARM_MLIR
 
 CONSTS = """\
 import types
@@ -52,7 +54,7 @@ import os
 import types
 from inspect import getattr_static
 
-from numba.extending import overload
+from numba.cuda.extending import overload
 
 from . import consts
 
@@ -112,14 +114,18 @@ def _write(root, channels: dict):
     return root
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+@pytest.fixture(scope="module", params=["numba-cuda", pytest.param(MLIR, marks=needs_mlir)])
+def built(tmp_path_factory, request):
+    """(project, store, first build, the reference builds' warm modules), per backend."""
     root = tmp_path_factory.mktemp("namespace")
     project = _write(root / "proj", CHANNELS)
+    if request.param == MLIR:
+        port_sources(project)
+        port_config(project / "kbuild.toml")
     first = build(project, root / "store")
     assert with_status(first, "built") == {f"k_{n}" for n in CHANNELS}, \
         [r["error"] for r in first["targets"] if r.get("error")]
-    return project, root / "store", first
+    return project, root / "store", first, WARM_MLIR if request.param == MLIR else WARM
 
 
 def _edit(project, old, new, name="consts.py"):
@@ -128,13 +134,13 @@ def _edit(project, old, new, name="consts.py"):
 
 
 def test_every_channel_is_rebuilt_to_a_fresh_builds_bytes(built, tmp_path):
-    project, store, first = built
+    project, store, first, warm = built
     _edit(project, "SCALE = 2.0", "SCALE = 3.0")
     _edit(project, '"scale": 2.0', '"scale": 3.0')
     _edit(project, "2.0", "3.0", "gain.txt")
     try:
         incremental = build(project, store)
-        fresh = reference(project, tmp_path / "fresh")
+        fresh = reference(project, tmp_path / "fresh", warm=warm)
     finally:
         _edit(project, "SCALE = 3.0", "SCALE = 2.0")
         _edit(project, '"scale": 3.0', '"scale": 2.0')
@@ -146,7 +152,7 @@ def test_every_channel_is_rebuilt_to_a_fresh_builds_bytes(built, tmp_path):
 
 
 def test_a_comment_beside_the_value_rebuilds_nothing(built):
-    project, store, _ = built
+    project, store, _, _ = built
     consts = project / "ns" / "consts.py"
     text = consts.read_text()
     consts.write_text(text + "# a note\n")
