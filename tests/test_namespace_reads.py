@@ -7,7 +7,8 @@ code that `exec` or `eval` run (in the caller's namespace, in `vars(module)`, as
 function made from compiled code), through a read-only mapping proxy; and a file that
 code `eval` runs opens. Editing SCALE (and the file) must rebuild every channel's kernel to a fresh build's bytes; a comment beside it
 rebuilds nothing; for each backend. A function's `__globals__` (the module's own dict: no read of it can
-be observed) fails its target, saying why, and that target only.
+be observed) fails its target, saying why, and that target only. numba's settings,
+which NUMBA_* set, are read by value like a project module's.
 """
 
 from __future__ import annotations
@@ -171,3 +172,68 @@ def test_a_functions_globals_fail_that_target_only(tmp_path):
     (row,) = [r for r in result["targets"] if r["status"] == "failed"]
     assert row["target"].endswith("k_raw")
     assert "consts.helper.__globals__" in row["error"] and "cannot follow" in row["error"]
+
+
+SETTINGS_EXT = """\
+import numba
+from numba.cuda import config
+from numba.cuda.extending import overload
+
+
+def g_opt():
+    pass
+
+
+def g_warnings():
+    pass
+
+
+def g_none():
+    pass
+
+
+@overload(g_opt, target="cuda")
+def _g_opt():
+    value = 2.0 if numba.core.config.OPT == 3 else 5.0
+    return lambda: value
+
+
+@overload(g_warnings, target="cuda")
+def _g_warnings():
+    value = 2.0 if getattr(config, "DISABLE_PERFORMANCE_WARNINGS") else 5.0
+    return lambda: value
+
+
+@overload(g_none, target="cuda")
+def _g_none():
+    return lambda: 2.0
+"""
+
+SETTINGS = ("opt", "warnings", "none")
+
+
+def test_numba_settings_read_while_typing_are_keyed_by_their_values(tmp_path):
+    """numba's config holds what NUMBA_* set, not code pinned by numba's version: an
+    overload that reads it is rebuilt when the variable changes (OPT 3 -> 2 changes
+    nothing else numba-cuda compiles), one that reads none is not."""
+    project = tmp_path / "proj"
+    (project / "st").mkdir(parents=True)
+    (project / "st" / "__init__.py").write_text("")
+    (project / "st" / "ext.py").write_text(SETTINGS_EXT)
+    (project / "st" / "kernels.py").write_text(
+        "from numba import cuda\n\nfrom . import ext\n" + "".join(
+            KERNEL.format(name=n) for n in SETTINGS))
+    (project / "kbuild.toml").write_text(
+        '[project]\nname = "st"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
+            f'\n[kernels."st.kernels:k_{n}"]\nsignatures = ["void(float64[::1], float64[::1])"]\n'
+            for n in SETTINGS))
+    before = {"NUMBA_OPT": "3", "NUMBA_DISABLE_PERFORMANCE_WARNINGS": "1"}
+    after = {"NUMBA_OPT": "2", "NUMBA_DISABLE_PERFORMANCE_WARNINGS": "0"}
+    first = build(project, tmp_path / "store", env_extra=before)
+    assert with_status(first, "built") == {f"k_{n}" for n in SETTINGS}
+    incremental = build(project, tmp_path / "store", env_extra=after)
+    fresh = reference(project, tmp_path / "fresh", env_extra=after)
+    now, clean, then = artifacts(incremental), artifacts(fresh), artifacts(first)
+    assert {t for t in now if now[t] != clean[t]} == set(), "stale binaries served"
+    assert with_status(incremental, "built") == {"k_opt", "k_warnings"}
+    assert now["k_opt"] != then["k_opt"] and now["k_warnings"] != then["k_warnings"]

@@ -39,7 +39,7 @@ def codegen_config() -> dict:
     does at the start of every compile, so a `NUMBA_*` variable set since counts)."""
     from numba.cuda import config
 
-    _reload(config)
+    reload_settings(config)
     out = {}
     for name in CODEGEN_CONFIG:
         value = getattr(config, name, None)
@@ -47,12 +47,13 @@ def codegen_config() -> dict:
     return out
 
 
-def _reload(config) -> None:
-    """`config.reload_config()`, skipped where numba's own would change nothing: the
-    `NUMBA_*` variables are the very ones numba applied last (its test, made here
-    without decoding the whole environment: numba's scan decodes every variable, ~30 µs
-    a launch-time compile with 39 of them, most of the journal's settings digest). A config file
-    (`.numba_config.yaml`), which numba reads at every reload, reloads every time."""
+def reload_settings(config) -> None:
+    """`config.reload_config()` (numba's settings module, any copy of it), skipped where
+    numba's own would change nothing: the `NUMBA_*` variables are the very ones numba
+    applied last (its test, made here without decoding the whole environment: numba's
+    scan decodes every variable, ~30 µs a launch-time compile with 39 of them, most of the
+    journal's settings digest). A config file (`.numba_config.yaml`), which numba reads
+    at every reload, reloads every time."""
     reloader = getattr(config, "_env_reloader", None)
     applied = getattr(reloader, "old_environ", None)
     data = getattr(os.environ, "_data", None)

@@ -26,6 +26,8 @@ from ...keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_dige
 from ...keying.values import cache_unwrapped, canonical
 from .. import oscalls, registrations
 from ..backends import ALL_OBJECTS
+from ..compiletime import reload_settings
+from ..libraries import is_settings
 from ..registrations import Held, held, is_library, qualified
 from .observer import Observer
 
@@ -87,6 +89,10 @@ class Current:
         module_name, _, path = name.partition(":")
         if kind is Kind.FUNCTION and ".<locals>." in path:
             return self._returned_digest(name, module_name, path)
+        if kind is Kind.READ and is_settings(module_name, sys.modules.get(module_name)):
+            # numba's settings as a compile starting now reads them: numba reloads them
+            # from the environment and its config file first.
+            reload_settings(sys.modules[module_name])
         found = _resolve(module_name, path)
         if found is _ABSENT:
             return MISSING

@@ -33,6 +33,7 @@ import types as pytypes
 from ...environ import WatchedEnviron
 from ...keying.observed import Kind
 from .. import oscalls
+from ..libraries import is_settings
 from ..registrations import is_library
 
 
@@ -123,8 +124,9 @@ def _dunder(name: str) -> bool:
 
 @contextlib.contextmanager
 def _module_reads(observer):
-    """Every module that is not a library's (the project's, a third-party extension's) has
-    its attribute reads observed for the block, however made: `mod.X`, `getattr(mod,
+    """Every module that is not a library's (the project's, a third-party extension's), and
+    numba's settings (`libraries.is_settings`: what `NUMBA_*` and `.numba_config.yaml`
+    set), has its attribute reads observed for the block, however made: `mod.X`, `getattr(mod,
     computed)`, `importlib.import_module(m).X`, `from m import X` in a function body; and
     `globals()` or `vars(mod)` hand code that is not a library's a namespace that observes
     each name read from it. A module's class is swapped for a subclass that observes (and
@@ -183,7 +185,8 @@ def _module_reads(observer):
         seen[0] = len(sys.modules)
         for name, module in list(sys.modules.items()):
             if isinstance(module, pytypes.ModuleType) and id(module) not in watched \
-                    and not is_library(name) and _module_name(module) == name:
+                    and (not is_library(name) or is_settings(name, module)) \
+                    and _module_name(module) == name:
                 swap(module)
 
     original_import, original_import_module = builtins.__import__, importlib.import_module
