@@ -211,29 +211,39 @@ def _g_none():
 
 SETTINGS = ("opt", "warnings", "none")
 
+# A kernel that reads a setting itself: numba freezes the value into the code.
+DIRECT = """
+
+@cuda.jit
+def k_direct(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = x[i] * config.DISABLE_PERFORMANCE_WARNINGS
+"""
+
 
 def test_numba_settings_read_while_typing_are_keyed_by_their_values(tmp_path):
     """numba's config holds what NUMBA_* set, not code pinned by numba's version: an
-    overload that reads it is rebuilt when the variable changes (OPT 3 -> 2 changes
-    nothing else numba-cuda compiles), one that reads none is not."""
+    overload or a kernel that reads it is rebuilt when the variable changes (OPT 3 -> 2
+    changes nothing else numba-cuda compiles), one that reads none is not."""
     project = tmp_path / "proj"
     (project / "st").mkdir(parents=True)
     (project / "st" / "__init__.py").write_text("")
     (project / "st" / "ext.py").write_text(SETTINGS_EXT)
     (project / "st" / "kernels.py").write_text(
-        "from numba import cuda\n\nfrom . import ext\n" + "".join(
-            KERNEL.format(name=n) for n in SETTINGS))
+        "from numba import cuda\nfrom numba.core import config\n\nfrom . import ext\n" + "".join(
+            KERNEL.format(name=n) for n in SETTINGS) + DIRECT)
     (project / "kbuild.toml").write_text(
         '[project]\nname = "st"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
             f'\n[kernels."st.kernels:k_{n}"]\nsignatures = ["void(float64[::1], float64[::1])"]\n'
-            for n in SETTINGS))
+            for n in SETTINGS + ("direct",)))
     before = {"NUMBA_OPT": "3", "NUMBA_DISABLE_PERFORMANCE_WARNINGS": "1"}
     after = {"NUMBA_OPT": "2", "NUMBA_DISABLE_PERFORMANCE_WARNINGS": "0"}
     first = build(project, tmp_path / "store", env_extra=before)
-    assert with_status(first, "built") == {f"k_{n}" for n in SETTINGS}
+    assert with_status(first, "built") == {f"k_{n}" for n in SETTINGS + ("direct",)}
     incremental = build(project, tmp_path / "store", env_extra=after)
     fresh = reference(project, tmp_path / "fresh", env_extra=after)
     now, clean, then = artifacts(incremental), artifacts(fresh), artifacts(first)
     assert {t for t in now if now[t] != clean[t]} == set(), "stale binaries served"
-    assert with_status(incremental, "built") == {"k_opt", "k_warnings"}
-    assert now["k_opt"] != then["k_opt"] and now["k_warnings"] != then["k_warnings"]
+    assert with_status(incremental, "built") == {"k_opt", "k_warnings", "k_direct"}
+    assert {t for t in ("k_opt", "k_warnings", "k_direct") if now[t] == then[t]} == set()

@@ -89,7 +89,8 @@ class Current:
         module_name, _, path = name.partition(":")
         if kind is Kind.FUNCTION and ".<locals>." in path:
             return self._returned_digest(name, module_name, path)
-        if kind is Kind.READ and is_settings(module_name, sys.modules.get(module_name)):
+        if kind in (Kind.READ, Kind.GLOBAL) and \
+                is_settings(module_name, sys.modules.get(module_name)):
             # numba's settings as a compile starting now reads them: numba reloads them
             # from the environment and its config file first.
             reload_settings(sys.modules[module_name])

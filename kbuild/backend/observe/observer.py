@@ -23,6 +23,7 @@ from ...environ import WatchedEnviron
 from ...keying.bytecode import returned_functions
 from ...keying.observed import Kind
 from .. import oscalls, registrations
+from ..libraries import is_settings
 from ..registrations import held, is_library, is_overload_template, is_project, key_name, \
     qualified, typing_functions
 from .reads import _installed
@@ -232,7 +233,7 @@ class Observer:
             name = f"{getattr(module, '__module__', '')}:{getattr(module, '__qualname__', '')}"
             name, _, inner = name.partition(":")
             attr = f"{inner}.{attr}"
-        if not is_library(name):
+        if not is_library(name) or is_settings(name, module):  # numba's config: state
             self.add(Kind.GLOBAL, f"{name}:{attr}")
 
     def read_by_project(self, frame=None) -> bool:
