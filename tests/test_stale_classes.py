@@ -148,3 +148,23 @@ def test_incremental_matches_fresh(baseline, work, tmp_path, the_case):
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
     if the_case.rebuilt:
         assert changed, "the case changes no compiled code: it proves nothing"
+
+
+def test_a_failure_is_kept_only_while_what_typing_asked_of_a_type_is_unchanged(tmp_path):
+    """A compile that fails at typing read less than one that succeeds: whether Span
+    converts to float32 is asked of the project's SpanType (`can_convert_to`), and that
+    answer decides the failure. A failure recorded while it said no is not the answer
+    once it says yes again: the target compiles, to a fresh build's bytes."""
+    project = _checkout(tmp_path)
+    types_py = project / "sp" / "ext" / "types.py"
+    text = types_py.read_text()
+    assert text.count("if other == types.float32:") == 1
+    types_py.write_text(text.replace("if other == types.float32:", "if other != types.float32:"))
+    refused = build(project, tmp_path / "store", "-k", "k_span_cast", env_extra=_env(project),
+                    expect_rc=1)
+    assert with_status(refused, "failed") == {"k_span_cast"}
+    types_py.write_text(text)
+    again = build(project, tmp_path / "store", "k_span_cast", env_extra=_env(project))
+    fresh = reference(project, tmp_path / "fresh", "k_span_cast", env_extra=_env(project))
+    assert with_status(again, "built") == {"k_span_cast"}, [r["error"] for r in again["targets"]]
+    assert artifacts(again) == artifacts(fresh)

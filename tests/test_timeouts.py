@@ -304,14 +304,14 @@ def test_a_failure_is_reported_at_once_until_its_key_or_what_it_read_changes(tmp
 
 KEY = "0123456789abcdef0123456789abcdef"
 EXPECT = {"target": "p.m:k", "signature": "void(float32[::1])", "arch": "sm_80"}
-GOOD_RECORD = {"schema": 1, "key": KEY, **EXPECT, "error": "TypingError: no", "limit": None,
+GOOD_RECORD = {"schema": 2, "key": KEY, **EXPECT, "error": "TypingError: no", "limit": None,
                "seconds": 0.5, "project": "p", "observed": [["env", "X", "missing"]]}
 
 
 @pytest.mark.parametrize("content", [
     b"\x00\xff not json",
     b"[" * 100000,
-    json.dumps({**GOOD_RECORD, "schema": 2}).encode(),
+    json.dumps({**GOOD_RECORD, "schema": 99}).encode(),
     json.dumps({**GOOD_RECORD, "key": "f" * 32}).encode(),
     json.dumps({**GOOD_RECORD, "error": 5}).encode(),
     json.dumps({**GOOD_RECORD, "limit": -1}).encode(),
@@ -334,6 +334,21 @@ def test_a_damaged_failure_record_is_a_miss_with_a_warning(tmp_path, content):
     assert failures.recorded(store, KEY, EXPECT) is None
     assert any(f"failure record {KEY} is corrupt" in w for w in store.warnings)
     assert not path.exists()  # removed: the next failure writes a fresh one
+
+
+def test_a_record_an_earlier_kbuild_wrote_is_dropped_quietly(tmp_path):
+    """Schema 1 records lack what typing asked of the project's types: the target
+    compiles again, with no warning of damage."""
+    from kbuild.store import failures
+    from kbuild.store.local import Store
+
+    store = Store(tmp_path / "store")
+    store.ensure_writable()
+    path = tmp_path / "store" / failures.failure_relpath(KEY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**GOOD_RECORD, "schema": 1}))
+    assert failures.recorded(store, KEY, EXPECT) is None
+    assert store.warnings == [] and not path.exists()
 
 
 def test_a_record_for_another_target_or_a_link_is_not_used(tmp_path):

@@ -26,7 +26,9 @@ from . import tree
 from .local import LAYOUT, Store
 from .manifest import HEX32, EntryProblem, load_json
 
-FAILURE_SCHEMA = 1
+# 2: a failure records the type classes typing asked whether a type converts or unifies
+# (a record of 1 may lack them: it is dropped, and the target compiles again).
+FAILURE_SCHEMA = 2
 MAX_ERROR = 16 << 10  # characters of an error message kept
 MAX_RECORD = 4 << 20  # bytes of a record read at most
 MAX_OBSERVED = 20000  # observation rows (keying.observed.MAX_OBSERVATIONS)
@@ -72,6 +74,9 @@ def recorded(store: Store, key: str, expect: dict) -> Failure | None:
     try:
         data, _ = tree.read_file(store.root, failure_relpath(key), MAX_RECORD)
         failure = _parse(key, load_json(data.decode("utf-8"), "failure record", MAX_RECORD))
+    except _Outdated:  # made by an earlier kbuild: compiled again, with no warning
+        forget(store, key)
+        return None
     except (OSError, UnicodeDecodeError, EntryProblem) as exc:
         problem = getattr(exc, "strerror", None) or str(exc)
         store.warnings.append(f"failure record {key} is corrupt ({problem}); compiling again")
@@ -131,8 +136,15 @@ def _project_of(store: Store, rel: str):
         return False
 
 
+class _Outdated(EntryProblem):
+    """A record of an earlier schema."""
+
+
 def _parse(key: str, raw) -> Failure:
     """The record `raw` for `key`, checked field by field; EntryProblem otherwise."""
+    schema = raw.get("schema") if isinstance(raw, dict) else None
+    if type(schema) is int and 1 <= schema < FAILURE_SCHEMA:
+        raise _Outdated(f"a record of schema {schema}")
     if not isinstance(raw, dict) or raw.get("schema") != FAILURE_SCHEMA:
         raise EntryProblem("not a failure record of a known schema")
     if raw.get("key") != key:

@@ -153,6 +153,18 @@ def _hooks(observer: Observer, front_end: FrontEnd):
                 return original(self, typ, attr)
         return hooked
 
+    def relates(original):
+        # Whether one type converts to or unifies with another is asked of the types
+        # themselves (`can_convert_to`, `can_convert_from`, `unify`): a project's type
+        # class answers with its own code, which decides what types, and what fails to.
+        def hooked(self, first, second):
+            for ty in (first, second):
+                cls = type(ty)
+                if not is_library(cls.__module__) and "<locals>" not in cls.__qualname__:
+                    observer.read(cls.__module__, cls.__qualname__)
+            return original(self, first, second)
+        return hooked
+
     def enum_member(original):
         def hooked(self, ty, attr):
             cls = ty.instance_class
@@ -179,6 +191,8 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         yield interp.Interpreter, "get_global_value", get_global_value
     for ctx in typing("context"):
         yield ctx.BaseContext, "resolve_module_constants", module_constants
+        yield ctx.BaseContext, "can_convert", relates
+        yield ctx.BaseContext, "unify_pairs", relates
     for enums in typing("enumdecl"):
         yield enums.EnumClassAttribute, "generic_resolve", enum_member
     for tmpl in typing("templates"):
