@@ -26,7 +26,7 @@ from .. import oscalls, registrations
 from ..libraries import is_settings
 from ..registrations import held, is_library, is_overload_template, is_project, key_name, \
     qualified, typing_functions
-from .reads import _installed
+from .reads import _installed, namespace_module
 
 
 class Observer:
@@ -213,7 +213,7 @@ class Observer:
         if is_library(module):
             return
         if name in scope:
-            if getattr(sys.modules.get(module), "__dict__", None) is scope:
+            if namespace_module(scope) == module:
                 key = (Kind.GLOBAL, f"{module}:{name}")
                 self.add(*key)
                 if self._is_static(func) and key not in self._dynamic:

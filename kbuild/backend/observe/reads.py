@@ -235,12 +235,8 @@ def _module_reads(observer):
     def module_of(scope):
         if isinstance(scope, _RecordingGlobals):
             return scope._module
-        name = dict.get(scope, "__name__") if isinstance(scope, dict) else None
-        module = sys.modules.get(name) if isinstance(name, str) else None
-        if module is not None and id(module) in watched and \
-                pytypes.ModuleType.__getattribute__(module, "__dict__") is scope:
-            return name
-        return None
+        name = namespace_module(scope)
+        return name if name is not None and id(sys.modules[name]) in watched else None
 
     def running(original, mode):
         def stand_in(source, *args, **kwargs):
@@ -320,6 +316,17 @@ def _frame_locals(frame):
     if sys.version_info >= (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
         return dict(frame.f_locals)
     return frame.f_locals
+
+
+def namespace_module(scope) -> str | None:
+    """The name of the loaded module whose own namespace `scope` is, or None (a copy, a
+    namespace of one's own, a module since replaced in `sys.modules`)."""
+    name = dict.get(scope, "__name__") if isinstance(scope, dict) else None
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    if isinstance(module, pytypes.ModuleType) and \
+            pytypes.ModuleType.__getattribute__(module, "__dict__") is scope:
+        return name
+    return None
 
 
 def _module_name(module):
