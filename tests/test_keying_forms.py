@@ -205,6 +205,43 @@ def dev({args}):
     return {expr}
 """
 
+# Functions that share a qualified name (closures of one factory, lambdas) held in one
+# container: each is keyed by its place, so which one sits where is part of the key.
+_SAME_NAMED = """
+def make(s):
+    @cuda.jit(device=True)
+    def g(v):
+        return v * s
+    return g
+
+
+FUNCS = (make({a}), make({b}))
+SET = frozenset((make({a}), make(4.0)))
+IMPLS = {{"a": lambda v: v * {a}, "b": lambda v: v * {b}}}
+
+
+def pick(v):
+    pass
+
+
+@overload(pick, target="cuda")
+def _pick(v):
+    return IMPLS["a"]
+
+
+def held(v):
+    pass
+
+
+held.impls = (make({a}), make({b}))
+
+
+@overload(held, target="cuda")
+def _held(v):
+    first = held.impls[0]
+    return lambda v: first(v)
+"""
+
 
 def _pair(template: str, old, new, kernel: str) -> tuple[str, str]:
     return (_HEAD + template.format(**old) + "\n\n" + kernel,
@@ -230,6 +267,12 @@ DIFFER = [
                                        _kernel("x[0] = OPS_LIST[1](x[0])"))),
     ("device-function-in-dict", *_pair(_DEV_TUPLE, {"power": "x"}, {"power": "2.0"},
                                        _kernel("x[0] = OPS_DICT['cube'](x[0])"))),
+    *((f"same-named-functions-{name}", *_pair(_SAME_NAMED, {"a": 2.0, "b": 3.0},
+                                                {"a": 3.0, "b": 2.0}, _kernel(body)))
+      for name, body in (("in-a-tuple-swapped", "x[0] = FUNCS[0](x[0])"),
+                         ("in-a-dict-swapped", "x[0] = pick(x[0])"),
+                         ("in-an-attribute-swapped", "x[0] = held(x[0])"),
+                         ("in-a-set-one-changed", "x[0] = len(SET)"))),
     ("dict-read-by-an-overload", *_pair(_OVERLOAD_DICT, {"gain": 2.0}, {"gain": 3.0},
                                         _kernel("x[0] = scaled(x[0])"))),
     *((f"overload-{name}", *_pair(_OVERLOAD_OPTION, {"option": one}, {"option": two},

@@ -147,9 +147,11 @@ class Keyer:
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         returned = returned_globals(py_func.__code__) if selector else frozenset()
-        children += self._references(py_func, where, fn.defaults,
-                                     frozenset(".".join(c) for c in returned))
-        children += self.attribute_nodes(py_func, where)
+        refs, bindings = self._references(py_func, where, fn.defaults,
+                                          frozenset(".".join(c) for c in returned))
+        attributes, held = self._attribute_parts(py_func, where)
+        # One function may be reached both ways, and under one name twice (held twice).
+        children += _disambiguate(refs + held) + bindings + attributes
         if fn.role is Role.FUNCTION:
             # A stub whose @overload implementations (and how each was registered: strict,
             # inline, ...) are what numba compiles for it.
@@ -175,21 +177,28 @@ class Keyer:
         value with no content form (a test runner's mark, a library's record) is keyed as
         the function's module source holds it, as a class with no content form is: set in
         that source, an edit there rebuilds; it never fails a kernel that holds it."""
+        nodes, callees = self._attribute_parts(py_func, where)
+        return nodes + _disambiguate(callees)
+
+    def _attribute_parts(self, py_func, where: str) -> tuple[list, list]:
+        """`attribute_nodes` as (the attributes' leaves, [(path, callee node)])."""
         held = {name: value for name, value in vars(py_func).items()
                 if not (name.startswith("__") and name.endswith("__"))}
         nodes: list[KeyNode] = []
+        callees: list = []
         for name in sorted(held):
-            callees: list = []
             what = f"attribute '{name}' of function {qualified_name(py_func)}"
             label = LabelKind.ATTRIBUTE.label(name)
+            found: list = []
             try:
-                contents = self._contents(held[name], what, where, callees)
+                contents = self._contents(held[name], what, where, found,
+                                          f"{py_func.__name__}.{name}")
             except KeyingError:
                 nodes.append(self._attribute_source(label, py_func, held[name], where))
                 continue
             nodes.append(leaf(label, contents, summary(held[name])))
-            nodes += callees
-        return nodes
+            callees += found
+        return nodes, callees
 
     def _attribute_source(self, label, py_func, value, where: str) -> KeyNode:
         """An attribute with no content form: its type by name and the source of the
@@ -283,9 +292,11 @@ class Keyer:
         cannot_key(where, f"linked item of type {type(item).__name__}")
 
     def _references(self, py_func, where: str, defaults=None,
-                    returned: frozenset = frozenset()) -> list[KeyNode]:
-        """The leaves and callee trees of what `py_func` reads; `returned`: the dotted
-        names a selector only returns (`bytecode.returned_globals`)."""
+                    returned: frozenset = frozenset()) -> tuple[list, list[KeyNode]]:
+        """What `py_func` reads: [(the name or path it reaches it by, its leaf or callee
+        tree)] for `_disambiguate`, and the leaves binding each name to the function it
+        calls; `returned`: the dotted names a selector only returns
+        (`bytecode.returned_globals`)."""
         refs, bindings = [], {}
         for kind, name, value in referenced_values(py_func, self._sources, self._objects,
                                                    defaults=defaults):
@@ -298,8 +309,9 @@ class Keyer:
                 continue
             refs.append(self._reference(kind, name, value, where))
             label = refs[-1][1].label
-            # Device functions held in a tuple, list or dict the value is made of.
-            refs += [(name, node) for node in self._contained_callees]
+            # Device functions held in a tuple, list or dict the value is made of, each
+            # by where it is held (`FUNCS[0]`): two closures of one factory share a name.
+            refs += self._contained_callees
             self._contained_callees = []
             if label_kind(label) is LabelKind.CALLEE:
                 callee = label_name(label)
@@ -307,7 +319,7 @@ class Keyer:
                 # `cube as f, sq as g` changes no body and no callee, only this.
                 label = kind.label(name)
                 bindings[label] = leaf(label, ("calls", callee), callee)
-        return _disambiguate(refs) + list(bindings.values())
+        return refs, list(bindings.values())
 
     def _implementation(self, value) -> bool:
         """Whether a value a selector returns is an implementation numba compiles as
@@ -350,7 +362,7 @@ class Keyer:
             pass
         if isinstance(value, _CONTAINERS) or self._object_state(value) is not None:
             callees: list = []
-            contents = self._contents(value, f"{kind.value} '{name}'", where, callees)
+            contents = self._contents(value, f"{kind.value} '{name}'", where, callees, name)
             self._contained_callees = callees  # taken by `_references` right away
             return name, leaf(label, contents, summary(value))
         environ = _environment_name(value)
@@ -372,27 +384,32 @@ class Keyer:
             "make it a number, string, tuple, numpy array or dtype, enum, "
             "or a device function")
 
-    def _contents(self, value, what: str, where: str, callees: list):
-        """A container by content, device functions in it as calls (their trees become
-        the function's callees, as when a function is named directly)."""
+    def _contents(self, value, what: str, where: str, callees: list, path: str = ""):
+        """A container by content, device functions in it as calls: their trees become
+        the function's callees, as when a function is named directly, each appended to
+        `callees` as (where it is held from `path` on, its tree)."""
         value = cache_unwrapped(value)
         fn = self._callee(value)
         if fn is not None:
             name = qualified_name(fn.py_func)
-            callees.append(self.function_node(value, LabelKind.CALLEE.label(name), where))
+            callees.append((path, self.function_node(value, LabelKind.CALLEE.label(name),
+                                                     where)))
             return ("calls", name)
         if isinstance(value, (tuple, list)):
             return (type(value).__name__,
-                    tuple(self._contents(v, what, where, callees) for v in value))
-        if isinstance(value, (set, frozenset)):
+                    tuple(self._contents(v, what, where, callees, f"{path}[{i}]")
+                          for i, v in enumerate(value)))
+        if isinstance(value, (set, frozenset)):  # no place: members told apart by content
             return (type(value).__name__, tuple(sorted(
-                (self._contents(v, what, where, callees) for v in value), key=encode)))
+                (self._contents(v, what, where, callees, f"{path}{{}}") for v in value),
+                key=encode)))
         if isinstance(value, (dict, pytypes.MappingProxyType)):
             # A mapping proxy (`types.MappingProxyType`, a class's `__dict__`): a read-only
             # view, keyed by what it shows.
             return ("dict" if isinstance(value, dict) else "mappingproxy", tuple(sorted(
-                ((self._contents(k, what, where, callees),
-                  self._contents(v, what, where, callees)) for k, v in value.items()),
+                ((self._contents(k, what, where, callees, f"{path}{{}}"),
+                  self._contents(v, what, where, callees, f"{path}[{_key_text(k)}]"))
+                 for k, v in value.items()),
                 key=encode)))
         try:
             return canonical(value)
@@ -406,7 +423,7 @@ class Keyer:
             return ("extern",) + extern
         state = self._object_state(value)
         if state is not None:
-            return self._object_contents(value, state, what, where, callees)
+            return self._object_contents(value, state, what, where, callees, path)
         form = library_object_form(value)
         if form is not None:
             return form
@@ -444,7 +461,7 @@ class Keyer:
         found = relative(str(path)) if relative is not None and path.is_absolute() else None
         return ("project",) + found if found is not None else ("as-written", path.as_posix())
 
-    def _object_contents(self, value, state, what, where, callees):
+    def _object_contents(self, value, state, what, where, callees, path: str = ""):
         """An object (`_object_state`) by content: its class by its code, then each
         attribute it holds by its value, in name order. Raises KeyingError for one
         nested deeper than `_DEPTH` (a cycle)."""
@@ -455,7 +472,8 @@ class Keyer:
                               "values in it instead")
         self._nesting += 1
         try:
-            held = tuple((name, self._contents(attributes[name], what, where, callees))
+            held = tuple((name, self._contents(attributes[name], what, where, callees,
+                                               f"{path}.{name}"))
                          for name in sorted(attributes))
         finally:
             self._nesting -= 1
@@ -474,7 +492,7 @@ class Keyer:
             return None
         callees: list = []
         contents = self._object_contents(value, state, "object", where, callees)
-        return digest_of((contents, tuple(node.digest for node in callees)))
+        return digest_of((contents, tuple(node.digest for _, node in callees)))
 
     def _instance_class(self, cls, where: str) -> str:
         """The class of a configuration object by what it holds (`_class_parts`); by its
@@ -635,19 +653,34 @@ def _type_node(label, t, objects: ObjectModel) -> KeyNode:
 
 
 def _disambiguate(refs) -> list[KeyNode]:
-    """One node per label; one function reached under two names with two contents gets both."""
+    """One node per label, from [(the name or path it was reached by, node)]. Where one
+    label holds two contents (one function under two names; two closures of a factory,
+    or two lambdas, held in one tuple), each gets its own label, by where it was reached
+    from (which name holds which function is part of the key) or, in a set, by its own
+    content."""
     by_label: dict[str, list] = {}
     for name, node in refs:
         by_label.setdefault(node.label, []).append((name, node))
     out = []
     for label, items in by_label.items():
-        distinct = {node.digest for _, node in items}
-        if len(distinct) == 1:
+        if len({node.digest for _, node in items}) == 1:
             out.append(items[0][1])
             continue
+        by_name: dict[str, dict] = {}
         for name, node in items:
-            out.append(KeyNode(reached_as(label, name), node.summary, node.digest, node.children))
+            by_name.setdefault(name, {})[node.digest] = node
+        for name, nodes in by_name.items():
+            for digest, node in nodes.items():
+                where = name if len(nodes) == 1 else f"{name}#{digest[:12]}"
+                out.append(KeyNode(reached_as(label, where), node.summary, node.digest,
+                                   node.children))
     return out
+
+
+def _key_text(key) -> str:
+    """A mapping's key as its place in a path (`TABLE['fast']`); '?' where its repr is
+    not a plain value's."""
+    return repr(key) if type(key) in (str, int, bool, float) or key is None else "?"
 
 
 def _environment_name(value) -> str | None:
