@@ -242,6 +242,30 @@ def _held(v):
     return lambda v: first(v)
 """
 
+# An implementation a selector returns by a global's name is observed when numba compiles
+# it, by its own name; one that its name does not find is keyed with the selector.
+_RETURNED_GLOBAL = """
+def make(s):
+    def impl(v):
+        return v * s
+    return impl
+
+
+MADE = make({a})
+FAST, SLOW = lambda v: v * {a}, lambda v: v * {b}
+
+
+def pick(v):
+    pass
+
+
+@overload(pick, target="cuda")
+def _pick(v):
+    if v.bitwidth == 32:
+        return {returned}
+    return SLOW
+"""
+
 
 def _pair(template: str, old, new, kernel: str) -> tuple[str, str]:
     return (_HEAD + template.format(**old) + "\n\n" + kernel,
@@ -273,6 +297,12 @@ DIFFER = [
                          ("in-a-dict-swapped", "x[0] = pick(x[0])"),
                          ("in-an-attribute-swapped", "x[0] = held(x[0])"),
                          ("in-a-set-one-changed", "x[0] = len(SET)"))),
+    *((f"returned-{name}", *_pair(_RETURNED_GLOBAL, dict(values[0], returned=returned),
+                                  dict(values[1], returned=returned),
+                                  _kernel("x[0] = pick(x[0])")))
+      for name, returned, values in (
+          ("closure-made-at-import", "MADE", ({"a": 2.0, "b": 5.0}, {"a": 3.0, "b": 5.0})),
+          ("lambdas-swapped", "FAST", ({"a": 2.0, "b": 5.0}, {"a": 5.0, "b": 2.0})))),
     ("dict-read-by-an-overload", *_pair(_OVERLOAD_DICT, {"gain": 2.0}, {"gain": 3.0},
                                         _kernel("x[0] = scaled(x[0])"))),
     *((f"overload-{name}", *_pair(_OVERLOAD_OPTION, {"option": one}, {"option": two},

@@ -323,11 +323,15 @@ class Keyer:
 
     def _implementation(self, value) -> bool:
         """Whether a value a selector returns is an implementation numba compiles as
-        Python: a project's plain function, with no registrations of its own."""
+        Python, observed when it does: a project's plain function, with no registrations
+        of its own, that its module and name find (the observation digests what
+        `function mod:name` finds then). A closure a factory made at import, a lambda,
+        one bound under another name: none is found by its name, so it is keyed here by
+        content, its closure's values with it."""
         fn = self._callee(value)
         return fn is not None and fn.role is Role.FUNCTION \
             and isinstance(value, pytypes.FunctionType) and fn.py_func is value \
-            and not self._objects.overloads_of(value)
+            and not self._objects.overloads_of(value) and _found_by_name(value)
 
     def _callee(self, value) -> Function | None:
         """`value` as a function keyed as a callee (by its tree), else None."""
@@ -675,6 +679,17 @@ def _disambiguate(refs) -> list[KeyNode]:
                 out.append(KeyNode(reached_as(label, where), node.summary, node.digest,
                                    node.children))
     return out
+
+
+def _found_by_name(func) -> bool:
+    """Whether `func` is what its qualified name finds in its module's namespace (a
+    module-level function, a class's function or static method)."""
+    first, *rest = func.__qualname__.split(".")
+    value = func.__globals__.get(first)
+    for part in rest:
+        value = vars(value).get(part) if isinstance(value, type) else None
+        value = getattr(value, "__func__", value) if isinstance(value, staticmethod) else value
+    return value is func
 
 
 def _key_text(key) -> str:
