@@ -13,7 +13,6 @@ names (numba-cuda-mlir) passes its own, and the same hooks fire there.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import io
 import json
@@ -285,30 +284,75 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
     `"..."` and `<...>` alike): no `open` sees them, and parsing `#include` lines again
     with other rules would miss some. NVRTC's time trace (`-fdevice-time-trace`, which
     changes nothing it compiles) lists every header it opened, resolved: each compile
-    within the block writes one, and those headers are observed."""
+    within the block writes one, and those headers are observed. So is what would have
+    been opened instead: the files that would shadow each (`shadowing_candidates`, by
+    stat: absent now) and the setting that orders the include folders."""
     try:
         nvrtc = importlib.import_module(module_name)
     except ImportError:  # another numba-cuda: nothing compiles CUDA C this way
         yield
         return
     original_compile, original_options = nvrtc.compile, nvrtc.ProgramOptions
+    config = getattr(nvrtc, "config", None)
 
     def compile_traced(*args, **kwargs):
         with tempfile.TemporaryDirectory(prefix="kbuild-nvrtc-") as scratch:
-            nvrtc.ProgramOptions = functools.partial(
-                original_options, fdevice_time_trace=os.path.join(scratch, "trace"))
+            include_path: list = []
+
+            def options(*a, **kw):
+                include_path.extend(kw.get("include_path") or ())
+                return original_options(*a, fdevice_time_trace=os.path.join(scratch, "trace"),
+                                        **kw)
+
+            nvrtc.ProgramOptions = options
             try:
                 return original_compile(*args, **kwargs)
             finally:
                 nvrtc.ProgramOptions = original_options
-                for header in traced_headers(scratch):
+                headers = traced_headers(scratch)
+                for header in headers:
                     observer.file(header, Kind.HEADER)
+                # Where NVRTC looked before it found each: a header made there since
+                # would be the one it opens now.
+                for candidate in shadowing_candidates(headers, include_path):
+                    observer.file(candidate, Kind.STAT)
+                if hasattr(config, _SEARCH_PATHS):
+                    # The folders' order (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS) decides
+                    # which of two same-named headers is opened.
+                    observer.add(Kind.GLOBAL, f"{config.__name__}:{_SEARCH_PATHS}")
 
     nvrtc.compile = compile_traced
     try:
         yield
     finally:
         nvrtc.compile = original_compile
+
+
+_SEARCH_PATHS = "CUDA_NVRTC_EXTRA_SEARCH_PATHS"  # numba-cuda's setting: NVRTC's -I folders
+
+
+def shadowing_candidates(headers, include_path) -> list[str]:
+    """The files that would shadow `headers` (resolved paths NVRTC opened) if made: the
+    same relative name in the folders NVRTC searches before the one it found each in
+    (the working directory for a `"..."` include, then `include_path` in order) and in
+    the folders of the headers, where an including header's `"..."` include is looked
+    up first. Which folder found a header under several is not said: each reading
+    counts."""
+    cwd = os.getcwd()
+    search = [cwd] + [os.path.normpath(os.path.join(cwd, p)) for p in include_path]
+    includers = sorted({os.path.dirname(h) for h in headers})
+    out: dict = {}
+    for header in headers:
+        for index, folder in enumerate(search + includers):
+            if not header.startswith(folder.rstrip(os.sep) + os.sep):
+                continue
+            rel = os.path.relpath(header, folder)
+            earlier = search[:index] if index < len(search) else search
+            for other in earlier + includers:
+                candidate = os.path.normpath(os.path.join(other, rel))
+                if candidate != header:
+                    out.setdefault(candidate, None)
+    return list(out)
 
 
 _TRACE_LIMIT = 64 << 20  # a time trace is a few KiB; never read an unbounded file
