@@ -112,3 +112,17 @@ def test_a_header_that_shadows_nothing_rebuilds_nothing(baseline, tmp_path):
     again = build(project, store, env_extra=SEARCH)
     assert with_status(again, "cached") == {"k"}
     assert artifacts(again) == before
+
+
+def test_the_same_folders_named_from_a_moved_checkout_rebuild_nothing(baseline, tmp_path):
+    """The folders are keyed by where they are in the project: a checkout elsewhere that
+    names them by absolute path (as a CI job does) is served what the template built."""
+    from editmatrix_support import copy_tree
+
+    template, template_store, before = baseline
+    project = copy_tree(template, tmp_path / "elsewhere" / "proj")
+    store = copy_tree(template_store, tmp_path / "store")
+    search = {"NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": f"{project / 'inc_a'}:{project / 'inc_b'}"}
+    again = build(project, store, env_extra=search)
+    assert with_status(again, "cached") == {"k"}
+    assert artifacts(again) == before

@@ -49,6 +49,9 @@ class Kind(str, enum.Enum):
     FILE = "file"  # a file opened for reading during the compile
     LINK = "link file"  # a file linked into the target (link=, declare_device)
     HEADER = "header"  # a header NVRTC opened compiling a link file, transitively
+    # module:setting, the folders NVRTC searches for headers after numba's and CUDA's, in
+    # order (numba's CUDA_NVRTC_EXTRA_SEARCH_PATHS), each by where it is from the root
+    INCLUDE_PATH = "include path"
     # What a typing or lowering look-up found registered, by what was looked up:
     # `function mod:Span`, `attributes mod:SpanType` (typing templates); `function
     # mod:Span`, `getattr 'lo'`, `setattr 'lo'`, `cast`, `constant`, `model mod:SpanType`

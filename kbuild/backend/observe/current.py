@@ -75,6 +75,8 @@ class Current:
             read = oscalls.stat_digest_form if kind is Kind.STAT else oscalls.listing_form
             found = read(self._root / name)
             return MISSING if found is None else digest_of(found)
+        if kind is Kind.INCLUDE_PATH:
+            return self._include_path_digest(name)
         if kind is Kind.ENVIRON:
             return digest_of(("environ", tuple(sorted(os.environ.items()))))
         if kind is Kind.UNSEEN:
@@ -102,6 +104,28 @@ class Current:
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
         return self._function_digest(kind, name, found)
+
+    def _include_path_digest(self, name: str) -> str:
+        """NVRTC's extra include folders as the setting `module:attr` gives them now (after
+        numba's reload), in order, each by where it is from the project root (a moved
+        checkout keeps its digest; relative ones are from the working directory)."""
+        module_name, _, attr = name.partition(":")
+        module = sys.modules.get(module_name)
+        if module is None:
+            return MISSING
+        if is_settings(module_name, module):
+            reload_settings(module)
+        value = getattr(module, attr, None)
+        if not isinstance(value, str):
+            return MISSING
+        root, cwd = os.path.realpath(self._root), os.getcwd()
+        folders = []
+        for entry in value.split(":") if value else ():
+            real = os.path.realpath(os.path.join(cwd, entry))
+            inside = real == root or real.startswith(root + os.sep)
+            folders.append(("root", Path(os.path.relpath(real, root)).as_posix()) if inside
+                           else ("path", real))
+        return digest_of(("include path", tuple(folders)))
 
     def _returned_digest(self, name: str, module_name: str, path: str) -> str:
         """An implementation `outer.<locals>.inner` that `outer` only makes and returns:

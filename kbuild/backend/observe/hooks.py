@@ -319,7 +319,7 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
                 if hasattr(config, _SEARCH_PATHS):
                     # The folders' order (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS) decides
                     # which of two same-named headers is opened.
-                    observer.add(Kind.GLOBAL, f"{config.__name__}:{_SEARCH_PATHS}")
+                    observer.add(Kind.INCLUDE_PATH, f"{config.__name__}:{_SEARCH_PATHS}")
 
     nvrtc.compile = compile_traced
     try:
