@@ -90,24 +90,26 @@ VARIANTS = (Variant("numba-cuda"), Variant(mlir_support.MLIR, mlir_support.UNSUP
 # -- running kbuild -------------------------------------------------------------
 
 def kbuild_result(project: Path, store: Path, *args: str, env_extra=None,
-                  launcher=("-m", "kbuild"), warm: bool | tuple = False) -> Result:
+                  launcher=("-m", "kbuild"), warm: bool | tuple = False,
+                  cwd: Path | None = None) -> Result:
     """`python -m kbuild ARGS --json --config project/kbuild.toml --store store` in
     `project`, HOME the test run's shared one (else beside the project), bytecode writing
     off: a checkout's run can answer from the journal its template's build wrote.
 
     `launcher` replaces `-m kbuild`, e.g. `-c CODE` that imports things first. `warm`:
     from the zygote with numba-cuda imported (`support.run`; a tuple: those modules), for
-    a reference build only.
+    a reference build only. `cwd`: another working directory than `project`.
     """
     return run(*args, "--json", "--config", project / "kbuild.toml", "--store", store,
-               cwd=project, home=shared_home() or project.parent / "home", env=env_extra,
+               cwd=cwd or project, home=shared_home() or project.parent / "home", env=env_extra,
                launcher=launcher, bytecode=False, warm=warm)
 
 
 def run_kbuild(project: Path, store: Path, *args: str, env_extra=None,
-               launcher=("-m", "kbuild"), expect_rc: int = 0) -> dict:
+               launcher=("-m", "kbuild"), expect_rc: int = 0, cwd: Path | None = None) -> dict:
     """`kbuild_result`, which must exit `expect_rc`; its JSON."""
-    proc = kbuild_result(project, store, *args, env_extra=env_extra, launcher=launcher)
+    proc = kbuild_result(project, store, *args, env_extra=env_extra, launcher=launcher,
+                         cwd=cwd)
     assert proc.returncode == expect_rc, (
         f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
         f"stderr:\n{proc.stderr[-3000:]}")

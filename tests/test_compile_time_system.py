@@ -146,6 +146,31 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     assert {t for t in the_case.rebuilt if now[t] != before[t]} == changed
 
 
+def test_a_build_run_in_a_subfolder_reads_relative_paths_from_there(baseline, tmp_path):
+    """`kbuild build` in a folder below the project's compiles there: an overload's
+    `Path("table.txt")` and `np.loadtxt("weights.txt")` read that folder's files, as
+    numba run there would. The working directory is observed with such reads: the
+    targets that read them rebuild to a fresh build's bytes there, and back in the
+    project's folder the first build's binaries are served again."""
+    where, first = baseline
+    project = _checkout(tmp_path)
+    copy_tree(where / "store", tmp_path / "store")
+    (project / "sp" / "table.txt").write_text("5.0\n")
+    (project / "sp" / "weights.txt").write_text("7.0\n")
+    env = _clean_env()
+    there = build(project, tmp_path / "store", "-k", "-j1", env_extra=env, expect_rc=1,
+                  cwd=project / "sp")
+    fresh = build(project, tmp_path / "fresh-store", "-k", "-j1", env_extra=env,
+                  expect_rc=1, cwd=project / "sp")
+    now, clean = _artifacts(there), _artifacts(fresh)
+    assert not {t for t in _with_status(there, "cached") if now[t] != clean[t]}
+    assert {"k_table", "k_weights"} <= _with_status(there, "built")
+    assert now["k_table"] != _artifacts(first)["k_table"]
+    back = build(project, tmp_path / "store", "-k", "-j1", env_extra=env, expect_rc=1)
+    assert _with_status(back, "cached") == BUILT
+    assert _artifacts(back) == _artifacts(first)
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

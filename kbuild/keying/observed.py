@@ -52,6 +52,9 @@ class Kind(str, enum.Enum):
     # module:setting, the folders NVRTC searches for headers after numba's and CUDA's, in
     # order (numba's CUDA_NVRTC_EXTRA_SEARCH_PATHS), each by where it is from the root
     INCLUDE_PATH = "include path"
+    # ".", the compile's working directory from the root: a path read relative to it (a
+    # file, a stat, a folder listed, a header NVRTC looked for there) is found from it
+    CWD = "working directory"
     # What a typing or lowering look-up found registered, by what was looked up:
     # `function mod:Span`, `attributes mod:SpanType` (typing templates); `function
     # mod:Span`, `getattr 'lo'`, `setattr 'lo'`, `cast`, `constant`, `model mod:SpanType`

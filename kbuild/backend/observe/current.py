@@ -77,6 +77,8 @@ class Current:
             return MISSING if found is None else digest_of(found)
         if kind is Kind.INCLUDE_PATH:
             return self._include_path_digest(name)
+        if kind is Kind.CWD:
+            return digest_of(("cwd", self._from_root(os.getcwd())))
         if kind is Kind.ENVIRON:
             return digest_of(("environ", tuple(sorted(os.environ.items()))))
         if kind is Kind.UNSEEN:
@@ -118,14 +120,17 @@ class Current:
         value = getattr(module, attr, None)
         if not isinstance(value, str):
             return MISSING
-        root, cwd = os.path.realpath(self._root), os.getcwd()
-        folders = []
-        for entry in value.split(":") if value else ():
-            real = os.path.realpath(os.path.join(cwd, entry))
-            inside = real == root or real.startswith(root + os.sep)
-            folders.append(("root", Path(os.path.relpath(real, root)).as_posix()) if inside
-                           else ("path", real))
-        return digest_of(("include path", tuple(folders)))
+        cwd = os.getcwd()
+        return digest_of(("include path", tuple(
+            self._from_root(os.path.join(cwd, entry)) for entry in value.split(":") if entry)))
+
+    def _from_root(self, path: str) -> tuple:
+        """A folder as where it is from the project root (a moved checkout keeps it), or
+        by its path where it is outside."""
+        root, real = os.path.realpath(self._root), os.path.realpath(path)
+        if real == root or real.startswith(root + os.sep):
+            return ("root", Path(os.path.relpath(real, root)).as_posix())
+        return ("path", real)
 
     def _returned_digest(self, name: str, module_name: str, path: str) -> str:
         """An implementation `outer.<locals>.inner` that `outer` only makes and returns:

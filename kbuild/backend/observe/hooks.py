@@ -316,6 +316,8 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
                 # would be the one it opens now.
                 for candidate in shadowing_candidates(headers, include_path):
                     observer.file(candidate, Kind.STAT)
+                if headers:  # a `"..."` include is looked for in the working directory
+                    observer.add(Kind.CWD, ".")
                 if hasattr(config, _SEARCH_PATHS):
                     # The folders' order (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS) decides
                     # which of two same-named headers is opened.

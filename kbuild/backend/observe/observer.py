@@ -251,6 +251,8 @@ class Observer:
         name = _file_name(path, self.root)
         if name is not None:
             self.add(kind, name)
+            if not os.path.isabs(os.fspath(path)):
+                self.add(Kind.CWD, ".")  # found from the working directory
 
 
 def _selector_name(names: dict, selector, impl) -> str:
