@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from editmatrix_support import artifacts, build, with_status
+from editmatrix_support import artifacts, build, copy_tree, with_status
 from mlir_support import MLIR, needs_mlir, port_config, port_sources
 
 TOML = """\
@@ -77,6 +77,14 @@ def baseline(request, tmp_path_factory):
     return project, store, artifacts(first)
 
 
+def _checkout(baseline, where):
+    """(a copy of the built project at `where`, a copy of its store, the first build's
+    artifacts)."""
+    template, template_store, before = baseline
+    return (copy_tree(template, where), copy_tree(template_store, where.parent / "store"),
+            before)
+
+
 # (id, files made, the search path after): each changes the header NVRTC opens.
 SHADOWING = [
     ("made-in-an-earlier-folder", {"inc_a/gain.h": "#define HS_GAIN 3.0f\n"}, SEARCH),
@@ -89,11 +97,7 @@ SHADOWING = [
 @pytest.mark.parametrize("made, search", [c[1:] for c in SHADOWING],
                          ids=[c[0] for c in SHADOWING])
 def test_a_header_that_now_shadows_the_one_opened_rebuilds(baseline, tmp_path, made, search):
-    from editmatrix_support import copy_tree
-
-    template, template_store, before = baseline
-    project = copy_tree(template, tmp_path / "proj")
-    store = copy_tree(template_store, tmp_path / "store")
+    project, store, before = _checkout(baseline, tmp_path / "proj")
     _write(project, made)
     again = build(project, store, env_extra=search)
     fresh = build(project, tmp_path / "fresh", env_extra=search)
@@ -102,11 +106,7 @@ def test_a_header_that_now_shadows_the_one_opened_rebuilds(baseline, tmp_path, m
 
 
 def test_a_header_that_shadows_nothing_rebuilds_nothing(baseline, tmp_path):
-    from editmatrix_support import copy_tree
-
-    template, template_store, before = baseline
-    project = copy_tree(template, tmp_path / "proj")
-    store = copy_tree(template_store, tmp_path / "store")
+    project, store, before = _checkout(baseline, tmp_path / "proj")
     _write(project, {"inc_a/unused.h": "#define HS_GAIN 3.0f\n",
                      "inc_b/more.h": "#define MORE 1\n"})
     again = build(project, store, env_extra=SEARCH)
@@ -117,11 +117,7 @@ def test_a_header_that_shadows_nothing_rebuilds_nothing(baseline, tmp_path):
 def test_the_same_folders_named_from_a_moved_checkout_rebuild_nothing(baseline, tmp_path):
     """The folders are keyed by where they are in the project: a checkout elsewhere that
     names them by absolute path (as a CI job does) is served what the template built."""
-    from editmatrix_support import copy_tree
-
-    template, template_store, before = baseline
-    project = copy_tree(template, tmp_path / "elsewhere" / "proj")
-    store = copy_tree(template_store, tmp_path / "store")
+    project, store, before = _checkout(baseline, tmp_path / "elsewhere" / "proj")
     search = {"NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": f"{project / 'inc_a'}:{project / 'inc_b'}"}
     again = build(project, store, env_extra=search)
     assert with_status(again, "cached") == {"k"}
