@@ -326,8 +326,8 @@ class Keyer:
         Python, observed when it does: a project's plain function, with no registrations
         of its own, that its module and name find (the observation digests what
         `function mod:name` finds then). A closure a factory made at import, a lambda,
-        one bound under another name: none is found by its name, so it is keyed here by
-        content, its closure's values with it."""
+        a function whose name now finds another: none is found by its name, so it is
+        keyed here by content, its closure's values with it."""
         fn = self._callee(value)
         return fn is not None and fn.role is Role.FUNCTION \
             and isinstance(value, pytypes.FunctionType) and fn.py_func is value \

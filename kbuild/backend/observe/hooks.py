@@ -312,16 +312,18 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
                 headers = traced_headers(scratch)
                 for header in headers:
                     observer.file(header, Kind.HEADER)
-                # Where NVRTC looked before it found each: a header made there since
-                # would be the one it opens now.
-                for candidate in shadowing_candidates(headers, include_path):
+                # Where NVRTC looked before it found a header of the project's (the
+                # toolchain's are pinned with it): one made there since would be the one
+                # it opens now. A `"..."` include is looked for in the working directory
+                # first; the folders' order (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS) decides
+                # which of two same-named headers is opened.
+                own = [h for h in headers if observer.names_file(h)]
+                for candidate in shadowing_candidates(own, include_path):
                     observer.file(candidate, Kind.STAT)
-                if headers:  # a `"..."` include is looked for in the working directory
+                if own:
                     observer.add(Kind.CWD, ".")
-                if hasattr(config, _SEARCH_PATHS):
-                    # The folders' order (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS) decides
-                    # which of two same-named headers is opened.
-                    observer.add(Kind.INCLUDE_PATH, f"{config.__name__}:{_SEARCH_PATHS}")
+                    if hasattr(config, _SEARCH_PATHS):
+                        observer.add(Kind.INCLUDE_PATH, f"{config.__name__}:{_SEARCH_PATHS}")
 
     nvrtc.compile = compile_traced
     try:
@@ -334,23 +336,23 @@ _SEARCH_PATHS = "CUDA_NVRTC_EXTRA_SEARCH_PATHS"  # numba-cuda's setting: NVRTC's
 
 
 def shadowing_candidates(headers, include_path) -> list[str]:
-    """The files that would shadow `headers` (resolved paths NVRTC opened) if made: the
-    same relative name in the folders NVRTC searches before the one it found each in
-    (the working directory for a `"..."` include, then `include_path` in order) and in
-    the folders of the headers, where an including header's `"..."` include is looked
-    up first. Which folder found a header under several is not said: each reading
+    """The files that would shadow `headers` (resolved paths NVRTC opened) if made: for
+    each folder NVRTC searches that holds a header (the working directory for a `"..."`
+    include, then `include_path` in order), the same relative name in the folders
+    searched before it and in the headers' own folders, where a `"..."` include in a
+    header is looked up first. A header found in its includer's folder was looked for
+    nowhere before. Which folder found a header under several is not said: each reading
     counts."""
     cwd = os.getcwd()
     search = [cwd] + [os.path.normpath(os.path.join(cwd, p)) for p in include_path]
     includers = sorted({os.path.dirname(h) for h in headers})
     out: dict = {}
     for header in headers:
-        for index, folder in enumerate(search + includers):
+        for index, folder in enumerate(search):
             if not header.startswith(folder.rstrip(os.sep) + os.sep):
                 continue
             rel = os.path.relpath(header, folder)
-            earlier = search[:index] if index < len(search) else search
-            for other in earlier + includers:
+            for other in search[:index] + includers:
                 candidate = os.path.normpath(os.path.join(other, rel))
                 if candidate != header:
                     out.setdefault(candidate, None)

@@ -247,6 +247,10 @@ class Observer:
             frame = frame.f_back
         return oscalls.asked_by_project(frame, _installed)
 
+    def names_file(self, path) -> bool:
+        """Whether a file read at `path` is observed (not the toolchain's, nor a temporary)."""
+        return _file_name(path, self.root) is not None
+
     def file(self, path, kind: Kind = Kind.FILE) -> None:
         name = _file_name(path, self.root)
         if name is not None:
