@@ -364,14 +364,22 @@ def test_ctrl_c_ends_a_watch_without_an_error(tmp_path):
     from support import kbuild_argv, kbuild_env
 
     root = make_project(tmp_path / "p", TWO_TARGETS, {"k": TWO_KERNELS_BROKEN})
+    # SIGINT as a terminal has it: a suite started in the background by a shell inherits
+    # it ignored, and Python keeps a signal ignored at start-up ignored.
     proc = subprocess.Popen(kbuild_argv("watch"), cwd=root, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
-                            env=kbuild_env(tmp_path / "home", store=tmp_path / "store"))
-    for line in proc.stdout:
-        if line.startswith("watching "):
-            break
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+                            env=kbuild_env(tmp_path / "home", store=tmp_path / "store"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in proc.stdout:
+            if line.startswith("watching "):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # never left running for the worker's later tests
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 0, err
     assert "error" not in err and "kbuild watch: stopped" in out
 
