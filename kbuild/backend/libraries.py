@@ -7,6 +7,7 @@ ask it without importing numba.
 from __future__ import annotations
 
 import sys
+import types as pytypes
 
 # Packages whose versions are in the toolchain key: what they hold is theirs, not the project's.
 LIBRARIES = frozenset({"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kbuild",
@@ -35,4 +36,49 @@ def is_settings(module_name, module) -> bool:
         and "_env_reloader" in namespace
 
 
-__all__ = ["LIBRARIES", "is_library", "is_settings"]
+# numba's own packages: a module that holds one of their modules or objects builds on numba.
+_NUMBA = frozenset({"numba", "numba_cuda", "numba_cuda_mlir"})
+_BUILDS_ON_NUMBA: dict = {}  # top-level package -> (the answer, len(sys.modules) then)
+
+
+def builds_on_numba(module_name) -> bool:
+    """Whether the package `module_name` belongs to builds on numba: one of its loaded
+    modules holds a module, function, class or object of numba's as a global (`from
+    numba import cuda`, `from numba.extending import overload`). An installed package that
+    does is a numba extension, whose code numba runs while it compiles (its overloads,
+    typing, lowering and the helpers they call) as it runs the project's; one that does
+    not (cffi, a YAML parser) is a helper numba or the project calls. A package's answer
+    is looked for again only when modules were imported since it was no."""
+    if not isinstance(module_name, str) or not module_name:
+        return False
+    top = module_name.partition(".")[0]
+    answer, modules = _BUILDS_ON_NUMBA.get(top, (False, -1))
+    if answer or modules == len(sys.modules):
+        return answer
+    modules = len(sys.modules)
+    answer = any(_holds_numba(module) for name, module in list(sys.modules.items())
+                 if name == top or name.startswith(top + "."))
+    _BUILDS_ON_NUMBA[top] = (answer, modules)
+    return answer
+
+
+def _holds_numba(module) -> bool:
+    if not isinstance(module, pytypes.ModuleType):
+        return False
+    # The module's own dict, past its class (a lazy module would load, a watched one
+    # record the read).
+    namespace = pytypes.ModuleType.__getattribute__(module, "__dict__")
+    for value in list(namespace.values()):
+        if isinstance(value, pytypes.ModuleType):
+            name = pytypes.ModuleType.__getattribute__(value, "__dict__").get("__name__")
+        elif isinstance(value, (type, pytypes.FunctionType, pytypes.BuiltinFunctionType)):
+            name = type.__getattribute__(value, "__module__") if isinstance(value, type) \
+                else value.__module__
+        else:
+            name = type(value).__module__
+        if isinstance(name, str) and name.partition(".")[0] in _NUMBA:
+            return True
+    return False
+
+
+__all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings"]

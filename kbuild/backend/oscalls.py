@@ -10,11 +10,15 @@ event (PEP 578), whoever makes the call; `stat` has no event, so `os.stat`/`os.l
 are stood in for while a compile runs.
 
 Whose call it is decides whether it is observed: walking out from the call, frames of
-the standard library, of pinned libraries (numpy) and of installed packages are
-go-betweens; the first other frame decides. The project's code (not a module body
-running at its import, whose results are observed by value) asks: observed. numba's,
-kbuild's, or the import system's while it finds or loads a module, are the toolchain's:
-not observed (a loader handing the project a package's data file is a go-between).
+the standard library, of pinned libraries (numpy) and of installed packages that do not
+build on numba (cffi, a parser) are go-betweens; the first other frame decides. The
+project's code, or an installed numba extension's (its overloads, typing and lowering
+read what the project's would: not a module body running at its import, whose results
+are observed by value) asks: observed. numba's, kbuild's, or the import system's while
+it finds or loads a module, are the toolchain's: not observed (a loader handing the
+project a package's data file is a go-between). A command run or a C library loaded by
+an installed package, a numba extension's too, is its installation's, pinned with it:
+only the project's own fail its target.
 
 The audit hook is added once and stays (hooks cannot be removed); outside a compile,
 and in threads that are not compiling, it returns at its first test.
@@ -49,16 +53,16 @@ _HOOKED = False
 _LOCK = threading.Lock()
 
 
-def asked_by_project(frame, installed) -> bool:
+def asked_by_project(frame, go_between) -> bool:
     """Whether the call `frame` made is the project's: the first frame, walking out, that
-    is not the standard library's, a pinned library's or an installed package's
-    (`installed(filename)`) is the project's code, and no module body at its import."""
+    is not the standard library's, a pinned library's or a go-between installed package's
+    (`go_between(frame)`) is the project's code, and no module body at its import."""
     while frame is not None:
         name = frame.f_globals.get("__name__")
         top = name.partition(".")[0] if isinstance(name, str) else ""
         if top in _TOOLCHAIN or name in _IMPORTING:
             return False  # the toolchain's, or the import system finding or loading a module
-        if not (is_library(name) or installed(frame.f_code.co_filename)):
+        if not (is_library(name) or go_between(frame)):
             return not importing(frame)
         frame = frame.f_back
     return False
@@ -77,8 +81,11 @@ def importing(frame) -> bool:
 
 
 @contextlib.contextmanager
-def watching(observer, installed):
-    """Within the block, the compiling thread's calls to the system are observed."""
+def watching(observer, bystander, installed):
+    """Within the block, the compiling thread's calls to the system are observed: a read
+    when the project asked for it, walking past `bystander(frame)` installed code; a
+    command or a C library when the project's own code ran it, walking past all
+    `installed(frame)` code."""
     _install()
     me = threading.get_ident()
     with _LOCK:
@@ -86,7 +93,7 @@ def watching(observer, installed):
             _STATS.append((os.stat, os.lstat))
             os.stat, os.lstat = _recording_stat(os.stat), _recording_stat(os.lstat)
             stand_in_supports(_STATS[-1], (os.stat, os.lstat))
-        _WATCHING.setdefault(me, []).append((observer, installed))
+        _WATCHING.setdefault(me, []).append((observer, bystander, installed))
     try:
         yield
     finally:
@@ -122,9 +129,9 @@ def _audit(event: str, args) -> None:
     current = _current()
     if current is None:
         return
-    observer, installed = current
+    observer, bystander, installed = current
     try:
-        if asked_by_project(sys._getframe(1), installed):
+        if asked_by_project(sys._getframe(1), bystander if handler in _READS else installed):
             handler(observer, args)
     except Exception as exc:  # noqa: BLE001 - never break the program's own call
         observer.add(Kind.UNSEEN, f"{event} (kbuild could not observe it: "
@@ -183,13 +190,16 @@ _EVENTS = {
 }
 
 
+_READS = frozenset({_opened, _listed})
+
+
 def _recording_stat(original):
     def stat(path, *args, **kwargs):
         current = _current() if _WATCHING else None
         if current is None or isinstance(path, int):
             return original(path, *args, **kwargs)
-        observer, installed = current
-        mine = asked_by_project(sys._getframe(1), installed)
+        observer, bystander, _ = current
+        mine = asked_by_project(sys._getframe(1), bystander)
         if mine and isinstance(path, (str, bytes, os.PathLike)):
             observer.file(os.fsdecode(path), Kind.STAT)
         return original(path, *args, **kwargs)

@@ -27,6 +27,15 @@ CUDA_WHEELS = ("nvidia-nvvm", "nvidia-cuda-nvcc", "nvidia-nvjitlink", "nvidia-cu
                "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt")
 
 
+def is_toolchain_distribution(name: str) -> bool:
+    """Whether the installed distribution `name` is the toolchain's, whose files its
+    version pins: one keyed above (a CUDA 12 wheel under its name without `-cu12`), or
+    one of CUDA's own the toolkit and its bindings bring (`nvidia-*`, `cuda-*`)."""
+    name = "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
+    name = name.removesuffix("-cu12").removesuffix("-cu13")
+    return name in DISTRIBUTIONS + CUDA_WHEELS or name.startswith(("nvidia-", "cuda-"))
+
+
 @lru_cache(maxsize=1)
 def toolchain() -> dict:
     """Name -> version string for every component of the toolchain."""

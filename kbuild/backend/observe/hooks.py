@@ -25,7 +25,7 @@ from ...keying.observed import Kind
 from .. import oscalls
 from ..registrations import is_library
 from .observer import Observer, repr_free
-from .reads import _environ, _installed, _module_reads
+from .reads import _bystander, _environ, _installed, _installed_code, _module_reads
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
             stack.enter_context(_wrapped(cls, name, wrap))
         stack.enter_context(_environ(observer))
         stack.enter_context(_module_reads(observer))
-        stack.enter_context(oscalls.watching(observer, _installed))
+        stack.enter_context(oscalls.watching(observer, _bystander, _installed_frame))
         stack.enter_context(_nvrtc_headers(observer, front_end.nvrtc))
         yield observer
 
@@ -241,11 +241,16 @@ def _wrapped(cls, name: str, wrap):
 _ABSENT = object()
 
 
+def _installed_frame(frame) -> bool:
+    return _installed(frame.f_code.co_filename)
+
+
 def _library_code(dispatcher) -> bool:
     func = getattr(dispatcher, "py_func", None)
     code = getattr(func, "__code__", None)
-    return is_library(getattr(func, "__module__", None)) or \
-        (code is not None and _installed(code.co_filename))
+    module = getattr(func, "__module__", None)
+    return is_library(module) or \
+        (code is not None and _installed_code(code.co_filename, module))
 
 
 def _compile_eager_again(dispatcher, method: str, with_return_type: bool) -> None:

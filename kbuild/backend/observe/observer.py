@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import os
 import sys
 import sysconfig
@@ -26,7 +27,8 @@ from .. import oscalls, registrations
 from ..libraries import is_settings
 from ..registrations import held, is_library, is_overload_template, is_project, key_name, \
     qualified, typing_functions
-from .reads import _installed, namespace_module
+from ..toolchain import is_toolchain_distribution
+from .reads import _bystander, _site_packages, namespace_module
 
 
 class Observer:
@@ -245,7 +247,7 @@ class Observer:
         frame = frame or sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__") in _PLUMBING:
             frame = frame.f_back
-        return oscalls.asked_by_project(frame, _installed)
+        return oscalls.asked_by_project(frame, _bystander)
 
     def names_file(self, path) -> bool:
         """Whether a file read at `path` is observed (not the toolchain's, nor a temporary)."""
@@ -324,9 +326,34 @@ def _file_name(path, root) -> str | None:
         top = os.path.realpath(root)
         if real.startswith(top + os.sep):
             return Path(os.path.relpath(real, top)).as_posix()
-    if real.startswith(_toolchain_dirs()) or real.startswith(("/proc/", "/dev/", "/sys/")):
+    if real.startswith(("/proc/", "/dev/", "/sys/")) or \
+            (real.startswith(_toolchain_dirs()) and not _installed_by_another(real)):
         return None
     return real
+
+
+def _installed_by_another(real: str) -> bool:
+    """Whether a file of the interpreter's is an installed package's that is not the
+    toolchain's (a numba extension's data, a data package, another distribution's
+    metadata): its installation, not a keyed version, decides what it holds."""
+    for site in _site_packages():
+        if real.startswith(site):
+            top = real[len(site):].partition(os.sep)[0]
+            if not top or is_library(top.partition(".")[0]):
+                return False
+            if top.endswith((".dist-info", ".egg-info")):
+                return not is_toolchain_distribution(top.partition("-")[0])
+            owners = _owners().get(top.partition(".")[0])
+            return not owners or not all(is_toolchain_distribution(d) for d in owners)
+    return False
+
+
+@functools.cache
+def _owners() -> dict:
+    """Top-level name -> the installed distributions that hold it."""
+    from importlib import metadata
+
+    return metadata.packages_distributions()
 
 
 # The stand-ins' own frames between a read and its reader: this package's and the mapping's.

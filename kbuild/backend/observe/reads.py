@@ -7,8 +7,9 @@ observe the names read through them; `inspect.getattr_static` (which reads past 
 module's class) notes its reads, and `exec` / `eval` every name their code could look up
 in a module's namespace; within `_environ`, `os.environ` (and the mapping
 class behind every alias of it) observes each variable read. Reads by kbuild, by numba
-and by installed packages (`_installed`), and a module body's at its import, are none of
-the project's and are left out.
+and by installed packages that do not build on numba (`_bystander`: cffi, a parser), and
+a module body's at its import, are none of the project's and are left out; an installed
+numba extension's code (its overloads, typing, lowering) reads as the project's does.
 
 What reads a module's own dict past its class and every stand-in is not seen:
 `object.__getattribute__(mod, name)`, dict's own methods called on a namespace handed
@@ -33,7 +34,7 @@ import types as pytypes
 from ...environ import WatchedEnviron
 from ...keying.observed import Kind
 from .. import oscalls
-from ..libraries import is_settings
+from ..libraries import builds_on_numba, is_settings
 from ..registrations import is_library
 
 
@@ -357,18 +358,31 @@ def _import_or_toolchain_read(frame) -> bool:
     (a package importing its parts: what the project's code then reads of them is
     observed), numba's own code reading a module (typing a global the compiled code
     names, which the static key holds, or an installed package it supports, `cffi.FFI`),
-    or an installed package's own code: what Python *runs* of the project's while numba
-    compiles is what this observes."""
+    or a bystander's own code: what Python *runs* of the project's (and of the numba
+    extensions it uses) while numba compiles is what this observes."""
     return oscalls.importing(frame) or \
-        is_library(frame.f_globals.get("__name__")) or _installed(frame.f_code.co_filename)
+        is_library(frame.f_globals.get("__name__")) or _bystander(frame)
+
+
+def _bystander(frame) -> bool:
+    """Whether `frame` runs an installed package's code (site-packages) that does not build
+    on numba (`libraries.builds_on_numba`): cffi, which numba imports mid-compile and
+    whose reads of `_cffi_backend` are its own, pinned by its installed files, or a parser
+    the project's code calls (what the project's code asked it for is observed, found by
+    walking on). An installed numba extension's code (a vendored kernel library, the
+    project itself installed without -e) is no bystander: what its overloads read of the
+    environment, of files and of modules decides what numba compiles, as the project's
+    does."""
+    return _installed_code(frame.f_code.co_filename, frame.f_globals.get("__name__"))
+
+
+def _installed_code(filename, module_name) -> bool:
+    return _installed(filename) and not builds_on_numba(module_name)
 
 
 def _installed(filename: str) -> bool:
-    """Whether code runs from an installed package (site-packages): an installed package
-    that numba imports mid-compile (cffi reading `_cffi_backend`) runs its own code, whose
-    reads are the package's, pinned by its installed files, not the project's. What the
-    project's code reads of such a package is observed."""
-    return filename.startswith(_site_packages())
+    """Whether code runs from an installed package (site-packages)."""
+    return isinstance(filename, str) and filename.startswith(_site_packages())
 
 
 @functools.cache
