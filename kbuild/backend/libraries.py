@@ -63,22 +63,40 @@ def builds_on_numba(module_name) -> bool:
 
 
 def _holds_numba(module) -> bool:
-    if not isinstance(module, pytypes.ModuleType):
-        return False
-    # The module's own dict, past its class (a lazy module would load, a watched one
-    # record the read).
-    namespace = pytypes.ModuleType.__getattribute__(module, "__dict__")
-    for value in list(namespace.values()):
-        if isinstance(value, pytypes.ModuleType):
-            name = pytypes.ModuleType.__getattribute__(value, "__dict__").get("__name__")
-        elif isinstance(value, (type, pytypes.FunctionType, pytypes.BuiltinFunctionType)):
-            name = type.__getattribute__(value, "__module__") if isinstance(value, type) \
-                else value.__module__
-        else:
-            name = type(value).__module__
+    namespace = _namespace(module)
+    for value in list(namespace.values()) if namespace else ():
+        try:
+            name = _module_of(value)
+        except Exception:  # noqa: BLE001 - an object posing as a module, class or function
+            continue
         if isinstance(name, str) and name.partition(".")[0] in _NUMBA:
             return True
     return False
+
+
+def _namespace(module) -> dict | None:
+    """A module's own dict, past its class (a lazy module would load, a watched one record
+    the read); None for what only poses as a module (a proxy in sys.modules)."""
+    if not isinstance(module, pytypes.ModuleType):
+        return None
+    try:
+        namespace = pytypes.ModuleType.__getattribute__(module, "__dict__")
+    except TypeError:
+        return None
+    return namespace if isinstance(namespace, dict) else None
+
+
+def _module_of(value):
+    """The module a global's value is from: a module's own name, a function's or class's
+    module, else its type's."""
+    if isinstance(value, pytypes.ModuleType):
+        namespace = _namespace(value)
+        return namespace.get("__name__") if namespace else None
+    if isinstance(value, type):
+        return type.__getattribute__(value, "__module__")
+    if isinstance(value, (pytypes.FunctionType, pytypes.BuiltinFunctionType)):
+        return value.__module__
+    return type(value).__module__
 
 
 __all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings"]
