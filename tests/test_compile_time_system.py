@@ -8,10 +8,11 @@ to `os.environ` at import, through `os.environb`, in an answer numba keeps and r
 a second kernel), a module constant read by computed name from an
 overload that an eager kernel's import already ran (directly, through a device function
 numba already compiled, and through an eager device function, which numba never compiles
-again), and a subprocess. Each case changes one input of a copy of the built project,
-builds incrementally against a copy of the store and afresh into an empty store: no
-target is served `cached` with other bytes than the fresh build's, exactly the targets
-the case names rebuild, and a subprocess run while compiling fails its target, saying
+again), a file read in a thread the overload starts, a subprocess, and a process started
+as multiprocessing starts one. Each case changes one input of a copy of the built
+project, builds incrementally against a copy of the store and afresh into an empty store:
+no target is served `cached` with other bytes than the fresh build's, exactly the targets
+the case names rebuild, and a process started while compiling fails its target, saying
 why.
 """
 
@@ -30,7 +31,9 @@ from editmatrix_support import (
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "sysproj"
 BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_packaged", "k_plugins", "k_scan",
-                   "k_alias", "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev", "k_dev_eager"})
+                   "k_alias", "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev", "k_dev_eager",
+                   "k_threaded"})
+FAILED = frozenset({"k_shell", "k_spawned"})  # they start processes
 
 
 def touch(path: str):
@@ -53,6 +56,8 @@ STALE = [
     case("stat-of-a-new-file", touch("fast.flag"), {"k_flag"}),
     case("file-read-through-pathlib", replace("table.txt", "0.5", "0.75"), {"k_table"}),
     case("file-read-through-numpy", replace("weights.txt", "1.5", "2.5"), {"k_weights"}),
+    case("file-read-in-a-thread-the-overload-starts", replace("threaded.txt", "1.25", "1.5"),
+         {"k_threaded"}),
     case("file-read-through-a-package-loader", replace("sp/data.txt", "0.25", "0.5"),
          {"k_packaged"}),
     case("file-added-to-a-listed-folder", touch("plugins/b.txt"), {"k_plugins"}),
@@ -110,19 +115,20 @@ def _clean_env() -> dict:
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory, shared_home):
     # -j1: every kernel compiles in one process, so k_gain_b is typed from the answer
-    # numba kept for k_gain_a. k_shell fails (exit 1): it runs a subprocess.
+    # numba kept for k_gain_a. k_shell and k_spawned fail (exit 1): they start processes.
     return matrix_baseline(tmp_path_factory, "sysproj", _checkout, "-k", "-j1",
                            env=lambda project: _clean_env(), expect_rc=1)
 
 
-def test_baseline_builds_every_target_and_refuses_a_subprocess(baseline):
+def test_baseline_builds_every_target_and_refuses_a_process(baseline):
     _, result = baseline
     assert _with_status(result, "built") == BUILT, \
         [r["error"] for r in result["targets"] if r["error"]]
-    shell = _rows(result)["k_shell"]
-    assert shell["status"] == "failed"
+    assert _with_status(result, "failed") == FAILED
+    shell, spawned = _rows(result)["k_shell"], _rows(result)["k_spawned"]
     assert "ran a subprocess (cat)" in shell["error"]
     assert "module constant" in shell["error"]  # what to do instead
+    assert "started a process (multiprocessing)" in spawned["error"]
 
 
 @pytest.mark.parametrize("the_case", STALE + PRECISE, ids=lambda c: c.id)
@@ -135,7 +141,7 @@ def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     incremental = build(project, tmp_path / "store", "-k", "-j1", env_extra=env,
                         expect_rc=1)
     fresh = reference(project, tmp_path / "fresh-store", "-k", env_extra=env, expect_rc=1)
-    assert _with_status(incremental, "failed") == {"k_shell"} == _with_status(fresh, "failed")
+    assert _with_status(incremental, "failed") == FAILED == _with_status(fresh, "failed")
     now, clean = _artifacts(incremental), _artifacts(fresh)
     stale = {t for t in _with_status(incremental, "cached") if now[t] != clean[t]}
     assert not stale, f"stale binaries served for {sorted(stale)}"

@@ -7,7 +7,10 @@ system: a file read through `open`, `pathlib`, `os.open` or numpy; a path tested
 `os.walk`); or something whose result no key can hold (a subprocess's output, a shell
 command, a C library loaded with `ctypes`). Python reports each of these as an audit
 event (PEP 578), whoever makes the call; `stat` has no event, so `os.stat`/`os.lstat`
-are stood in for while a compile runs.
+are stood in for while a compile runs, and so is multiprocessing's way of starting a
+process (`os.fork` has an event). A thread that compiling code starts (a `Thread`, a
+thread pool made while it compiles, `asyncio.to_thread`) observes for that compile until
+it ends; a thread started before the compile (a pool's worker made earlier) does not.
 
 Whose call it is decides whether it is observed: walking out from the call, frames of
 the standard library, of pinned libraries (numpy) and of installed packages that do not
@@ -48,9 +51,14 @@ _IMPORTING = frozenset({"importlib._bootstrap", "_frozen_importlib"})
 
 # thread ident -> the observers of the compiles running in it (innermost last)
 _WATCHING: dict = {}
-_STATS: list = []  # the os.stat and os.lstat stood in for while any compile runs
+_STANDING: list = []  # the originals of what is stood in for while any compile runs
 _HOOKED = False
 _LOCK = threading.Lock()
+
+try:  # where processes are started without an audit event (POSIX only)
+    import _posixsubprocess as _FORK_EXEC
+except ImportError:  # pragma: no cover - Windows
+    _FORK_EXEC = None
 
 
 def asked_by_project(frame, go_between) -> bool:
@@ -80,31 +88,109 @@ def importing(frame) -> bool:
         or code.co_filename == scope.get("__file__")
 
 
+class _Watch:
+    """One compile's observing: its observer, whose installed code the walk passes for a
+    read (`bystander`) and for a command (`installed`), and whether it still runs."""
+
+    __slots__ = ("observer", "bystander", "installed", "running")
+
+    def __init__(self, observer, bystander, installed):
+        self.observer, self.bystander, self.installed = observer, bystander, installed
+        self.running = True
+
+
 @contextlib.contextmanager
 def watching(observer, bystander, installed):
-    """Within the block, the compiling thread's calls to the system are observed: a read
-    when the project asked for it, walking past `bystander(frame)` installed code; a
-    command or a C library when the project's own code ran it, walking past all
-    `installed(frame)` code."""
+    """Within the block, the compiling thread's calls to the system are observed, and those
+    of the threads it starts (a `threading.Thread`, a thread pool or `asyncio.to_thread`
+    made while it compiles): a read when the project asked for it, walking past
+    `bystander(frame)` installed code; a command, a process or a C library when the
+    project's own code started it, walking past all `installed(frame)` code."""
     _install()
+    watch = _Watch(observer, bystander, installed)
     me = threading.get_ident()
-    with _LOCK:
-        if not _WATCHING:
-            _STATS.append((os.stat, os.lstat))
-            os.stat, os.lstat = _recording_stat(os.stat), _recording_stat(os.lstat)
-            stand_in_supports(_STATS[-1], (os.stat, os.lstat))
-        _WATCHING.setdefault(me, []).append((observer, bystander, installed))
+    _enter(me, watch)
     try:
         yield
     finally:
+        watch.running = False
         with _LOCK:
-            _WATCHING[me].pop()
-            if not _WATCHING[me]:
-                del _WATCHING[me]
-            if not _WATCHING:
-                stats = _STATS.pop()
-                stand_in_supports((os.stat, os.lstat), stats)
-                os.stat, os.lstat = stats
+            for ident in list(_WATCHING):  # its threads' too: they observe no more
+                _leave(ident, watch)
+
+
+def _enter(ident, watch) -> None:
+    with _LOCK:
+        if not _WATCHING:
+            _STANDING.append(_stand_in())
+        _WATCHING.setdefault(ident, []).append(watch)
+
+
+def _leave(ident, watch) -> None:
+    """`watch` off `ident`'s list, under the lock; the stand-ins put back after the last."""
+    found = _WATCHING.get(ident, [])
+    if watch in found:
+        found.remove(watch)
+        if not found:
+            del _WATCHING[ident]
+        if not _WATCHING:
+            _put_back(_STANDING.pop())
+
+
+def _stand_in() -> tuple:
+    """Stand in, while any compile runs, for what no audit event reports: `os.stat` and
+    `os.lstat`; `threading.Thread.start` (a thread started by a compiling thread observes
+    for its compile); and `_posixsubprocess.fork_exec` (multiprocessing's spawn and
+    forkserver start processes through it, unaudited). Returns the originals."""
+    originals = (os.stat, os.lstat, threading.Thread.start, _FORK_EXEC and _FORK_EXEC.fork_exec)
+    os.stat, os.lstat = _recording_stat(os.stat), _recording_stat(os.lstat)
+    stand_in_supports(originals[:2], (os.stat, os.lstat))
+    threading.Thread.start = _inheriting_start(originals[2])
+    if _FORK_EXEC is not None:
+        _FORK_EXEC.fork_exec = _recording_fork_exec(originals[3])
+    return originals
+
+
+def _put_back(originals: tuple) -> None:
+    stand_in_supports((os.stat, os.lstat), originals[:2])
+    os.stat, os.lstat, threading.Thread.start = originals[:3]
+    if _FORK_EXEC is not None:
+        _FORK_EXEC.fork_exec = originals[3]
+
+
+def _inheriting_start(original):
+    def start(self, *args, **kwargs):
+        watch = _current() if _WATCHING else None
+        if watch is not None:
+            run = self.run
+
+            def run_observed():
+                me = threading.get_ident()
+                if watch.running:
+                    _enter(me, watch)
+                try:
+                    return run()
+                finally:
+                    with _LOCK:
+                        _leave(me, watch)
+
+            self.run = run_observed
+        return original(self, *args, **kwargs)
+
+    return start
+
+
+def _recording_fork_exec(original):
+    def fork_exec(*args, **kwargs):
+        watch = _current() if _WATCHING else None
+        caller = sys._getframe(1)
+        # subprocess.Popen's own call is reported by its audit event.
+        if watch is not None and caller.f_globals.get("__name__") != "subprocess" and \
+                asked_by_project(caller, watch.installed):
+            watch.observer.add(Kind.UNSEEN, "started a process (multiprocessing)")
+        return original(*args, **kwargs)
+
+    return fork_exec
 
 
 def _install() -> None:
@@ -116,8 +202,11 @@ def _install() -> None:
 
 
 def _current():
-    found = _WATCHING.get(threading.get_ident())
-    return found[-1] if found else None
+    """The innermost running compile observing this thread, or None."""
+    for watch in reversed(_WATCHING.get(threading.get_ident(), ())):
+        if watch.running:
+            return watch
+    return None
 
 
 def _audit(event: str, args) -> None:
@@ -126,12 +215,13 @@ def _audit(event: str, args) -> None:
     handler = _EVENTS.get(event)
     if handler is None:
         return
-    current = _current()
-    if current is None:
+    watch = _current()
+    if watch is None:
         return
-    observer, bystander, installed = current
+    observer = watch.observer
     try:
-        if asked_by_project(sys._getframe(1), bystander if handler in _READS else installed):
+        if asked_by_project(sys._getframe(1),
+                            watch.bystander if handler in _READS else watch.installed):
             handler(observer, args)
     except Exception as exc:  # noqa: BLE001 - never break the program's own call
         observer.add(Kind.UNSEEN, f"{event} (kbuild could not observe it: "
@@ -185,6 +275,7 @@ _EVENTS = {
     "os.posix_spawn": _unseen(lambda args: "spawned a process (os.posix_spawn)"),
     "os.spawn": _unseen(lambda args: "spawned a process (os.spawn*)"),
     "os.exec": _unseen(lambda args: "ran os.exec*"),
+    "os.fork": _unseen(lambda args: "forked a process (os.fork)"),
     "ctypes.dlopen": _unseen(
         lambda args: f"loaded a C library ({os.path.basename(os.fsdecode(args[0] or '?'))})"),
 }
@@ -195,13 +286,12 @@ _READS = frozenset({_opened, _listed})
 
 def _recording_stat(original):
     def stat(path, *args, **kwargs):
-        current = _current() if _WATCHING else None
-        if current is None or isinstance(path, int):
+        watch = _current() if _WATCHING else None
+        if watch is None or isinstance(path, int):
             return original(path, *args, **kwargs)
-        observer, bystander, _ = current
-        mine = asked_by_project(sys._getframe(1), bystander)
-        if mine and isinstance(path, (str, bytes, os.PathLike)):
-            observer.file(os.fsdecode(path), Kind.STAT)
+        if asked_by_project(sys._getframe(1), watch.bystander) and \
+                isinstance(path, (str, bytes, os.PathLike)):
+            watch.observer.file(os.fsdecode(path), Kind.STAT)
         return original(path, *args, **kwargs)
 
     stat.original = original

@@ -118,6 +118,38 @@ def ol_shelled(x):
     return lambda x: x + v
 
 
+def threaded(x):
+    pass
+
+
+@overload(threaded)
+def ol_threaded(x):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read():
+        return float(pathlib.Path("threaded.txt").read_text())
+
+    with ThreadPoolExecutor(1) as pool:  # read in a thread the overload starts
+        t = pool.submit(read).result()
+    return lambda x: x * t
+
+
+def spawned(x):
+    pass
+
+
+@overload(spawned)
+def ol_spawned(x):
+    import shutil
+    from multiprocessing import util
+
+    # A process started the way multiprocessing's spawn and forkserver start theirs (no
+    # audit event): what it did cannot be keyed.
+    true = os.fsencode(shutil.which("true"))
+    os.waitpid(util.spawnv_passfds(true, [true], ()), 0)
+    return lambda x: x + 1.0
+
+
 @cuda.jit(device=True)
 def dev_scaled(x):
     return scaled(x) + 1.0

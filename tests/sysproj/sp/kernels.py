@@ -1,7 +1,7 @@
 from numba import cuda
 
 from .ext import aliased, counted, dev_eager, dev_scaled, flagged, gained, packaged, scaled, \
-    scanned, shelled, tabled, weighted
+    scanned, shelled, spawned, tabled, threaded, weighted
 
 
 @cuda.jit
@@ -63,6 +63,16 @@ def k_eager_dev(a):
 @cuda.jit
 def k_shell(a):
     a[0] = shelled(a[0])
+
+
+@cuda.jit
+def k_threaded(a):
+    a[0] = threaded(a[0])
+
+
+@cuda.jit
+def k_spawned(a):
+    a[0] = spawned(a[0])
 
 
 @cuda.jit
