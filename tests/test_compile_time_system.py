@@ -177,6 +177,102 @@ def test_a_build_run_in_a_subfolder_reads_relative_paths_from_there(baseline, tm
     assert _artifacts(back) == _artifacts(first)
 
 
+SCRATCH_PROJECT = {
+    "kbuild.toml": '[project]\nname = "scratch"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
+        f'[kernels."ov:{k}"]\nsignatures = ["void(float32[::1])"]\n'
+        for k in ("k_side", "k_runpy", "k_scratch")),
+    "values.json": '{"k": 2.0}',
+    "cfg.py": 'import json\n\nK = json.load(open("values.json"))["k"]\n',
+    "ov.py": '''\
+import json
+import os
+import pathlib
+import runpy
+import tempfile
+
+from numba import cuda
+from numba.core.extending import overload
+
+
+def side(x):
+    pass
+
+
+@overload(side)
+def ol_side(x):
+    k = float(pathlib.Path(os.environ["SCRATCH_SIDE"]).read_text())  # outside the project
+    return lambda x: x * k
+
+
+def configured(x):
+    pass
+
+
+@overload(configured)
+def ol_configured(x):
+    k = runpy.run_path("cfg.py")["K"]  # what cfg.py's code reads is this overload's
+    return lambda x: x + k
+
+
+def scratch(x):
+    pass
+
+
+@overload(scratch)
+def ol_scratch(x):
+    # Temporaries written and read back: the compile's own output, no input.
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "gen.json")
+        with open(path + ".part", "w") as f:
+            json.dump({"k": 3.0}, f)
+        os.replace(path + ".part", path)
+        k = json.loads(pathlib.Path(path).read_text())["k"] + len(os.listdir(folder))
+    return lambda x: x * k
+
+
+@cuda.jit
+def k_side(a):
+    a[0] = side(a[0])
+
+
+@cuda.jit
+def k_runpy(a):
+    a[0] = configured(a[0])
+
+
+@cuda.jit
+def k_scratch(a):
+    a[0] = scratch(a[0])
+''',
+}
+
+
+def test_files_outside_the_project_and_runpy_are_inputs_and_scratch_files_are_not(tmp_path):
+    """A file in the temporary folder outside the project is an input like any other (a
+    side file named by a variable); what a file `runpy` runs reads is the overload's;
+    temporaries the compile writes and reads back (a folder made, a file written,
+    renamed into place, listed) are its own output: a no-op build serves every target."""
+    project = tmp_path / "proj"
+    for rel, text in SCRATCH_PROJECT.items():
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(text)
+    side_file = tmp_path / "side.txt"  # beside the project: under the temporary folder
+    side_file.write_text("1.5")
+    env, store = {**_clean_env(), "SCRATCH_SIDE": str(side_file)}, tmp_path / "store"
+    first = build(project, store, env_extra=env)
+    assert _with_status(first, "built") == {"k_side", "k_runpy", "k_scratch"}
+    assert _with_status(build(project, store, env_extra=env), "cached") == \
+        {"k_side", "k_runpy", "k_scratch"}, "a compile's own temporaries rebuilt it"
+    for edit, rebuilt in ((lambda: side_file.write_text("2.5"), "k_side"),
+                          (lambda: (project / "values.json").write_text('{"k": 4.0}'),
+                           "k_runpy")):
+        before = _artifacts(build(project, store, env_extra=env))
+        edit()
+        after = build(project, store, env_extra=env)
+        assert _with_status(after, "built") == {rebuilt}, after["targets"]
+        assert _artifacts(after)[rebuilt] != before[rebuilt]
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

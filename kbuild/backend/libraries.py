@@ -63,7 +63,7 @@ def builds_on_numba(module_name) -> bool:
 
 
 def _holds_numba(module) -> bool:
-    namespace = _namespace(module)
+    namespace = own_namespace(module)
     for value in list(namespace.values()) if namespace else ():
         try:
             name = _module_of(value)
@@ -74,7 +74,7 @@ def _holds_numba(module) -> bool:
     return False
 
 
-def _namespace(module) -> dict | None:
+def own_namespace(module) -> dict | None:
     """A module's own dict, past its class (a lazy module would load, a watched one record
     the read); None for what only poses as a module (a proxy in sys.modules)."""
     if not isinstance(module, pytypes.ModuleType):
@@ -90,7 +90,7 @@ def _module_of(value):
     """The module a global's value is from: a module's own name, a function's or class's
     module, else its type's."""
     if isinstance(value, pytypes.ModuleType):
-        namespace = _namespace(value)
+        namespace = own_namespace(value)
         return namespace.get("__name__") if namespace else None
     if isinstance(value, type):
         return type.__getattribute__(value, "__module__")
@@ -99,4 +99,4 @@ def _module_of(value):
     return type(value).__module__
 
 
-__all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings"]
+__all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings", "own_namespace"]

@@ -37,7 +37,7 @@ import threading
 
 from ..environ import stand_in_supports
 from ..keying.observed import Kind
-from .libraries import is_library
+from .libraries import is_library, own_namespace
 
 # The toolchain's own code: what it reads is pinned by its versions and files.
 _TOOLCHAIN = frozenset({"kbuild", "numba", "numba_cuda", "numba_cuda_mlir", "llvmlite", "cuda"})
@@ -77,15 +77,23 @@ def asked_by_project(frame, go_between) -> bool:
 
 
 def importing(frame) -> bool:
-    """Whether `frame` runs a module's body at its import (or reload): what it reads is
-    pinned by the module's source. Code that `exec` and `eval` run is named `<module>`
-    too, but runs in a module that is done importing (or in a namespace of its own)."""
+    """Whether `frame` runs a module's body at its import (or reload): what it reads
+    becomes the module's values, which are observed as the project's code reads them.
+    Code that `exec` and `eval` run is named `<module>` too, but runs in a module that is
+    done importing or in a namespace of its own; so does a file `runpy` runs (`run_path`,
+    `run_module`), in a stand-in module without a spec or a dict no module keeps: what it
+    reads is what the caller gets back, and is observed."""
     code = frame.f_code
     if code.co_name != "<module>":
         return False
     scope = frame.f_globals
-    return bool(getattr(scope.get("__spec__"), "_initializing", False)) \
-        or code.co_filename == scope.get("__file__")
+    spec = scope.get("__spec__")
+    if getattr(spec, "_initializing", False):
+        return True
+    # A reload runs the body again in the module's own namespace, with its spec.
+    module = sys.modules.get(scope.get("__name__"))
+    return spec is not None and code.co_filename == scope.get("__file__") and \
+        own_namespace(module) is scope
 
 
 class _Watch:
@@ -240,6 +248,18 @@ def _opened(observer, args) -> None:
         reading = isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY
     if reading:
         observer.file(os.fsdecode(path), Kind.FILE)
+    else:
+        observer.made(path)
+
+
+def _made(observer, args) -> None:
+    if args and not isinstance(args[0], int):
+        observer.made(args[0])
+
+
+def _renamed(observer, args) -> None:
+    if len(args) > 1 and not isinstance(args[1], int):
+        observer.made(args[1])
 
 
 def _listed(observer, args) -> None:
@@ -269,6 +289,8 @@ def _unseen(describe):
 _EVENTS = {
     "open": _opened,
     "os.listdir": _listed,
+    "os.mkdir": _made,
+    "os.rename": _renamed,
     "os.scandir": _listed,
     "subprocess.Popen": _unseen(lambda args: f"ran a subprocess ({_command(args)})"),
     "os.system": _unseen(lambda args: "ran a shell command (os.system)"),
@@ -281,7 +303,7 @@ _EVENTS = {
 }
 
 
-_READS = frozenset({_opened, _listed})
+_READS = frozenset({_opened, _listed, _made, _renamed})  # files: asked through a bystander
 
 
 def _recording_stat(original):

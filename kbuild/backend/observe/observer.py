@@ -16,7 +16,6 @@ import functools
 import os
 import sys
 import sysconfig
-import tempfile
 import types as pytypes
 from pathlib import Path
 
@@ -58,6 +57,9 @@ class Observer:
         # `Current` (memoized): a typing function is digested as it is about to run, not
         # as the compile leaves it (it may fill a memo dict of its module's as it runs).
         self._digest_now = digest_now
+        # What the project's code made while this compile ran (files written, folders
+        # made, a file renamed into place), as real paths: read back, its own output.
+        self._made: set = set()
 
     def _is_static(self, func) -> bool:
         try:
@@ -250,12 +252,26 @@ class Observer:
         return oscalls.asked_by_project(frame, _bystander)
 
     def names_file(self, path) -> bool:
-        """Whether a file read at `path` is observed (not the toolchain's, nor a temporary)."""
-        return _file_name(path, self.root) is not None
+        """Whether a file read at `path` is observed: not the toolchain's, nor one this
+        compile made."""
+        return _file_name(path, self.root) is not None and not self._made_here(path)
+
+    def made(self, path) -> None:
+        """The project's code wrote a file at `path`, made a folder there or renamed a file
+        to it, while this compile ran: what it reads there later is its own output (a
+        temporary file or folder written and read back), no input."""
+        if isinstance(path, (str, bytes, os.PathLike)):
+            self._made.add(os.path.realpath(os.fsdecode(path)))
+
+    def _made_here(self, path) -> bool:
+        if not self._made:
+            return False
+        real = os.path.realpath(os.fsdecode(path))
+        return any(real == made or real.startswith(made + os.sep) for made in self._made)
 
     def file(self, path, kind: Kind = Kind.FILE) -> None:
         name = _file_name(path, self.root)
-        if name is not None:
+        if name is not None and not self._made_here(path):
             self.add(kind, name)
             if not os.path.isabs(os.fspath(path)):
                 self.add(Kind.CWD, ".")  # found from the working directory
@@ -311,14 +327,17 @@ def _plain_builtin(value) -> bool:
 
 
 def _toolchain_dirs() -> tuple:
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, tempfile.gettempdir()}
+    """The interpreter's folders. Not the temporary folder: a file there that the
+    compile did not make itself (`Observer.made`) is an input like any other."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     paths.update(p for p in sysconfig.get_paths().values() if p)
     return tuple(os.path.realpath(p) + os.sep for p in paths)
 
 
 def _file_name(path, root) -> str | None:
     """How a file read during the compile is named: relative to the project root when
-    under it, else absolute; None for the toolchain's own files and temporaries."""
+    under it, else absolute; None for the toolchain's own files and the system's
+    (/proc, /dev, /sys)."""
     if not isinstance(path, (str, os.PathLike)):
         return None
     real = os.path.realpath(os.fspath(path))
