@@ -8,8 +8,8 @@ to `os.environ` at import, through `os.environb`, in an answer numba keeps and r
 a second kernel), a module constant read by computed name from an
 overload that an eager kernel's import already ran (directly, through a device function
 numba already compiled, and through an eager device function, which numba never compiles
-again), a file read in a thread the overload starts, a subprocess, and a process started
-as multiprocessing starts one. Each case changes one input of a copy of the built
+again), a file read in a thread the overload starts, a subprocess, a process started as
+multiprocessing starts one, and a socket. Each case changes one input of a copy of the built
 project, builds incrementally against a copy of the store and afresh into an empty store:
 no target is served `cached` with other bytes than the fresh build's, exactly the targets
 the case names rebuild, and a process started while compiling fails its target, saying
@@ -18,6 +18,7 @@ why.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -33,7 +34,7 @@ PROJECT = HERE / "sysproj"
 BUILT = frozenset({"k_flag", "k_table", "k_weights", "k_packaged", "k_plugins", "k_scan",
                    "k_alias", "k_gain_a", "k_gain_b", "k_eager", "k_eager_dev", "k_dev_eager",
                    "k_threaded"})
-FAILED = frozenset({"k_shell", "k_spawned"})  # they start processes
+FAILED = frozenset({"k_shell", "k_spawned", "k_socket"})  # processes, a socket
 
 
 def touch(path: str):
@@ -115,7 +116,8 @@ def _clean_env() -> dict:
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory, shared_home):
     # -j1: every kernel compiles in one process, so k_gain_b is typed from the answer
-    # numba kept for k_gain_a. k_shell and k_spawned fail (exit 1): they start processes.
+    # numba kept for k_gain_a. k_shell, k_spawned and k_socket fail (exit 1): they start
+    # processes or ask a service.
     return matrix_baseline(tmp_path_factory, "sysproj", _checkout, "-k", "-j1",
                            env=lambda project: _clean_env(), expect_rc=1)
 
@@ -129,6 +131,7 @@ def test_baseline_builds_every_target_and_refuses_a_process(baseline):
     assert "ran a subprocess (cat)" in shell["error"]
     assert "module constant" in shell["error"]  # what to do instead
     assert "started a process (multiprocessing)" in spawned["error"]
+    assert "connected to a socket (127.0.0.1:9)" in _rows(result)["k_socket"]["error"]
 
 
 @pytest.mark.parametrize("the_case", STALE + PRECISE, ids=lambda c: c.id)
@@ -180,10 +183,11 @@ def test_a_build_run_in_a_subfolder_reads_relative_paths_from_there(baseline, tm
 SCRATCH_PROJECT = {
     "kbuild.toml": '[project]\nname = "scratch"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
         f'[kernels."ov:{k}"]\nsignatures = ["void(float32[::1])"]\n'
-        for k in ("k_side", "k_runpy", "k_scratch")),
+        for k in ("k_side", "k_runpy", "k_scratch", "k_db")),
     "values.json": '{"k": 2.0}',
     "cfg.py": 'import json\n\nK = json.load(open("values.json"))["k"]\n',
     "ov.py": '''\
+import contextlib
 import json
 import os
 import pathlib
@@ -230,6 +234,19 @@ def ol_scratch(x):
     return lambda x: x * k
 
 
+def stored(x):
+    pass
+
+
+@overload(stored)
+def ol_stored(x):
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect("values.db")) as db:  # read by sqlite, in C
+        (k,) = db.execute("select k from t").fetchone()
+    return lambda x: x - k
+
+
 @cuda.jit
 def k_side(a):
     a[0] = side(a[0])
@@ -243,29 +260,47 @@ def k_runpy(a):
 @cuda.jit
 def k_scratch(a):
     a[0] = scratch(a[0])
+
+
+@cuda.jit
+def k_db(a):
+    a[0] = stored(a[0])
 ''',
 }
+
+
+def _store_value(path: Path, k: float) -> None:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("create table if not exists t (k real)")
+        db.execute("delete from t")
+        db.execute("insert into t values (?)", (k,))
 
 
 def test_files_outside_the_project_and_runpy_are_inputs_and_scratch_files_are_not(tmp_path):
     """A file in the temporary folder outside the project is an input like any other (a
     side file named by a variable); what a file `runpy` runs reads is the overload's;
     temporaries the compile writes and reads back (a folder made, a file written,
-    renamed into place, listed) are its own output: a no-op build serves every target."""
+    renamed into place, listed) are its own output: a no-op build serves every target; a
+    database sqlite reads (in C, no `open` seen) is a file read."""
     project = tmp_path / "proj"
     for rel, text in SCRATCH_PROJECT.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_text(text)
+    _store_value(project / "values.db", 0.5)
     side_file = tmp_path / "side.txt"  # beside the project: under the temporary folder
     side_file.write_text("1.5")
     env, store = {**_clean_env(), "SCRATCH_SIDE": str(side_file)}, tmp_path / "store"
     first = build(project, store, env_extra=env)
-    assert _with_status(first, "built") == {"k_side", "k_runpy", "k_scratch"}
-    assert _with_status(build(project, store, env_extra=env), "cached") == \
-        {"k_side", "k_runpy", "k_scratch"}, "a compile's own temporaries rebuilt it"
+    everything = {"k_side", "k_runpy", "k_scratch", "k_db"}
+    assert _with_status(first, "built") == everything
+    assert _with_status(build(project, store, env_extra=env), "cached") == everything, \
+        "a compile's own temporaries rebuilt it, or sqlite's file did"
     for edit, rebuilt in ((lambda: side_file.write_text("2.5"), "k_side"),
                           (lambda: (project / "values.json").write_text('{"k": 4.0}'),
-                           "k_runpy")):
+                           "k_runpy"),
+                          (lambda: _store_value(project / "values.db", 0.75), "k_db")):
         before = _artifacts(build(project, store, env_extra=env))
         edit()
         after = build(project, store, env_extra=env)

@@ -4,8 +4,8 @@ An `@overload`, an `@intrinsic`'s code generator, a typing or lowering function 
 anything they call, a library included) may decide what numba compiles from the
 system: a file read through `open`, `pathlib`, `os.open` or numpy; a path tested with
 `os.path.exists`/`isfile`/`getsize`; a folder listed (`os.listdir`, `os.scandir`, `glob`,
-`os.walk`); or something whose result no key can hold (a subprocess's output, a shell
-command, a C library loaded with `ctypes`). Python reports each of these as an audit
+`os.walk`); a database sqlite opens; or something whose result no key can hold (a
+subprocess's output, a shell command, a C library loaded with `ctypes`, a socket). Python reports each of these as an audit
 event (PEP 578), whoever makes the call; `stat` has no event, so `os.stat`/`os.lstat`
 are stood in for while a compile runs, and so is multiprocessing's way of starting a
 process (`os.fork` has an event). A thread that compiling code starts (a `Thread`, a
@@ -252,6 +252,16 @@ def _opened(observer, args) -> None:
         observer.made(path)
 
 
+def _database(observer, args) -> None:
+    """sqlite reads its database file itself, in C: the file is read, by its bytes as the
+    compile leaves it (an in-memory or URI database is no file to name)."""
+    path = args[0] if args else None
+    if isinstance(path, (str, bytes, os.PathLike)):
+        name = os.fsdecode(path)
+        if name and name != ":memory:" and not name.startswith("file:"):
+            observer.file(name, Kind.FILE)
+
+
 def _made(observer, args) -> None:
     if args and not isinstance(args[0], int):
         observer.made(args[0])
@@ -279,6 +289,13 @@ def _command(args) -> str:
     return "?"
 
 
+def _address(args) -> str:
+    address = args[1] if len(args) > 1 else None
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"a socket ({address[0]}:{address[1]})"
+    return "a socket"
+
+
 def _unseen(describe):
     def handler(observer, args) -> None:
         observer.add(Kind.UNSEEN, describe(args))
@@ -289,6 +306,7 @@ def _unseen(describe):
 _EVENTS = {
     "open": _opened,
     "os.listdir": _listed,
+    "sqlite3.connect": _database,
     "os.mkdir": _made,
     "os.rename": _renamed,
     "os.scandir": _listed,
@@ -298,12 +316,14 @@ _EVENTS = {
     "os.spawn": _unseen(lambda args: "spawned a process (os.spawn*)"),
     "os.exec": _unseen(lambda args: "ran os.exec*"),
     "os.fork": _unseen(lambda args: "forked a process (os.fork)"),
+    "socket.connect": _unseen(lambda args: f"connected to {_address(args)}"),
+    "socket.sendto": _unseen(lambda args: f"sent to {_address(args)}"),
     "ctypes.dlopen": _unseen(
         lambda args: f"loaded a C library ({os.path.basename(os.fsdecode(args[0] or '?'))})"),
 }
 
 
-_READS = frozenset({_opened, _listed, _made, _renamed})  # files: asked through a bystander
+_READS = frozenset({_opened, _listed, _database, _made, _renamed})  # files: asked through a bystander
 
 
 def _recording_stat(original):

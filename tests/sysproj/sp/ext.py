@@ -150,6 +150,20 @@ def ol_spawned(x):
     return lambda x: x + 1.0
 
 
+def asked(x):
+    pass
+
+
+@overload(asked)
+def ol_asked(x):
+    import socket
+
+    with socket.socket() as sock:  # a service asked: what it answers cannot be keyed
+        sock.settimeout(1)
+        sock.connect_ex(("127.0.0.1", 9))
+    return lambda x: x + 1.0
+
+
 @cuda.jit(device=True)
 def dev_scaled(x):
     return scaled(x) + 1.0

@@ -1,7 +1,7 @@
 from numba import cuda
 
 from .ext import aliased, counted, dev_eager, dev_scaled, flagged, gained, packaged, scaled, \
-    scanned, shelled, spawned, tabled, threaded, weighted
+    scanned, shelled, spawned, tabled, threaded, weighted, asked
 
 
 @cuda.jit
@@ -73,6 +73,11 @@ def k_threaded(a):
 @cuda.jit
 def k_spawned(a):
     a[0] = spawned(a[0])
+
+
+@cuda.jit
+def k_socket(a):
+    a[0] = asked(a[0])
 
 
 @cuda.jit
