@@ -4,7 +4,8 @@ NVRTC looks a `"..."` include up in the working directory, then in its include p
 order (`NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS` last). A header made since in a folder
 searched before the one it was found in, or the folders reordered, makes NVRTC open
 another file: the build must compile again and equal a build into an empty store. A
-header made where it shadows nothing rebuilds nothing.
+header made where it shadows nothing rebuilds nothing. So does one the source tests for
+with `__has_include`, which NVRTC looks for and, while absent, never opens.
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ def k(x, y):
 
 GAIN_CU = """\
 #include "gain.h"
+#if __has_include("fast.h")
+#define HS_EXTRA 3.0f
+#else
+#define HS_EXTRA 1.0f
+#endif
 
 extern "C" __device__ int hs_gain(float* out, float x) {
-    *out = x * HS_GAIN;
+    *out = x * HS_GAIN * HS_EXTRA;
     return 0;
 }
 """
@@ -91,6 +97,8 @@ SHADOWING = [
     ("made-in-the-working-directory", {"gain.h": "#define HS_GAIN 3.0f\n"}, SEARCH),
     ("folders-reordered", {"inc_c/gain.h": "#define HS_GAIN 3.0f\n"},
      {"NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS": "inc_c:inc_a:inc_b"}),
+    # A header the source tests for with __has_include: looked for, never opened.
+    ("tested-for-and-made", {"inc_b/fast.h": "// present\n"}, SEARCH),
 ]
 
 

@@ -17,6 +17,7 @@ import importlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -323,9 +324,11 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
                 # first; the folders' order (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS) decides
                 # which of two same-named headers is opened.
                 own = [h for h in headers if observer.names_file(h)]
-                for candidate in shadowing_candidates(own, include_path):
+                tested = [c for c in tested_candidates(_source(args, kwargs), own, include_path)
+                          if observer.names_file(c)]
+                for candidate in shadowing_candidates(own, include_path) + tested:
                     observer.file(candidate, Kind.STAT)
-                if own:
+                if own or tested:
                     observer.add(Kind.CWD, ".")
                     if hasattr(config, _SEARCH_PATHS):
                         observer.add(Kind.INCLUDE_PATH, f"{config.__name__}:{_SEARCH_PATHS}")
@@ -338,6 +341,39 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
 
 
 _SEARCH_PATHS = "CUDA_NVRTC_EXTRA_SEARCH_PATHS"  # numba-cuda's setting: NVRTC's -I folders
+
+# `__has_include("x.h")` / `__has_include(<x.h>)` (and `_next`): a header looked for, not
+# opened when absent, so no trace lists it.
+_HAS_INCLUDE = re.compile(rb'__has_include(?:_next)?\s*\(\s*(?:"([^"\n]+)"|<([^>\n]+)>)\s*\)')
+
+
+def _source(args, kwargs):
+    """The CUDA C source `nvrtc.compile(src, name, ...)` was given (text or bytes)."""
+    return args[0] if args else kwargs.get("src")
+
+
+def tested_candidates(source, headers, include_path) -> list[str]:
+    """Where the headers that the source and `headers` (the project's, opened) test for
+    with `__has_include` would be found: each folder NVRTC searches (a `"..."` name in its
+    includer's folder first, then the working directory and `include_path` in order). A
+    test inside a comment or a branch not taken counts too: a stat more, never a read
+    missed."""
+    cwd = os.getcwd()
+    search = [cwd] + [os.path.normpath(os.path.join(cwd, p)) for p in include_path]
+    texts = [(cwd, source.encode() if isinstance(source, str) else source)]
+    for header in headers:
+        try:
+            with io.FileIO(header) as fh:  # not `open`: this read is kbuild's own
+                texts.append((os.path.dirname(header), fh.read()))
+        except OSError:
+            continue
+    out: dict = {}
+    for folder, text in texts:
+        for quoted, angled in _HAS_INCLUDE.findall(text if isinstance(text, bytes) else b""):
+            name = os.fsdecode(quoted or angled)
+            for where in ([folder] if quoted else []) + search:
+                out.setdefault(os.path.normpath(os.path.join(where, name)), None)
+    return list(out)
 
 
 def shadowing_candidates(headers, include_path) -> list[str]:
