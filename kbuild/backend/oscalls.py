@@ -5,12 +5,13 @@ anything they call, a library included) may decide what numba compiles from the
 system: a file read through `open`, `pathlib`, `os.open` or numpy; a path tested with
 `os.path.exists`/`isfile`/`getsize`; a folder listed (`os.listdir`, `os.scandir`, `glob`,
 `os.walk`); a database sqlite opens; or something whose result no key can hold (a
-subprocess's output, a shell command, a C library loaded with `ctypes`, a socket). Python reports each of these as an audit
-event (PEP 578), whoever makes the call; `stat` has no event, so `os.stat`/`os.lstat`
-are stood in for while a compile runs, and so is multiprocessing's way of starting a
-process (`os.fork` has an event). A thread that compiling code starts (a `Thread`, a
-thread pool made while it compiles, `asyncio.to_thread`) observes for that compile until
-it ends; a thread started before the compile (a pool's worker made earlier) does not.
+subprocess's output, a shell command, a C library loaded with `ctypes`, a socket).
+Python reports each of these as an audit event (PEP 578), whoever makes the call;
+`stat` has no event, so `os.stat`/`os.lstat` are stood in for while a compile runs, and
+so is multiprocessing's way of starting a process (`os.fork` has an event). A thread
+that compiling code starts (a `Thread`, a thread pool made while it compiles,
+`asyncio.to_thread`) observes for that compile until it ends; a thread started before
+the compile (a pool's worker made earlier) does not.
 
 Whose call it is decides whether it is observed: walking out from the call, frames of
 the standard library, of pinned libraries (numpy) and of installed packages that do not
@@ -229,7 +230,7 @@ def _audit(event: str, args) -> None:
     observer = watch.observer
     try:
         if asked_by_project(sys._getframe(1),
-                            watch.bystander if handler in _READS else watch.installed):
+                            watch.bystander if handler in _FILE_EVENTS else watch.installed):
             handler(observer, args)
     except Exception as exc:  # noqa: BLE001 - never break the program's own call
         observer.add(Kind.UNSEEN, f"{event} (kbuild could not observe it: "
@@ -323,7 +324,8 @@ _EVENTS = {
 }
 
 
-_READS = frozenset({_opened, _listed, _database, _made, _renamed})  # files: asked through a bystander
+# The file events: a bystander's asking is its caller's (commands: see `watching`).
+_FILE_EVENTS = frozenset({_opened, _listed, _database, _made, _renamed})
 
 
 def _recording_stat(original):
