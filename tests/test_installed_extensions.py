@@ -8,7 +8,8 @@ an environment variable through `vhelp`, an installed package that does not buil
 numba (a go-between, as cffi or a parser is); a file of the project's, by a path relative
 to the working directory; its own settings module by a computed name, set by the
 project's code at import; and a data file of its own installation, edited in place as an
-upgrade does. Each edit is made in turn: its one kernel is built again with other bytes,
+upgrade does. A second package imports numba only inside the function that registers its
+overload. Each edit is made in turn: its one kernel is built again with other bytes,
 every other one is served from the store, and the last build equals a fresh one.
 """
 
@@ -79,6 +80,23 @@ VEXT = {
         ''',
     "vext/settings.py": "MODE = 1.0\n",
     "vext/data.json": '{"k": 3.0}',
+    # numba imported only where its overload is registered, when the project asks.
+    "vlazy/__init__.py": '''
+        import os
+
+
+        def scale(x):
+            pass
+
+
+        def register():
+            from numba.core.extending import overload
+
+            @overload(scale, target="cuda")
+            def _scale(x):
+                k = float(os.environ.get("VLAZY_K", "2.0"))
+                return lambda x: x * k
+        ''',
     # No numba here: a helper the extension calls, whose reads are its caller's.
     "vhelp/__init__.py": '''
         import os
@@ -89,7 +107,7 @@ VEXT = {
         ''',
 }
 
-KERNELS = ("k_env", "k_file", "k_settings", "k_data")
+KERNELS = ("k_env", "k_file", "k_settings", "k_data", "k_lazy")
 PROJECT = {
     "kbuild.toml": '[project]\nname = "usesvext"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
         f'[kernels."app:{k}"]\nsignatures = ["void(float32[::1])"]\n' for k in KERNELS),
@@ -99,8 +117,10 @@ PROJECT = {
 
         import vext
         import vext.settings
+        import vlazy
 
         vext.settings.MODE = 4.0
+        vlazy.register()
 
 
         @cuda.jit
@@ -121,6 +141,11 @@ PROJECT = {
         @cuda.jit
         def k_data(a):
             a[0] = vext.from_own_data(a[0])
+
+
+        @cuda.jit
+        def k_lazy(a):
+            a[0] = vlazy.scale(a[0])
         ''',
 }
 
@@ -171,7 +196,7 @@ def test_what_an_installed_extension_reads_while_compiling_is_observed(tmp_path)
     python, site = _environment(tmp_path / "env")
     project, store, home = tmp_path / "proj", tmp_path / "store", tmp_path / "home"
     _write(project, PROJECT)
-    env = {"VEXT_SCALE": "2.0"}
+    env = {"VEXT_SCALE": "2.0", "VLAZY_K": "2.0"}
     before = _build(python, project, store, home, env)
     assert {status for status, _ in before.values()} == {"built"}
     assert _build(python, project, store, home, env) == \
@@ -186,6 +211,8 @@ def test_what_an_installed_extension_reads_while_compiling_is_observed(tmp_path)
          lambda: _replace(project / "app.py", "MODE = 4.0", "MODE = 6.0")),
         ("k_data", "its installation's own data file, edited in place",
          lambda: _replace(site / "vext" / "data.json", "3.0", "9.0")),
+        ("k_lazy", "a variable read by a package that imports numba only to register",
+         lambda: env.update(VLAZY_K="5.0")),
     ]
     for kernel, what, edit in edits:
         edit()

@@ -289,6 +289,7 @@ class Index:
         self.typing: dict = {}
         self.lowering: dict = {}
         self.typing_functions: dict = {}  # "mod:qualname" -> [(function, options form)]
+        self._packages = None
         seen: set = set()
         for cls, kind in _typing_templates():
             if id(cls) not in seen:  # a template in two registries is one
@@ -314,6 +315,19 @@ class Index:
         if _live(found):
             for name, func in functions:
                 self.typing_functions.setdefault(name, []).append((func, found.form))
+
+    def packages(self) -> frozenset:
+        """The top-level packages whose code the registrations hold (an overload's
+        function, a template, a lowering implementation, a data model), made once."""
+        if self._packages is None:
+            names = {name.partition(":")[0] for name in self.typing_functions}
+            for table in (self.typing, self.lowering):
+                for found in table.values():
+                    names.update(getattr(code, "__module__", None) for held in found
+                                 for code in held.code)
+            self._packages = frozenset(n.partition(".")[0] for n in names
+                                       if isinstance(n, str) and n)
+        return self._packages
 
     def registered(self, kind: str, name: str) -> list:
         """The project registrations behind an observed typing or lowering name."""

@@ -33,7 +33,7 @@ import types as pytypes
 
 from ...environ import WatchedEnviron
 from ...keying.observed import Kind
-from .. import oscalls
+from .. import oscalls, registrations
 from ..libraries import builds_on_numba, is_settings
 from ..registrations import is_library
 
@@ -366,7 +366,7 @@ def _import_or_toolchain_read(frame) -> bool:
 
 def _bystander(frame) -> bool:
     """Whether `frame` runs an installed package's code (site-packages) that does not build
-    on numba (`libraries.builds_on_numba`): cffi, which numba imports mid-compile and
+    on numba (`libraries.builds_on_numba`; nor has numba's registries hold its code): cffi, which numba imports mid-compile and
     whose reads of `_cffi_backend` are its own, pinned by its installed files, or a parser
     the project's code calls (what the project's code asked it for is observed, found by
     walking on). An installed numba extension's code (a vendored kernel library, the
@@ -377,7 +377,15 @@ def _bystander(frame) -> bool:
 
 
 def _installed_code(filename, module_name) -> bool:
-    return _installed(filename) and not builds_on_numba(module_name)
+    return _installed(filename) and not builds_on_numba(module_name) and \
+        not _registers(module_name)
+
+
+def _registers(module_name) -> bool:
+    """Whether numba's registries hold code of `module_name`'s package: one that imports
+    numba only inside the function that registers its overloads is an extension too."""
+    return isinstance(module_name, str) and \
+        module_name.partition(".")[0] in registrations.index().packages()
 
 
 def _installed(filename: str) -> bool:
