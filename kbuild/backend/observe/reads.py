@@ -384,8 +384,12 @@ def _installed_code(filename, module_name) -> bool:
 def _registers(module_name) -> bool:
     """Whether numba's registries hold code of `module_name`'s package: one that imports
     numba only inside the function that registers its overloads is an extension too."""
-    return isinstance(module_name, str) and \
-        module_name.partition(".")[0] in registrations.index().packages()
+    if not isinstance(module_name, str):
+        return False
+    try:
+        return module_name.partition(".")[0] in registrations.index().packages()
+    except Exception:  # noqa: BLE001 - asked mid-import by any code: never break its read
+        return False
 
 
 def _installed(filename: str) -> bool:
