@@ -86,6 +86,14 @@ def own_namespace(module) -> dict | None:
     return namespace if isinstance(namespace, dict) else None
 
 
+def namespace_module(scope) -> str | None:
+    """The name of the loaded module whose own namespace `scope` is, or None (a copy, a
+    namespace of one's own, a module since replaced in `sys.modules`)."""
+    name = dict.get(scope, "__name__") if isinstance(scope, dict) else None
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    return name if module is not None and own_namespace(module) is scope else None
+
+
 def _module_of(value):
     """The module a global's value is from: a module's own name, a function's or class's
     module, else its type's."""
@@ -99,4 +107,5 @@ def _module_of(value):
     return type(value).__module__
 
 
-__all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings", "own_namespace"]
+__all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings", "namespace_module",
+           "own_namespace"]

@@ -38,7 +38,7 @@ import threading
 
 from ..environ import stand_in_supports
 from ..keying.observed import Kind
-from .libraries import is_library, own_namespace
+from .libraries import is_library, namespace_module
 
 # The toolchain's own code: what it reads is pinned by its versions and files.
 _TOOLCHAIN = frozenset({"kbuild", "numba", "numba_cuda", "numba_cuda_mlir", "llvmlite", "cuda"})
@@ -92,9 +92,8 @@ def importing(frame) -> bool:
     if getattr(spec, "_initializing", False):
         return True
     # A reload runs the body again in the module's own namespace, with its spec.
-    module = sys.modules.get(scope.get("__name__"))
     return spec is not None and code.co_filename == scope.get("__file__") and \
-        own_namespace(module) is scope
+        namespace_module(scope) is not None
 
 
 class _Watch:

@@ -352,15 +352,21 @@ def _source(args, kwargs):
     return args[0] if args else kwargs.get("src")
 
 
+def _search_folders(include_path) -> list[str]:
+    """The folders NVRTC searches for an include after its includer's: the working
+    directory, then `include_path` in order, each found from the working directory."""
+    cwd = os.getcwd()
+    return [cwd] + [os.path.normpath(os.path.join(cwd, p)) for p in include_path]
+
+
 def tested_candidates(source, headers, include_path) -> list[str]:
     """Where the headers that the source and `headers` (the project's, opened) test for
     with `__has_include` would be found: each folder NVRTC searches (a `"..."` name in its
     includer's folder first, then the working directory and `include_path` in order). A
     test inside a comment or a branch not taken counts too: a stat more, never a read
     missed."""
-    cwd = os.getcwd()
-    search = [cwd] + [os.path.normpath(os.path.join(cwd, p)) for p in include_path]
-    texts = [(cwd, source.encode() if isinstance(source, str) else source)]
+    search = _search_folders(include_path)
+    texts = [(search[0], source.encode() if isinstance(source, str) else source)]
     for header in headers:
         try:
             with io.FileIO(header) as fh:  # not `open`: this read is kbuild's own
@@ -384,8 +390,7 @@ def shadowing_candidates(headers, include_path) -> list[str]:
     header is looked up first. A header found in its includer's folder was looked for
     nowhere before. Which folder found a header under several is not said: each reading
     counts."""
-    cwd = os.getcwd()
-    search = [cwd] + [os.path.normpath(os.path.join(cwd, p)) for p in include_path]
+    search = _search_folders(include_path)
     includers = sorted({os.path.dirname(h) for h in headers})
     out: dict = {}
     for header in headers:

@@ -23,11 +23,11 @@ from ...environ import WatchedEnviron
 from ...keying.bytecode import returned_functions
 from ...keying.observed import Kind
 from .. import oscalls, registrations
-from ..libraries import is_settings
+from ..libraries import is_settings, namespace_module
 from ..registrations import held, is_library, is_overload_template, is_project, key_name, \
     qualified, typing_functions
 from ..toolchain import is_toolchain_distribution
-from .reads import _bystander, _site_packages, namespace_module
+from .reads import _bystander, _site_packages
 
 
 class Observer:

@@ -34,7 +34,7 @@ import types as pytypes
 from ...environ import WatchedEnviron
 from ...keying.observed import Kind
 from .. import oscalls, registrations
-from ..libraries import builds_on_numba, is_settings
+from ..libraries import builds_on_numba, is_settings, namespace_module
 from ..registrations import is_library
 
 
@@ -319,17 +319,6 @@ def _frame_locals(frame):
     return frame.f_locals
 
 
-def namespace_module(scope) -> str | None:
-    """The name of the loaded module whose own namespace `scope` is, or None (a copy, a
-    namespace of one's own, a module since replaced in `sys.modules`)."""
-    name = dict.get(scope, "__name__") if isinstance(scope, dict) else None
-    module = sys.modules.get(name) if isinstance(name, str) else None
-    if isinstance(module, pytypes.ModuleType) and \
-            pytypes.ModuleType.__getattribute__(module, "__dict__") is scope:
-        return name
-    return None
-
-
 def _module_name(module):
     # Read past the module's own class: a lazy module's would load it.
     try:
@@ -366,9 +355,9 @@ def _import_or_toolchain_read(frame) -> bool:
 
 def _bystander(frame) -> bool:
     """Whether `frame` runs an installed package's code (site-packages) that does not build
-    on numba (`libraries.builds_on_numba`; nor has numba's registries hold its code): cffi, which numba imports mid-compile and
-    whose reads of `_cffi_backend` are its own, pinned by its installed files, or a parser
-    the project's code calls (what the project's code asked it for is observed, found by
+    on numba (`libraries.builds_on_numba`) and whose code numba's registries do not hold:
+    cffi, which numba imports mid-compile and whose reads of `_cffi_backend` are its own,
+    pinned by its installed files, or a parser the project's code calls (what the project's code asked it for is observed, found by
     walking on). An installed numba extension's code (a vendored kernel library, the
     project itself installed without -e) is no bystander: what its overloads read of the
     environment, of files and of modules decides what numba compiles, as the project's
