@@ -308,6 +308,54 @@ def test_files_outside_the_project_and_runpy_are_inputs_and_scratch_files_are_no
         assert _artifacts(after)[rebuilt] != before[rebuilt]
 
 
+ROOT_LISTING_KERNELS = '''\
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+
+def plugged(x):
+    pass
+
+
+@overload(plugged)
+def ol_plugged(x):
+    k = 1.0 + sum(name.endswith(".plug") for name in os.listdir("."))
+    return lambda x: x * k
+
+
+@cuda.jit
+def k_root(a):
+    a[0] = plugged(a[0])
+'''
+
+
+def test_the_project_root_listed_is_named_from_the_root_in_a_moved_checkout(tmp_path):
+    """An overload that lists the project's own folder (the working directory) names it
+    from the root, as every other path under it: a checkout elsewhere is served from the
+    same store, and a file added to its root rebuilds the target there to a fresh build's
+    bytes (named by the first checkout's absolute path, the listing that was checked was
+    the first checkout's, and a stale binary was served)."""
+    first, store = tmp_path / "a" / "proj", tmp_path / "store"
+    first.mkdir(parents=True)
+    (first / "kbuild.toml").write_text(
+        '[project]\nname = "rootlist"\npaths = ["."]\narch = ["sm_80"]\n'
+        '[kernels."rl:k_root"]\nsignatures = ["void(float32[::1])"]\n')
+    (first / "rl.py").write_text(ROOT_LISTING_KERNELS)
+    built = build(first, store, env_extra=_clean_env())
+    assert _with_status(built, "built") == {"k_root"}
+    moved = fresh_checkout(first, tmp_path / "b")
+    served = build(moved, store, env_extra=_clean_env())
+    assert _with_status(served, "cached") == {"k_root"}
+    assert _artifacts(served) == _artifacts(built)
+    (moved / "extra.plug").write_text("")
+    after = build(moved, store, env_extra=_clean_env())
+    fresh = build(moved, tmp_path / "fresh-store", env_extra=_clean_env())
+    assert _with_status(after, "built") == {"k_root"}, "a stale binary was served"
+    assert _artifacts(after) == _artifacts(fresh) != _artifacts(built)
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

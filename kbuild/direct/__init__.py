@@ -387,7 +387,7 @@ class Direct:
             raise Unjournalable("the observation set a target used was not found")
         files = {}
         for o in chosen.observations:
-            path = os.path.join(self.paths.root, o.name)
+            path = os.path.normpath(os.path.join(self.paths.root, o.name))
             if o.kind in (obs.Kind.FILE, obs.Kind.LINK, obs.Kind.HEADER):
                 files[path] = o.digest
             elif o.kind is obs.Kind.ENV:

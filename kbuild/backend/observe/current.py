@@ -29,7 +29,7 @@ from ..backends import ALL_OBJECTS
 from ..compiletime import reload_settings
 from ..libraries import is_settings
 from ..registrations import Held, held, is_library, qualified
-from .observer import Observer
+from .observer import Observer, from_root
 
 
 class Current:
@@ -127,10 +127,8 @@ class Current:
     def _from_root(self, path: str) -> tuple:
         """A folder as where it is from the project root (a moved checkout keeps it), or
         by its path where it is outside."""
-        root, real = os.path.realpath(self._root), os.path.realpath(path)
-        if real == root or real.startswith(root + os.sep):
-            return ("root", Path(os.path.relpath(real, root)).as_posix())
-        return ("path", real)
+        name = from_root(path, self._root)
+        return ("root", name) if name is not None else ("path", os.path.realpath(path))
 
     def _returned_digest(self, name: str, module_name: str, path: str) -> str:
         """An implementation `outer.<locals>.inner` that `outer` only makes and returns:

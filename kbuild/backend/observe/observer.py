@@ -334,6 +334,18 @@ def _toolchain_dirs() -> tuple:
     return tuple(os.path.realpath(p) + os.sep for p in paths)
 
 
+def from_root(path, root) -> str | None:
+    """Where `path` is from the project root, as a POSIX path ("." for the root itself: a
+    moved checkout names it the same), or None outside it. Both are taken as they really
+    are (symbolic links resolved)."""
+    real, top = os.path.realpath(os.fspath(path)), os.path.realpath(root)
+    if real == top:
+        return "."
+    if real.startswith(top.rstrip(os.sep) + os.sep):
+        return Path(os.path.relpath(real, top)).as_posix()
+    return None
+
+
 def _file_name(path, root) -> str | None:
     """How a file read during the compile is named: relative to the project root when
     under it, else absolute; None for the toolchain's own files and the system's
@@ -341,10 +353,9 @@ def _file_name(path, root) -> str | None:
     if not isinstance(path, (str, os.PathLike)):
         return None
     real = os.path.realpath(os.fspath(path))
-    if root is not None:
-        top = os.path.realpath(root)
-        if real.startswith(top + os.sep):
-            return Path(os.path.relpath(real, top)).as_posix()
+    name = from_root(real, root) if root is not None else None
+    if name is not None:
+        return name
     if real.startswith(("/proc/", "/dev/", "/sys/")) or \
             (real.startswith(_toolchain_dirs()) and not _installed_by_another(real)):
         return None
