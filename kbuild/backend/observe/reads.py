@@ -357,11 +357,11 @@ def _bystander(frame) -> bool:
     """Whether `frame` runs an installed package's code (site-packages) that does not build
     on numba (`libraries.builds_on_numba`) and whose code numba's registries do not hold:
     cffi, which numba imports mid-compile and whose reads of `_cffi_backend` are its own,
-    pinned by its installed files, or a parser the project's code calls (what the project's code asked it for is observed, found by
-    walking on). An installed numba extension's code (a vendored kernel library, the
-    project itself installed without -e) is no bystander: what its overloads read of the
-    environment, of files and of modules decides what numba compiles, as the project's
-    does."""
+    pinned by its installed files, or a parser the project's code calls (what the
+    project's code asked it for is observed, found by walking on). An installed numba
+    extension's code (a vendored kernel library, the project itself installed without -e)
+    is no bystander: what its overloads read of the environment, of files and of modules
+    decides what numba compiles, as the project's does."""
     return _installed_code(frame.f_code.co_filename, frame.f_globals.get("__name__"))
 
 
