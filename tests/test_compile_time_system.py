@@ -356,6 +356,113 @@ def test_the_project_root_listed_is_named_from_the_root_in_a_moved_checkout(tmp_
     assert _artifacts(after) == _artifacts(fresh) != _artifacts(built)
 
 
+CACHED_KERNELS = '''\
+import functools
+import json
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+HERE = os.path.dirname(__file__)
+
+
+@functools.cache
+def settings():
+    with open(os.path.join(HERE, "settings.json")) as f:
+        return json.load(f)
+
+
+WIDTH = settings()["width"]  # answered at import: what it read no compile saw
+
+
+@functools.lru_cache(maxsize=4)
+def limits(kind):
+    with open(os.path.join(HERE, "limits.json")) as f:
+        return json.load(f)[kind]
+
+
+def scaled(x):
+    pass
+
+
+def first(x):
+    pass
+
+
+def second(x):
+    pass
+
+
+@overload(scaled)
+def ol_scaled(x):
+    k = settings()["k"] * WIDTH
+    return lambda x: x * k
+
+
+@overload(first)
+def ol_first(x):
+    k = limits("hi")
+    return lambda x: x + k
+
+
+@overload(second)
+def ol_second(x):
+    k = limits("hi") * 2.0  # answered from what the first compile kept
+    return lambda x: x - k
+
+
+@cuda.jit
+def k_warm(a):
+    a[0] = scaled(a[0])
+
+
+@cuda.jit
+def k_first(a):
+    a[0] = first(a[0])
+
+
+@cuda.jit
+def k_second(a):
+    a[0] = second(a[0])
+'''
+
+
+def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
+    """A module-level `functools.cache`/`lru_cache` helper answers a call it has seen from
+    what it kept, reading nothing again. Kept from the module's import, the answer is
+    keyed by its value (what made it no compile saw); kept from an earlier compile in the
+    same process (-j1), it hands on what that compile read. Either way an edit of the file
+    behind it rebuilds exactly its kernels, to a fresh build's bytes (both were served
+    stale: the helper was keyed by its code alone), and a no-op build rebuilds nothing."""
+    project, store = tmp_path / "proj", tmp_path / "store"
+    (project / "ck").mkdir(parents=True)
+    (project / "kbuild.toml").write_text(
+        '[project]\nname = "cached"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
+            f'[kernels."ck.kernels:{k}"]\nsignatures = ["void(float32[::1])"]\n'
+            for k in ("k_warm", "k_first", "k_second")))
+    (project / "ck" / "__init__.py").write_text("")
+    (project / "ck" / "kernels.py").write_text(CACHED_KERNELS)
+    (project / "ck" / "settings.json").write_text('{"k": 2.0, "width": 3}')
+    (project / "ck" / "limits.json").write_text('{"hi": 4.0}')
+    env = _clean_env()
+    everything = {"k_warm", "k_first", "k_second"}
+    first = build(project, store, "-j1", env_extra=env)
+    assert _with_status(first, "built") == everything
+    for full in ((), ("--full",)):  # answered by the journal, and keyed in full
+        assert _with_status(build(project, store, "-j1", *full, env_extra=env),
+                            "cached") == everything
+    for rel, text, rebuilt in (("settings.json", '{"k": 2.5, "width": 3}', {"k_warm"}),
+                               ("limits.json", '{"hi": 5.0}', {"k_first", "k_second"})):
+        before = _artifacts(build(project, store, "-j1", env_extra=env))
+        (project / "ck" / rel).write_text(text)
+        after = build(project, store, "-j1", env_extra=env)
+        fresh = build(project, tmp_path / f"fresh-{rel}", "-j1", env_extra=env)
+        assert _with_status(after, "built") == rebuilt, f"{rel}: a stale binary was served"
+        assert _artifacts(after) == _artifacts(fresh)
+        assert {t for t in rebuilt if _artifacts(after)[t] != before[t]} == rebuilt
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

@@ -24,7 +24,7 @@ from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, RawNamespace, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
-from .values import cache_unwrapped, canonical, cannot_key, instance_state, \
+from .values import cache_held, cache_unwrapped, canonical, cannot_key, instance_state, \
     library_object_form, made_at_import, summary, type_canonical
 
 # Decorator options that never change the compiled code.
@@ -438,12 +438,22 @@ class Keyer:
 
     def _object_state(self, value) -> tuple | None:
         """What a configuration object that Python reads while numba compiles is keyed by,
-        as (kind, state): a `functools.partial` (its function, arguments and keywords), a
+        as (kind, state): a `functools.partial` (its function, arguments and keywords), an
+        lru_cache'd function holding answers no compile made (its function, and each such
+        call's arguments and answer: made at import, say, from reads no compile saw), a
         `SimpleNamespace`, or an instance of a plain class of the project's (a dataclass,
         a settings object: `instance_state`); None for anything else."""
         if isinstance(value, functools.partial):
             return "partial", {"func": value.func, "args": value.args,
                                "keywords": dict(value.keywords)}
+        try:
+            held = cache_held(value)
+        except Unencodable:
+            raise KeyingError(
+                "kbuild cannot read the answers a functools cache holds on this Python; "
+                "make what it returns a module constant") from None
+        if held:  # what an lru_cache'd helper answers from, made outside compiles
+            return "cached", {"func": value.__wrapped__, "held": held}
         if isinstance(value, pytypes.SimpleNamespace):
             return "namespace", instance_state(value)
         if isinstance(value, PurePath):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import enum
 import functools
+import gc
 import logging
 import re
+import sys
 import threading
 import types as pytypes
+import weakref
 from typing import NoReturn
 
 import numpy as np
@@ -307,10 +310,103 @@ def library_object_form(value) -> tuple | None:
 _LOCKS = (type(threading.Lock()), type(threading.RLock()))
 
 
+# The kept answers of functools caches (`cache_held`). A call that an lru_cache wrapper
+# answers from what it kept returns what was true when the answer was made. Made by a
+# compile, what it read was observed then (and is handed to each compile answered from
+# it: backend/observe/caches.py); made before (at import, by the program), what it read
+# no compile saw, and the answer itself is what compile-time code gets: a module-level
+# wrapper is keyed by its function and the answers it holds that no compile made.
+_MADE_BY_COMPILES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_WRAPPER = type(functools.lru_cache(maxsize=None)(lambda: None))  # the wrappers' type
+
+
+def is_cache(value) -> bool:
+    """Whether `value` is a `functools.lru_cache`/`cache` wrapper of a Python function
+    (its type asked, not it: a lazy object would load)."""
+    return isinstance(value, _WRAPPER) and callable(getattr(_WRAPPER, "cache_info", None)) \
+        and isinstance(getattr(value, "__wrapped__", None), pytypes.FunctionType)
+
+
+def made_by_compile(cache, keys) -> None:
+    """A compile made the answers `cache` keeps for `keys`."""
+    _MADE_BY_COMPILES.setdefault(cache, set()).update(keys)
+
+
+def kept_keys(cache) -> frozenset:
+    """The keys of the calls `cache` keeps answers for (none when they cannot be read)."""
+    try:
+        return frozenset(key for key, _ in _kept(cache))
+    except Unencodable:
+        return frozenset()
+
+
+def cache_held(value) -> tuple | None:
+    """What a module-level `functools.lru_cache`/`cache` wrapper holds that no compile
+    made: ((arguments, answer), ...) in the order it keeps them, () when none; None for
+    anything else. Another wrapper (a class's, a closure's) is keyed by its function
+    alone. One holding answers in a layout other than `_kept` reads (a Python kbuild does
+    not know) raises Unencodable: what it holds cannot be read, and no key may leave it
+    out."""
+    if not is_cache(value):
+        return None
+    if not value.cache_info().currsize or not _module_level(value):
+        return ()
+    made = _MADE_BY_COMPILES.get(value, ())
+    pairs = [(key, answer) for key, answer in _kept(value) if key not in made]
+    if not pairs:
+        return ()
+    mark = _marker(value)
+
+    def arguments(key):
+        if isinstance(key, tuple):
+            return tuple("**" if part is mark else part for part in key)
+        return (key,)
+
+    return tuple((arguments(key), answer) for key, answer in pairs)
+
+
+def _module_level(cache) -> bool:
+    module = sys.modules.get(getattr(cache, "__module__", None))
+    if not isinstance(module, pytypes.ModuleType):
+        return False
+    namespace = pytypes.ModuleType.__getattribute__(module, "__dict__")  # a lazy one stays
+    return isinstance(namespace, dict) and namespace.get(cache.__name__) is cache
+
+
+def _kept(cache) -> list:
+    """(key, answer) of each call a wrapper kept, oldest first. The wrapper shows no
+    contents; the garbage collector sees its type, each kept (key, answer, link type) of
+    a bounded cache from the oldest, the cache (key -> answer for an unbounded one, key
+    -> link for a bounded one), its function, the keyword marker, then types and its
+    own dict."""
+    refs = gc.get_referents(cache)
+    at = next((i for i, r in enumerate(refs) if r is cache.__wrapped__), None)
+    if at is None or at < 2 or at + 1 >= len(refs) or type(refs[at - 1]) is not dict:
+        raise Unencodable(cache)
+    links = refs[1:at - 1]
+    if not links:
+        return list(refs[at - 1].items())
+    if len(links) % 3 or not all(isinstance(t, type) for t in links[2::3]):
+        raise Unencodable(cache)
+    return list(zip(links[0::3], links[1::3]))
+
+
+def _marker(cache):
+    refs = gc.get_referents(cache)
+    at = next(i for i, r in enumerate(refs) if r is cache.__wrapped__)
+    return refs[at + 1]
+
+
 def cache_unwrapped(value):
-    """The function a `functools.lru_cache`/`cache` wrapper calls (what it returns is that
-    function's), else `value`."""
-    while callable(getattr(value, "cache_info", None)) and \
-            isinstance(getattr(value, "__wrapped__", None), pytypes.FunctionType):
+    """The function a `functools.lru_cache`/`cache` wrapper calls when it holds no answer
+    that no compile made (what it returns is that function's), else `value`: such a
+    wrapper is keyed by those answers too (`cache_held`, a configuration object's state
+    in `Keyer`)."""
+    while is_cache(value):
+        try:
+            if cache_held(value):
+                break
+        except Unencodable:
+            break
         value = value.__wrapped__
     return value
