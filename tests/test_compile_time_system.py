@@ -376,6 +376,17 @@ def settings():
 WIDTH = settings()["width"]  # answered at import: what it read no compile saw
 
 
+class Table:
+    @staticmethod
+    @functools.cache
+    def rows():
+        with open(os.path.join(HERE, "table.json")) as f:
+            return json.load(f)["rows"]
+
+
+ROWS = Table.rows()  # a class's cached method, answered at import too
+
+
 @functools.lru_cache(maxsize=4)
 def limits(kind):
     with open(os.path.join(HERE, "limits.json")) as f:
@@ -396,7 +407,7 @@ def second(x):
 
 @overload(scaled)
 def ol_scaled(x):
-    k = settings()["k"] * WIDTH
+    k = settings()["k"] * WIDTH + Table.rows()
     return lambda x: x * k
 
 
@@ -429,12 +440,13 @@ def k_second(a):
 
 
 def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
-    """A module-level `functools.cache`/`lru_cache` helper answers a call it has seen from
-    what it kept, reading nothing again. Kept from the module's import, the answer is
-    keyed by its value (what made it no compile saw); kept from an earlier compile in the
-    same process (-j1), it hands on what that compile read. Either way an edit of the file
-    behind it rebuilds exactly its kernels, to a fresh build's bytes (both were served
-    stale: the helper was keyed by its code alone), and a no-op build rebuilds nothing."""
+    """A `functools.cache`/`lru_cache` helper (a module's, a class's static method) answers
+    a call it has seen from what it kept, reading nothing again. Kept from the module's
+    import, the answer is keyed by its value (what made it no compile saw); kept from an
+    earlier compile in the same process (-j1), it hands on what that compile read. Either
+    way an edit of the file behind it rebuilds exactly its kernels, to a fresh build's
+    bytes (each was served stale: the helper was keyed by its code alone), and a no-op
+    build rebuilds nothing."""
     project, store = tmp_path / "proj", tmp_path / "store"
     (project / "ck").mkdir(parents=True)
     (project / "kbuild.toml").write_text(
@@ -445,6 +457,7 @@ def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
     (project / "ck" / "kernels.py").write_text(CACHED_KERNELS)
     (project / "ck" / "settings.json").write_text('{"k": 2.0, "width": 3}')
     (project / "ck" / "limits.json").write_text('{"hi": 4.0}')
+    (project / "ck" / "table.json").write_text('{"rows": 1.0}')
     env = _clean_env()
     everything = {"k_warm", "k_first", "k_second"}
     first = build(project, store, "-j1", env_extra=env)
@@ -453,6 +466,7 @@ def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
         assert _with_status(build(project, store, "-j1", *full, env_extra=env),
                             "cached") == everything
     for rel, text, rebuilt in (("settings.json", '{"k": 2.5, "width": 3}', {"k_warm"}),
+                               ("table.json", '{"rows": 1.5}', {"k_warm"}),
                                ("limits.json", '{"hi": 5.0}', {"k_first", "k_second"})):
         before = _artifacts(build(project, store, "-j1", env_extra=env))
         (project / "ck" / rel).write_text(text)

@@ -25,7 +25,7 @@ from .references import LibraryRef, RawNamespace, function_def, referenced_value
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
 from .values import cache_held, cache_unwrapped, canonical, cannot_key, instance_state, \
-    library_object_form, made_at_import, summary, type_canonical
+    is_cache, library_object_form, made_at_import, summary, type_canonical
 
 # Decorator options that never change the compiled code.
 _IGNORED_OPTIONS = frozenset({"cache"})
@@ -539,6 +539,18 @@ class Keyer:
     def _class_attribute(self, value, where: str):
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
+        if is_cache(value):  # a cached method: its function, and what it kept
+            state = self._object_state(value)
+            value = value.__wrapped__
+            if state is not None:
+                function = self._class_attribute(value, where)
+                callees: list = []
+                try:
+                    held = self._contents(state[1]["held"], "a cache", where, callees)
+                except KeyingError:  # an answer with no content form: the module's source
+                    return None
+                return None if function is None else (
+                    "cached", function, held, tuple(node.digest for _, node in callees))
         if isinstance(value, property):
             return property_form(value, lambda f: self._class_attribute(f, where))
         try:

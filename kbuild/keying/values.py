@@ -349,7 +349,7 @@ def cache_held(value) -> tuple | None:
     out."""
     if not is_cache(value):
         return None
-    if not value.cache_info().currsize or not _module_level(value):
+    if not value.cache_info().currsize or not _reachable(value):
         return ()
     made = _MADE_BY_COMPILES.get(value, ())
     pairs = [(key, answer) for key, answer in _kept(value) if key not in made]
@@ -358,19 +358,36 @@ def cache_held(value) -> tuple | None:
     mark = _marker(value)
 
     def arguments(key):
-        if isinstance(key, tuple):
-            return tuple("**" if part is mark else part for part in key)
-        return (key,)
+        parts = key if isinstance(key, tuple) else (key,)
+        return tuple("**" if part is mark else _argument_form(part) for part in parts)
 
     return tuple((arguments(key), answer) for key, answer in pairs)
 
 
-def _module_level(cache) -> bool:
+def _reachable(cache) -> bool:
+    """Whether a wrapper is found where its name says: a module's global, or a class's
+    attribute (a method, a static or class method) of a class found so, the same way at
+    every check. Another one (a closure's) is keyed by its function alone."""
     module = sys.modules.get(getattr(cache, "__module__", None))
     if not isinstance(module, pytypes.ModuleType):
         return False
-    namespace = pytypes.ModuleType.__getattribute__(module, "__dict__")  # a lazy one stays
-    return isinstance(namespace, dict) and namespace.get(cache.__name__) is cache
+    found = pytypes.ModuleType.__getattribute__(module, "__dict__")  # a lazy one stays
+    for part in str(getattr(cache, "__qualname__", "")).split("."):
+        value = found.get(part) if isinstance(found, (dict, pytypes.MappingProxyType)) \
+            else None
+        found = vars(value) if isinstance(value, type) else value
+    if isinstance(found, (staticmethod, classmethod)):
+        found = found.__func__
+    return found is cache
+
+
+def _argument_form(argument):
+    """A kept call's argument: by content, else by its type (`self`, an object its
+    answer was made for: its state is read where the answer reads it)."""
+    try:
+        return canonical(argument)
+    except Unencodable:
+        return ("object", type(argument).__module__, type(argument).__qualname__)
 
 
 def _kept(cache) -> list:

@@ -59,11 +59,28 @@ def _helper(cache) -> bool:
 
 def module_caches() -> list:
     """Every functools cache that is a global of a loaded module not the toolchain's or
-    the language's."""
+    the language's, or an attribute of a class defined there."""
     found: dict = {}  # one imported into another module is found there too
+    seen: set = set()
     for name, module in list(sys.modules.items()):
         namespace = None if is_library(name) else own_namespace(module)
-        for value in list(namespace.values()) if namespace else ():
-            if is_cache(value):
-                found.setdefault(value, None)
+        try:
+            todo = list(namespace.values()) if namespace else []
+            _walk(name, todo, seen, found)
+        except Exception:  # noqa: BLE001 - a class posing oddly: never break a compile
+            continue
     return list(found)
+
+
+def _walk(name, todo, seen, found) -> None:
+    """The caches among `todo` (a module's globals), in classes module `name` defines (as
+    named) too."""
+    while todo:
+        value = todo.pop()
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if is_cache(value):
+            found.setdefault(value, None)
+        elif isinstance(value, type) and value.__module__ == name and value not in seen:
+            seen.add(value)
+            todo.extend(vars(value).values())
