@@ -199,6 +199,7 @@ def _child(request: dict, fds, zygote_path: list, own_pythonpath: str) -> None:
     """Become the requested process and run it; never returns."""
     import importlib
     import random
+    import signal
 
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
@@ -209,6 +210,8 @@ def _child(request: dict, fds, zygote_path: list, own_pythonpath: str) -> None:
     os.environ.clear()
     os.environ.update(env)
     os.chdir(request["cwd"])
+    signal.signal(signal.SIGINT, signal.SIG_IGN if request.get("sigint_ignored")
+                  else signal.default_int_handler)
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
     # A warm zygote's path already holds its PYTHONPATH's folders (the request's)
     extra = [] if env.get("PYTHONPATH", "") == own_pythonpath else \
@@ -387,9 +390,14 @@ class _Client:
         err_r, err_w = os.pipe()
         module = argv[1] == "-m"
         main = argv[2] if module else argv[1]
+        import signal
+
+        # A process started now inherits SIGINT ignored if this one ignores it (a suite
+        # started in the background by a shell), and Python keeps it ignored; else
+        # Python's own handler. The zygote was started at another moment.
         request = {"kind": "module" if module else "script", "main": main,
                    "args": list(argv[3 if module else 2:]), "cwd": str(cwd), "env": env,
-                   }
+                   "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN}
         try:
             _message(self.sock, request, [stdin, out_w, err_w])
         finally:
