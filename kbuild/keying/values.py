@@ -314,8 +314,9 @@ _LOCKS = (type(threading.Lock()), type(threading.RLock()))
 # answers from what it kept returns what was true when the answer was made. Made by a
 # compile, what it read was observed then (and is handed to each compile answered from
 # it: backend/observe/caches.py); made before (at import, by the program), what it read
-# no compile saw, and the answer itself is what compile-time code gets: a module-level
-# wrapper is keyed by its function and the answers it holds that no compile made.
+# no compile saw, and the answer itself is what compile-time code gets: a wrapper found
+# by its name (a module's, a class's) is keyed by its function and the answers it holds
+# that no compile made.
 _MADE_BY_COMPILES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _WRAPPER = type(functools.lru_cache(maxsize=None)(lambda: None))  # the wrappers' type
 
@@ -341,10 +342,10 @@ def kept_keys(cache) -> frozenset:
 
 
 def cache_held(value) -> tuple | None:
-    """What a module-level `functools.lru_cache`/`cache` wrapper holds that no compile
-    made: ((arguments, answer), ...) in the order it keeps them, () when none; None for
-    anything else. Another wrapper (a class's, a closure's) is keyed by its function
-    alone. One holding answers in a layout other than `_kept` reads (a Python kbuild does
+    """What a `functools.lru_cache`/`cache` wrapper holds that no compile made: ((arguments,
+    answer), ...) in the order it keeps them, () when none or when it is found nowhere by
+    its name (`_reachable`: a closure's, keyed by its function alone); None for anything
+    else. One holding answers in a layout other than `_kept` reads (a Python kbuild does
     not know) raises Unencodable: what it holds cannot be read, and no key may leave it
     out."""
     if not is_cache(value):
@@ -419,9 +420,10 @@ def cache_unwrapped(value):
     that no compile made (what it returns is that function's), else `value`: such a
     wrapper is keyed by those answers too (`cache_held`, a configuration object's state
     in `Keyer`)."""
-    while is_cache(value):
+    while callable(getattr(value, "cache_info", None)) and \
+            isinstance(getattr(value, "__wrapped__", None), pytypes.FunctionType):
         try:
-            if cache_held(value):
+            if cache_held(value):  # None (another library's wrapper) or () unwrap
                 break
         except Unencodable:
             break
