@@ -180,10 +180,21 @@ def test_a_build_run_in_a_subfolder_reads_relative_paths_from_there(baseline, tm
     assert _artifacts(back) == _artifacts(first)
 
 
+def _write_project(root: Path, name: str, module: str, kernels, files: dict) -> None:
+    """A project of its own at `root`: kbuild.toml declaring `kernels` of `module` (each
+    taking one float32 array), and `files` (path -> text)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "kbuild.toml").write_text(
+        f'[project]\nname = "{name}"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
+            f'[kernels."{module}:{k}"]\nsignatures = ["void(float32[::1])"]\n'
+            for k in kernels))
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+SCRATCH_KERNELS = ("k_side", "k_runpy", "k_scratch", "k_db")
 SCRATCH_PROJECT = {
-    "kbuild.toml": '[project]\nname = "scratch"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
-        f'[kernels."ov:{k}"]\nsignatures = ["void(float32[::1])"]\n'
-        for k in ("k_side", "k_runpy", "k_scratch", "k_db")),
     "values.json": '{"k": 2.0}',
     "cfg.py": 'import json\n\nK = json.load(open("values.json"))["k"]\n',
     "ov.py": '''\
@@ -285,15 +296,13 @@ def test_files_outside_the_project_and_runpy_are_inputs_and_scratch_files_are_no
     renamed into place, listed) are its own output: a no-op build serves every target; a
     database sqlite reads (in C, no `open` seen) is a file read."""
     project = tmp_path / "proj"
-    for rel, text in SCRATCH_PROJECT.items():
-        (project / rel).parent.mkdir(parents=True, exist_ok=True)
-        (project / rel).write_text(text)
+    _write_project(project, "scratch", "ov", SCRATCH_KERNELS, SCRATCH_PROJECT)
     _store_value(project / "values.db", 0.5)
     side_file = tmp_path / "side.txt"  # beside the project: under the temporary folder
     side_file.write_text("1.5")
     env, store = {**_clean_env(), "SCRATCH_SIDE": str(side_file)}, tmp_path / "store"
     first = build(project, store, env_extra=env)
-    everything = {"k_side", "k_runpy", "k_scratch", "k_db"}
+    everything = set(SCRATCH_KERNELS)
     assert _with_status(first, "built") == everything
     assert _with_status(build(project, store, env_extra=env), "cached") == everything, \
         "a compile's own temporaries rebuilt it, or sqlite's file did"
@@ -338,11 +347,7 @@ def test_the_project_root_listed_is_named_from_the_root_in_a_moved_checkout(tmp_
     bytes (named by the first checkout's absolute path, the listing that was checked was
     the first checkout's, and a stale binary was served)."""
     first, store = tmp_path / "a" / "proj", tmp_path / "store"
-    first.mkdir(parents=True)
-    (first / "kbuild.toml").write_text(
-        '[project]\nname = "rootlist"\npaths = ["."]\narch = ["sm_80"]\n'
-        '[kernels."rl:k_root"]\nsignatures = ["void(float32[::1])"]\n')
-    (first / "rl.py").write_text(ROOT_LISTING_KERNELS)
+    _write_project(first, "rootlist", "rl", ["k_root"], {"rl.py": ROOT_LISTING_KERNELS})
     built = build(first, store, env_extra=_clean_env())
     assert _with_status(built, "built") == {"k_root"}
     moved = fresh_checkout(first, tmp_path / "b")
@@ -448,16 +453,10 @@ def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
     bytes (each was served stale: the helper was keyed by its code alone), and a no-op
     build rebuilds nothing."""
     project, store = tmp_path / "proj", tmp_path / "store"
-    (project / "ck").mkdir(parents=True)
-    (project / "kbuild.toml").write_text(
-        '[project]\nname = "cached"\npaths = ["."]\narch = ["sm_80"]\n' + "".join(
-            f'[kernels."ck.kernels:{k}"]\nsignatures = ["void(float32[::1])"]\n'
-            for k in ("k_warm", "k_first", "k_second")))
-    (project / "ck" / "__init__.py").write_text("")
-    (project / "ck" / "kernels.py").write_text(CACHED_KERNELS)
-    (project / "ck" / "settings.json").write_text('{"k": 2.0, "width": 3}')
-    (project / "ck" / "limits.json").write_text('{"hi": 4.0}')
-    (project / "ck" / "table.json").write_text('{"rows": 1.0}')
+    _write_project(project, "cached", "ck.kernels", ("k_warm", "k_first", "k_second"), {
+        "ck/__init__.py": "", "ck/kernels.py": CACHED_KERNELS,
+        "ck/settings.json": '{"k": 2.0, "width": 3}', "ck/limits.json": '{"hi": 4.0}',
+        "ck/table.json": '{"rows": 1.0}'})
     env = _clean_env()
     everything = {"k_warm", "k_first", "k_second"}
     first = build(project, store, "-j1", env_extra=env)

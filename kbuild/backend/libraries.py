@@ -56,15 +56,14 @@ def builds_on_numba(module_name) -> bool:
     if answer or modules == len(sys.modules):
         return answer
     modules = len(sys.modules)
-    answer = any(_holds_numba(module) for name, module in list(sys.modules.items())
+    answer = any(_holds_numba(namespace) for name, namespace in loaded_namespaces()
                  if name == top or name.startswith(top + "."))
     _BUILDS_ON_NUMBA[top] = (answer, modules)
     return answer
 
 
-def _holds_numba(module) -> bool:
-    namespace = own_namespace(module)
-    for value in list(namespace.values()) if namespace else ():
+def _holds_numba(namespace: dict) -> bool:
+    for value in list(namespace.values()):
         try:
             name = _module_of(value)
         except Exception:  # noqa: BLE001 - an object posing as a module, class or function
@@ -84,6 +83,17 @@ def own_namespace(module) -> dict | None:
     except TypeError:
         return None
     return namespace if isinstance(namespace, dict) else None
+
+
+def loaded_namespaces(skip_libraries: bool = False):
+    """(name, own namespace) of each loaded module, past its class (`own_namespace`); the
+    toolchain's and the language's left out when `skip_libraries`."""
+    for name, module in list(sys.modules.items()):
+        if skip_libraries and is_library(name):
+            continue
+        namespace = own_namespace(module)
+        if namespace:
+            yield name, namespace
 
 
 def namespace_module(scope) -> str | None:
@@ -108,4 +118,4 @@ def _module_of(value):
 
 
 __all__ = ["LIBRARIES", "builds_on_numba", "is_library", "is_settings", "namespace_module",
-           "own_namespace"]
+           "own_namespace", "loaded_namespaces"]

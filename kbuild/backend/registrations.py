@@ -27,7 +27,7 @@ import types as pytypes
 from dataclasses import dataclass
 
 from ..keying.values import canonical
-from .libraries import is_library, own_namespace
+from .libraries import is_library, loaded_namespaces
 
 _DEPTH = 6  # how far a registration's captured values are followed
 
@@ -258,11 +258,10 @@ def _instances(classes) -> list:
     if not classes:
         return []
     found: dict = {}
-    for module in list(sys.modules.values()):
-        # Past the module's class: a lazy module is not loaded by looking (one being
-        # loaded now would raise), a proxy posing as a module has no namespace.
-        namespace = own_namespace(module)
-        for value in list(namespace.values()) if namespace else ():
+    # Past each module's class: a lazy module is not loaded by looking (one being loaded
+    # now would raise), a proxy posing as a module has no namespace.
+    for _name, namespace in loaded_namespaces():
+        for value in list(namespace.values()):
             if isinstance(value, classes):
                 found.setdefault(id(value), value)  # identity: in this process only
     return list(found.values())

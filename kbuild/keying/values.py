@@ -336,7 +336,7 @@ def made_by_compile(cache, keys) -> None:
 def kept_keys(cache) -> frozenset:
     """The keys of the calls `cache` keeps answers for (none when they cannot be read)."""
     try:
-        return frozenset(key for key, _ in _kept(cache))
+        return frozenset(key for key, _ in _kept(cache)[0])
     except Unencodable:
         return frozenset()
 
@@ -353,10 +353,10 @@ def cache_held(value) -> tuple | None:
     if not value.cache_info().currsize or not _reachable(value):
         return ()
     made = _MADE_BY_COMPILES.get(value, ())
-    pairs = [(key, answer) for key, answer in _kept(value) if key not in made]
+    kept, mark = _kept(value)
+    pairs = [(key, answer) for key, answer in kept if key not in made]
     if not pairs:
         return ()
-    mark = _marker(value)
 
     def arguments(key):
         parts = key if isinstance(key, tuple) else (key,)
@@ -391,28 +391,22 @@ def _argument_form(argument):
         return ("object", type(argument).__module__, type(argument).__qualname__)
 
 
-def _kept(cache) -> list:
-    """(key, answer) of each call a wrapper kept, oldest first. The wrapper shows no
-    contents; the garbage collector sees its type, each kept (key, answer, link type) of
-    a bounded cache from the oldest, the cache (key -> answer for an unbounded one, key
-    -> link for a bounded one), its function, the keyword marker, then types and its
-    own dict."""
+def _kept(cache) -> tuple[list, object]:
+    """(key, answer) of each call a wrapper kept, oldest first, and the keyword marker
+    its keys hold. The wrapper shows no contents; the garbage collector sees its type,
+    each kept (key, answer, link type) of a bounded cache from the oldest, the cache (key
+    -> answer for an unbounded one, key -> link for a bounded one), its function, the
+    keyword marker, then types and its own dict."""
     refs = gc.get_referents(cache)
     at = next((i for i, r in enumerate(refs) if r is cache.__wrapped__), None)
     if at is None or at < 2 or at + 1 >= len(refs) or type(refs[at - 1]) is not dict:
         raise Unencodable(cache)
-    links = refs[1:at - 1]
+    links, mark = refs[1:at - 1], refs[at + 1]
     if not links:
-        return list(refs[at - 1].items())
+        return list(refs[at - 1].items()), mark
     if len(links) % 3 or not all(isinstance(t, type) for t in links[2::3]):
         raise Unencodable(cache)
-    return list(zip(links[0::3], links[1::3]))
-
-
-def _marker(cache):
-    refs = gc.get_referents(cache)
-    at = next(i for i, r in enumerate(refs) if r is cache.__wrapped__)
-    return refs[at + 1]
+    return list(zip(links[0::3], links[1::3])), mark
 
 
 def cache_unwrapped(value):

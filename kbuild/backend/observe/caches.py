@@ -17,11 +17,10 @@ answers is its installation's.
 from __future__ import annotations
 
 import contextlib
-import sys
 import weakref
 
 from ...keying.values import is_cache, kept_keys, made_by_compile
-from ..libraries import is_library, own_namespace
+from ..libraries import loaded_namespaces
 from .reads import _installed_code
 
 # cache -> what the compiles that made its answers observed ({(kind, name): None})
@@ -62,11 +61,9 @@ def module_caches() -> list:
     the language's, or an attribute of a class defined there."""
     found: dict = {}  # one imported into another module is found there too
     seen: set = set()
-    for name, module in list(sys.modules.items()):
-        namespace = None if is_library(name) else own_namespace(module)
+    for name, namespace in loaded_namespaces(skip_libraries=True):
         try:
-            todo = list(namespace.values()) if namespace else []
-            _walk(name, todo, seen, found)
+            _walk(name, list(namespace.values()), seen, found)
         except Exception:  # noqa: BLE001 - a class posing oddly: never break a compile
             continue
     return list(found)

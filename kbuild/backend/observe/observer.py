@@ -338,7 +338,12 @@ def from_root(path, root) -> str | None:
     """Where `path` is from the project root, as a POSIX path ("." for the root itself: a
     moved checkout names it the same), or None outside it. Both are taken as they really
     are (symbolic links resolved)."""
-    real, top = os.path.realpath(os.fspath(path)), os.path.realpath(root)
+    return _under(os.path.realpath(os.fspath(path)), root)
+
+
+def _under(real: str, root) -> str | None:
+    """`from_root` of a path already resolved."""
+    top = os.path.realpath(root)
     if real == top:
         return "."
     if real.startswith(top.rstrip(os.sep) + os.sep):
@@ -353,7 +358,7 @@ def _file_name(path, root) -> str | None:
     if not isinstance(path, (str, os.PathLike)):
         return None
     real = os.path.realpath(os.fspath(path))
-    name = from_root(real, root) if root is not None else None
+    name = _under(real, root) if root is not None else None
     if name is not None:
         return name
     if real.startswith(("/proc/", "/dev/", "/sys/")) or \
