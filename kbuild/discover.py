@@ -18,6 +18,7 @@ from .artifacts import arch_cc
 from .backend import is_library
 from .config import KernelSpec, ProjectConfig
 from .errors import TargetError
+from .keying import made
 from .model import Target  # noqa: F401 - the noun's home is the model; named here too
 from .sources import record_imported_source
 
@@ -133,6 +134,7 @@ def forget_project_modules() -> int:
     importlib.invalidate_caches()
     for backend in loaded():  # what their compilers took from the first import goes too
         backend.project_forgotten()
+    made.forget_all()  # the state compiles filled into the modules gone
     return len(gone)
 
 

@@ -476,6 +476,194 @@ def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
         assert {t for t in rebuilt if _artifacts(after)[t] != before[t]} == rebuilt
 
 
+FILLED_KERNELS = '''\
+import json
+import os
+import types
+
+from numba import cuda
+from numba.core.extending import overload
+
+HERE = os.path.dirname(__file__)
+
+
+def load(name):
+    with open(os.path.join(HERE, name)) as f:
+        return json.load(f)
+
+
+_TABLE = None  # a global the first compile that asks sets
+
+
+def table():
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = load("table.json")
+    return _TABLE
+
+
+_LOADED = {}  # a module's dict each compile that asks fills
+
+
+def loaded(name):
+    if name not in _LOADED:
+        _LOADED[name] = load(name)
+    return _LOADED[name]
+
+
+class Limits:  # a class attribute filled on first use
+    _memo = None
+
+    @classmethod
+    def get(cls):
+        if cls._memo is None:
+            cls._memo = load("limits.json")
+        return cls._memo
+
+
+class Settings:  # an object's attribute filled on first use
+    def __init__(self):
+        self.values = None
+
+    def get(self):
+        if self.values is None:
+            self.values = load("settings.json")
+        return self.values
+
+
+SETTINGS = Settings()
+FLAGS = types.SimpleNamespace(on=None)
+
+
+def _scales():
+    memo = None
+
+    def scales():  # a closure's memo
+        nonlocal memo
+        if memo is None:
+            memo = load("limits.json")
+        return memo
+    return scales
+
+
+scales = _scales()
+_SEEN = {}  # filled by one overload, only read by another
+
+
+def with_table(x):
+    pass
+
+
+def with_table_too(x):
+    pass
+
+
+def with_loaded(x):
+    pass
+
+
+def with_limits(x):
+    pass
+
+
+def with_settings(x):
+    pass
+
+
+def with_seen(x):
+    pass
+
+
+def with_scales(x):
+    pass
+
+
+@overload(with_table)
+def ol_with_table(x):
+    k = table()["k"]
+    return lambda x: x * k
+
+
+@overload(with_table_too)
+def ol_with_table_too(x):
+    k = table()["k"] + 1.0  # answered from what the first compile filled (-j1)
+    return lambda x: x * k
+
+
+@overload(with_loaded)
+def ol_with_loaded(x):
+    k = loaded("table.json")["k"] + 2.0
+    _SEEN["k"] = k
+    return lambda x: x * k
+
+
+@overload(with_limits)
+def ol_with_limits(x):
+    hi = Limits.get()["hi"]
+    return lambda x: min(x, hi)
+
+
+@overload(with_settings)
+def ol_with_settings(x):
+    if FLAGS.on is None:
+        FLAGS.on = SETTINGS.get()["on"]
+    k = 2.0 if FLAGS.on else 1.0
+    return lambda x: x * k
+
+
+@overload(with_seen)
+def ol_with_seen(x):
+    k = _SEEN.get("k", 0.0)
+    return lambda x: x + k
+
+
+@overload(with_scales)
+def ol_with_scales(x):
+    k = scales()["hi"] * 2.0
+    return lambda x: x * k
+''' + "".join(f'''
+
+@cuda.jit
+def k_{name}(a):
+    a[0] = with_{name}(a[0])
+''' for name in ("table", "table_too", "loaded", "limits", "settings", "seen", "scales"))
+
+
+def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
+    """Compile-time code that keeps what it loaded (a global set from None, a module's
+    dict entry, a class's and an object's attribute, a closure's cell, filled on first
+    use) leaves state a new process does not have until its own compile fills it: keyed
+    as the program made it (empty), with what the filling compile read handed to every
+    compile read from it. A no-op build, keyed in full, rebuilds none of them (each
+    rebuilt on every build); an edit of the file behind one rebuilds its kernels to a
+    fresh build's bytes, those answered from what an earlier compile filled (-j1) too
+    (served stale): the second user of a memo, and an overload reading what another one
+    filled."""
+    project, store = tmp_path / "proj", tmp_path / "store"
+    kernels = ["k_limits", "k_loaded", "k_scales", "k_seen", "k_settings", "k_table",
+               "k_table_too"]
+    _write_project(project, "filled", "fl.kernels", kernels, {
+        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
+        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
+        "fl/settings.json": '{"on": true}'})
+    env = _clean_env()
+    assert _with_status(build(project, store, "-j1", env_extra=env), "built") == set(kernels)
+    for full in ((), ("--full",)):  # answered by the journal, and keyed in full
+        served = _with_status(build(project, store, "-j1", *full, env_extra=env), "cached")
+        assert served == set(kernels), f"rebuilt, nothing changed: {set(kernels) - served}"
+    for rel, text, rebuilt in (
+            ("table.json", '{"k": 2.5}', {"k_table", "k_table_too", "k_loaded", "k_seen"}),
+            ("limits.json", '{"hi": 5.0}', {"k_limits", "k_scales"}),
+            ("settings.json", '{"on": false}', {"k_settings"})):
+        before = _artifacts(build(project, store, "-j1", env_extra=env))
+        (project / "fl" / rel).write_text(text)
+        after = build(project, store, "-j1", env_extra=env)
+        fresh = build(project, tmp_path / f"fresh-{rel}", "-j1", env_extra=env)
+        assert _with_status(after, "built") == rebuilt, f"{rel}: a stale binary was served"
+        assert _artifacts(after) == _artifacts(fresh)
+        assert {t for t in kernels if _artifacts(after)[t] != before[t]} == rebuilt
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

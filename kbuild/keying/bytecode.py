@@ -16,6 +16,7 @@ import sys
 import types as pytypes
 from functools import lru_cache
 
+from . import made
 from .encode import Unencodable, encode
 from .values import canonical, cannot_key
 
@@ -386,7 +387,8 @@ def _operand_value(code, operand, scope: dict, closure: dict):
         value = scope.get(what, _NOT_A_CONSTANT)
     else:
         try:
-            value = closure[what].cell_contents
+            cell = closure[what]
+            value = made.item(cell, "contents", cell.cell_contents)  # a compile's: unset
         except (KeyError, ValueError):  # no such cell, or an empty one
             return _NOT_A_CONSTANT
     return value if type(value) in _PRUNED_ON else _NOT_A_CONSTANT

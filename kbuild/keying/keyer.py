@@ -15,7 +15,7 @@ import types as pytypes
 from dataclasses import replace
 from pathlib import PurePath
 
-from . import normalize
+from . import made, normalize
 from ..environ import WatchedEnviron
 from ..errors import KeyingError
 from .bytecode import code_canonical, code_fingerprint, returned_functions, returned_globals
@@ -100,8 +100,10 @@ class Keyer:
         if fn.options is None:
             fn.options = dict(self._objects.options_of(obj))
         memo_key = (label, obj, selector)
-        if memo_key in self._memo:
-            return self._memo[memo_key]
+        found = self._memo.get(memo_key)
+        if found is not None and found[1] == made.generation():
+            made.replay(found[2])  # the names the slots it read as made hand on
+            return found[0]
         if any(f is fn.py_func for f in self._stack):
             # Recursion: refer to the function by name; its content is keyed above.
             return leaf(label, ("recursive", qualified_name(fn.py_func)), "recursive")
@@ -111,13 +113,14 @@ class Keyer:
             self._reached_ids.add(id(obj))
         self._stack.append(fn.py_func)
         try:
-            node = self._function_tree(fn, label, where, selector)
+            with made.touches() as touched:
+                node = self._function_tree(fn, label, where, selector)
         finally:
             self._stack.pop()
         number = self._assign_stable_id(fn.py_func, _identity(fn.py_func, node))
         if number is not None and _compiled_apart(fn):
             node = replace(node, ident=f"{qualified_name(fn.py_func)}${number}")
-        self._memo[memo_key] = node
+        self._memo[memo_key] = (node, made.generation(), frozenset(touched))
         self.nodes.setdefault(fn.py_func, node)
         return node
 
@@ -413,7 +416,7 @@ class Keyer:
             return ("dict" if isinstance(value, dict) else "mappingproxy", tuple(sorted(
                 ((self._contents(k, what, where, callees, f"{path}{{}}"),
                   self._contents(v, what, where, callees, f"{path}[{_key_text(k)}]"))
-                 for k, v in value.items()),
+                 for k, v in made.view(value).items()),
                 key=encode)))
         try:
             return canonical(value)
@@ -527,7 +530,7 @@ class Keyer:
             if not self._is_project_object(klass):
                 parts.append(("base", klass.__module__, klass.__qualname__))
                 continue
-            for attr, value in sorted(vars(klass).items()):
+            for attr, value in sorted(made.view(klass, vars(klass)).items()):
                 if attr in _CLASS_PLUMBING:
                     continue
                 form = self._class_attribute(value, where)

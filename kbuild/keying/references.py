@@ -16,7 +16,7 @@ import enum
 import types as pytypes
 from dataclasses import dataclass
 
-from . import normalize
+from . import made, normalize
 from .bytecode import (
     bytecode_chains, code_names, discarded_chains, loaded_bases, pruned_chains,
 )
@@ -64,26 +64,27 @@ def referenced_values(py_func, sources: Sources, objects: ObjectModel, chains=No
     names = _load_chains(py_func, sources) if chains is None else chains
     code = py_func.__code__
     closure = dict(zip(code.co_freevars, py_func.__closure__ or ()))
+    scope = made.view(py_func.__globals__)  # what a compile filled, as the program made it
     # What the bytecode never loads (source after a `return`, say) numba never reads;
     # what only a branch numba prunes on the values now reads is never compiled (decided
     # here, on the values now: the names a code object reads are remembered).
     names = {chain for chain in names if chain[0] in loaded_bases(code)} \
-        - pruned_chains(code, py_func.__globals__, closure)
+        - pruned_chains(code, scope, closure)
     thrown = discarded_chains(code)
     for chain in sorted(names):
         base = chain[0]
         if base in closure:
-            kind, scope = LabelKind.CLOSURE, _cell_value(closure[base])
-        elif base in py_func.__globals__:
-            kind, scope = LabelKind.GLOBAL, py_func.__globals__[base]
+            kind, start = LabelKind.CLOSURE, _cell_value(closure[base])
+        elif base in scope:
+            kind, start = LabelKind.GLOBAL, scope[base]
         elif hasattr(builtins, base):
-            kind, scope = LabelKind.BUILTIN, getattr(builtins, base)
-            if _is_language_builtin(base, scope):
+            kind, start = LabelKind.BUILTIN, getattr(builtins, base)
+            if _is_language_builtin(base, start):
                 continue  # part of the language (the toolchain keys Python's version)
         else:
             yield LabelKind.GLOBAL, base, ("unbound", base)
             continue
-        name, value = _resolve_chain(chain, scope, sources, objects)
+        name, value = _resolve_chain(chain, start, sources, objects)
         if chain in thrown:
             value = _uncalled(value, objects)
         yield kind, name, value
@@ -111,9 +112,10 @@ def _is_language_builtin(name: str, value) -> bool:
 
 def _cell_value(cell):
     try:
-        return cell.cell_contents
+        value = made.item(cell, "contents", cell.cell_contents)  # a compile's memo: unset
     except ValueError:  # an empty cell
         return ("empty-cell",)
+    return ("empty-cell",) if value is made.ABSENT else value
 
 
 def _resolve_chain(chain, value, sources: Sources, objects: ObjectModel):
@@ -129,7 +131,7 @@ def _resolve_chain(chain, value, sources: Sources, objects: ObjectModel):
         if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__) \
                 and _by_name(value.__name__, getattr(value, chain[i], None), objects):
             return ".".join(chain), LibraryRef(value.__name__, ".".join(chain[i:]))
-        value = getattr(value, chain[i], _MISSING)
+        value = made.attribute(value, chain[i], _MISSING)
         i += 1
     if value is _MISSING:
         return ".".join(chain[:i]), ("missing attribute", ".".join(chain[:i]))
@@ -176,7 +178,7 @@ def _constant_of_plain_class(cls, attr: str, sources: Sources, objects: ObjectMo
     if not sources.is_project_module(cls.__module__) or objects.known_to_compiler(cls):
         return False
     try:
-        canonical(getattr(cls, attr))
+        canonical(made.attribute(cls, attr))
     except (Unencodable, AttributeError):
         return False
     return True

@@ -24,6 +24,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from ..errors import KeyingError
+from . import made
 from .encode import Unencodable, digest_of, encode
 
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
@@ -83,7 +84,8 @@ def canonical(value):
         # numba's documented `fastmath={'contract', 'arcp'}`: by content, in a fixed order.
         return (type(value).__name__, _sorted_encoded(canonical(v) for v in value))
     if isinstance(value, dict):
-        return ("dict", _sorted_encoded((canonical(k), canonical(v)) for k, v in value.items()))
+        return ("dict", _sorted_encoded((canonical(k), canonical(v))
+                                        for k, v in made.view(value).items()))
     if isinstance(value, pytypes.MappingProxyType):  # a read-only view: by what it shows
         return ("mappingproxy", _sorted_encoded((canonical(k), canonical(v))
                                                 for k, v in value.items()))
@@ -102,6 +104,16 @@ def canonical(value):
     if isinstance(value, pytypes.ModuleType):
         return ("module", value.__name__)
     raise Unencodable(value)
+
+
+def _content_digest(value) -> str | None:
+    try:
+        return digest_of(canonical(value))
+    except (Unencodable, RecursionError):
+        return None
+
+
+made.define_form(_content_digest)  # what a slot a compile filled is told by (`made`)
 
 
 def _sorted_encoded(items) -> tuple:
@@ -264,14 +276,15 @@ def instance_state(obj) -> dict | None:
     nor slots. What compile-time Python reads of a configuration object (a dataclass, a
     `SimpleNamespace`, a settings instance) is then its class's code and this state."""
     if isinstance(obj, pytypes.SimpleNamespace):
-        return dict(vars(obj))
+        return dict(made.view(vars(obj)).items())
     cls = type(obj)
     if type(cls) is not type or cls.__getattribute__ is not object.__getattribute__ \
             or isinstance(obj, (type, pytypes.ModuleType, pytypes.FunctionType,
                                 pytypes.BuiltinFunctionType, pytypes.MethodType)) \
             or not cls.__flags__ & _HEAP_TYPE:  # a class written in C keeps its state in C
         return None
-    state = dict(getattr(obj, "__dict__", None) or {})
+    own = getattr(obj, "__dict__", None)
+    state = dict(made.view(own).items()) if isinstance(own, dict) else {}
     slotted = False
     for klass in cls.__mro__[:-1]:
         slots = klass.__dict__.get("__slots__", ())

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...errors import CHANGED_AFTER_IMPORT, KeyingError
 from ...keying.bytecode import code_fingerprint, returned_functions
+from ...keying import made
 from ...keying.keyer import Keyer, property_form, qualified_name
 from ...keying.tree import LabelKind, leaf
 from ...keying.encode import Unencodable, digest, digest_of
@@ -44,18 +45,36 @@ class Current:
         self._index = None  # registrations.Index, on first use
 
     def __call__(self, kind: Kind, name: str) -> str:
-        if (kind, name) not in self._memo:
-            self._memo[(kind, name)] = self._digest(kind, name)
-        return self._memo[(kind, name)]
+        key, now = (kind, name), made.generation()
+        found = self._memo.get(key)
+        if found is not None and found[1] == now:
+            made.replay(found[2])
+            return found[0]
+        # Keyed again once a compile filled state in (`keying.made`): read as the program
+        # made it, and what filled it handed on.
+        with made.touches() as touched:
+            digest = self._digest(kind, name)
+        self._memo[key] = (digest, now, frozenset(touched))
+        return digest
+
+    def handed(self, kind: Kind, name: str) -> frozenset:
+        """What the compiles that filled state `name`'s digest read observed."""
+        self(kind, name)
+        return self._memo[(kind, name)][2]
 
     def observations(self, observer: Observer) -> list[Observation]:
         """The digests of what `observer` saw (a name a kept answer read, with the digest
         it had when the answer was made); a global only statically keyed functions read
         and that has no content form here is left to the static key."""
         out, digests = [], {}
-        for kind, name in observer.names:
+        todo = list(observer.names)
+        while todo:
+            kind, name = todo.pop(0)
             found = observer.pinned.get((kind, name)) or self(kind, name)
             digests[(kind, name)] = found
+            for more in sorted(self.handed(kind, name) - observer.names.keys()):
+                observer.add(*more)  # read to fill state this compile read as made
+                todo.append(more)
             if found.startswith(UNKEYABLE) and (kind, name) in observer.static_only:
                 continue
             out.append(Observation(kind, name, found))
@@ -337,8 +356,8 @@ def _resolve(module_name: str, path: str):
         return _ABSENT
     value = module
     for part in path.split("."):
-        value = getattr(value, part, _ABSENT)
-        if value is _ABSENT:
+        value = made.attribute(value, part, _ABSENT)
+        if value is _ABSENT or value is made.ABSENT:
             return _ABSENT
     return value
 
@@ -352,7 +371,10 @@ class _ObservationKeyer(Keyer):
         items, coarse = [], False
         for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))
                            and not n.startswith("_abc_")):  # ABCMeta's caches
-            form = self._attribute_form(getattr(cls, name, None), where)
+            value = made.attribute(cls, name, None)
+            if value is made.ABSENT:  # a compile made it: a new process has none
+                continue
+            form = self._attribute_form(value, where)
             coarse = coarse or form is None
             items.append((name, form or ("unkeyed",)))
         classes = _reachable_classes(cls)

@@ -26,6 +26,7 @@ from ...keying.observed import Kind
 from .. import oscalls
 from ..registrations import is_library
 from .caches import kept_answers
+from .written import kept_writes
 from .observer import Observer, repr_free
 from .reads import _bystander, _environ, _installed, _installed_code, _module_reads
 
@@ -71,6 +72,7 @@ def observing(observer: Observer, front_end: FrontEnd = NUMBA_CUDA_FRONT_END):
         stack.enter_context(oscalls.watching(observer, _bystander, _installed_frame))
         stack.enter_context(_nvrtc_headers(observer, front_end.nvrtc))
         stack.enter_context(kept_answers(observer))
+        stack.enter_context(kept_writes(observer))
         yield observer
 
 

@@ -1,0 +1,133 @@
+"""The state a compile fills in: slots that held nothing or None before it and a value after.
+
+An overload that keeps what it worked out (`global _TABLE; _TABLE = load()`, `_MEMO[k] =
+...`, `cls._memo = ...`, `self.loaded = ...`) leaves state that a new process does not
+have until its own compile fills it again. Before each compile this module notes the
+slots of every holder a loaded module (not the toolchain's or the language's) keeps: its
+globals, the classes it defines, and the dicts and plain objects (a namespace, an
+instance of a class of its own) those hold, one level down, and the closure cells of the
+functions among them (`nonlocal memo`). After it, each slot that
+went from nothing or None to a value is registered with what the compile observed
+(`keying.made.register`): keying reads it as the program made it and hands those
+observations on to whoever reads it. A slot rebound from a value is forgotten: a counter,
+a setting changed, read as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types as pytypes
+
+from ...keying import made
+from ..libraries import is_library, loaded_namespaces
+from .reads import _installed_code
+
+_LARGEST = 4096  # a dict with more entries is a table, not a memo: read as it is
+_ABSENT = made.ABSENT
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
+
+
+@contextlib.contextmanager
+def kept_writes(observer):
+    """Within the block a compile runs: the slots it fills are registered as its own."""
+    before = _holders()
+    try:
+        yield
+    finally:
+        try:
+            _register(before, dict.fromkeys(observer.names))
+        except Exception:  # noqa: BLE001 - a holder posing oddly: read as it is
+            pass
+
+
+def _register(before: list, names: dict) -> None:
+    for holder, mapping, kept in before:
+        for key, value in list(mapping.items()):
+            prior = kept.get(key, _ABSENT)
+            if prior is value or isinstance(value, pytypes.ModuleType):
+                continue  # a module bound on its package by an import: modules go by name
+            if prior is _ABSENT or prior is None:
+                made.register(holder, key, prior, value, names)
+            else:
+                made.forget(holder, key)
+
+
+def _holders() -> list:
+    """(holder, its live items, a copy of them) for every holder a loaded module keeps
+    (`keying.made.register`); an installed helper's
+    (a parser's, which numba's own compiles use too) are its installation's."""
+    out: list = []
+    for name, namespace in loaded_namespaces(skip_libraries=True):
+        if _installed_code(namespace.get("__file__"), name):
+            continue
+        out.append((namespace, namespace, dict(namespace)))
+        for value in list(namespace.values()):
+            _held(name, value, out, deeper=True)
+    return out
+
+
+class _Cell:
+    """A closure cell's contents as one slot, "contents" (a closure's memo: `nonlocal`)."""
+
+    def __init__(self, cell):
+        self._cell = cell
+
+    def items(self) -> list:
+        try:
+            return [("contents", self._cell.cell_contents)]
+        except ValueError:  # empty
+            return []
+
+
+def _cells(function, out: list) -> None:
+    for cell in getattr(function, "__closure__", None) or ():
+        items = _Cell(cell)
+        out.append((cell, items, dict(items.items())))
+
+
+def _held(module: str, value, out: list, deeper: bool) -> None:
+    """The holders `value` is (a class defined in `module`, a dict, a plain object), and,
+    when `deeper`, those its slots hold."""
+    cls = type(value)
+    try:
+        if cls in (staticmethod, classmethod):
+            value, cls = value.__func__, type(value.__func__)
+        if cls is pytypes.FunctionType:
+            _cells(value, out)
+            return
+        if cls is type:
+            if value.__module__ != module:
+                return
+            holder, items = value, vars(value)
+        elif cls is dict:
+            if len(value) > _LARGEST:
+                return
+            holder, items = value, value
+        else:
+            items = _plain_state(value, cls)
+            if items is None:
+                return
+            holder = items
+        out.append((holder, items, dict(items)))
+        if deeper:  # what a class (its methods' closures too) or a dict holds
+            for inner in list(items.values()):
+                if type(inner) is not type:
+                    _held(module, inner, out, deeper=False)
+    except Exception:  # noqa: BLE001 - an object posing oddly: never break a compile
+        return
+
+
+def _plain_state(value, cls) -> dict | None:
+    """The `__dict__` of a namespace or of an instance of a plain class (written in
+    Python, no metaclass or attribute hook of its own) of a module not the toolchain's:
+    what keying reads as its state. None for anything else."""
+    if cls is not pytypes.SimpleNamespace and (
+            not cls.__flags__ & _HEAP_TYPE or type(cls) is not type or
+            cls.__getattribute__ is not object.__getattribute__ or
+            is_library(cls.__module__)):
+        return None
+    try:
+        own = object.__getattribute__(value, "__dict__")
+    except AttributeError:  # slots only
+        return None
+    return own if type(own) is dict and len(own) <= _LARGEST else None

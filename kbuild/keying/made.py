@@ -1,0 +1,241 @@
+"""State a compile filled in, read as the program made it (pure: no I/O, no numba).
+
+Compile-time Python (an overload, a helper it calls) often keeps what it worked out: a
+module global set from None (`global _TABLE; _TABLE = load()`), an entry added to a
+module's or a class's dict, a class or object attribute filled on first use. A new
+process has none of it until its own compile fills it again, from what that compile
+reads. Keyed as the compile left it, such state differs in every new process (every
+build rebuilt what it made), and a second compile answered from it reads nothing the
+key holds (its binary went stale when the file behind the state changed).
+
+So the backend tells this module which slots a compile filled (`register`: a slot that
+held nothing or None before the compile, and what it holds after, with what the compile
+observed), and every keying read of a holder goes through `view` or `attribute`: a slot
+that still holds exactly what a compile put there (the same object, the same content) is
+read as it was before (absent, or None), as a new process has it, and whoever reads it
+is handed what the compiles that filled it observed (`touches`), as numba's kept typing
+answers hand theirs on. A slot rebound again to another value, or one the program (not
+a compile) filled, is read as it is.
+
+Code that only reads what another compile filled (a registry one overload fills and
+another reads) is keyed the same way: its binary is what a build compiling in the same
+order makes (the filling compile first), and it is rebuilt when what filled the state
+changes. Serving the filling target from the store runs none of its code, so the state
+stays empty in that process; a reader compiled there for another reason sees it empty.
+
+Holders are compared by identity and held here while registered (the registry lives
+for the process and names no identity in a key).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types as pytypes
+from collections.abc import Mapping
+
+ABSENT = object()  # no value: the slot did not exist before the compile
+_IDENTITY = "identity"  # the form of a value told by identity (a function, a class)
+
+
+class _Slot:
+    __slots__ = ("origin", "written", "form", "names")
+
+    def __init__(self, origin, written, form, names: dict):
+        self.origin, self.written, self.form, self.names = origin, written, form, names
+
+
+_HOLDERS: list = []  # [(holder, {key: _Slot})], by identity
+_GENERATION = [0]  # bumped whenever a slot is registered or forgotten
+_LOCAL = threading.local()  # .collectors: the touch sets open now; .raw: reads as they are
+
+
+def generation() -> int:
+    """A number that changes whenever what `view` reads as made changes: a memo of keying
+    work made before it may hold a slot's value the registry now reads otherwise."""
+    return _GENERATION[0]
+
+
+def content_form(value):
+    """What a value a compile wrote is told by later (that it holds the same content):
+    its content digest (`define_form`'s), a function's or class's identity; None for a
+    value that has neither (an object with state: it is read as it is)."""
+    if _FORM:
+        with reading_raw():
+            found = _FORM[0](value)
+        if found is not None:
+            return found
+    return _IDENTITY if isinstance(value, (type, pytypes.FunctionType)) else None
+
+
+_FORM: list = []  # the content digest of a value, or None (`keying.values` defines it)
+
+
+def define_form(digest) -> None:
+    """`digest(value)`: a value's content digest, None where it has no content form."""
+    _FORM[:] = [digest]
+
+
+def register(holder, key, origin, written, names) -> None:
+    """A compile that observed `names` ((kind, name) pairs) put `written` into `holder`'s
+    slot `key` (a module's or an object's dict, a dict, a class), which held `origin`
+    (ABSENT or None) before. A value with no `content_form` is read as it is (forgotten).
+    """
+    form = content_form(written)
+    slots = _slots(holder, create=form is not None)
+    if slots is None:
+        return
+    if form is None:
+        if slots.pop(key, None) is not None:
+            _GENERATION[0] += 1
+        return
+    slot = slots.get(key)
+    if slot is not None and slot.written is written and slot.form == form:
+        slot.names.update(names)  # an enclosing compile: the same write
+        return
+    slots[key] = _Slot(origin if slot is None else slot.origin, written, form, dict(names))
+    _GENERATION[0] += 1
+
+
+def forget(holder, key) -> None:
+    """The slot was rebound by a compile from a value it held: it is read as it is."""
+    slots = _slots(holder)
+    if slots is not None and slots.pop(key, None) is not None:
+        _GENERATION[0] += 1
+
+
+def forget_all() -> None:
+    """The project's modules were imported again (a watch round): their holders are gone."""
+    if _HOLDERS:
+        _HOLDERS.clear()
+        _GENERATION[0] += 1
+
+
+def _slots(holder, create: bool = False) -> dict | None:
+    for held, slots in _HOLDERS:
+        if held is holder:
+            return slots
+    if not create:
+        return None
+    _HOLDERS.append((holder, {}))
+    return _HOLDERS[-1][1]
+
+
+def item(holder, key, value):
+    """`value`, read from `holder`'s slot `key`, as the program made it: the slot's value
+    before a compile filled it (ABSENT where it did not exist), when it holds what that
+    compile put there; `value` otherwise."""
+    if not _HOLDERS or getattr(_LOCAL, "raw", False):
+        return value
+    slots = _slots(holder)
+    slot = slots.get(key) if slots else None
+    if slot is None or slot.written is not value or content_form(value) != slot.form:
+        return value
+    for collected in getattr(_LOCAL, "collectors", ()):
+        collected.update(slot.names)
+    return slot.origin
+
+
+def view(holder, mapping=None) -> Mapping:
+    """`holder`'s items (`mapping`: how it shows them, a class's `vars`) as the program
+    made them; the mapping itself where no compile filled a slot of it."""
+    mapping = holder if mapping is None else mapping
+    if not _HOLDERS or getattr(_LOCAL, "raw", False) or _slots(holder) is None:
+        return mapping
+    return _MadeView(holder, mapping)
+
+
+class _MadeView(Mapping):
+    """A read-only mapping of `holder`'s items as the program made them (`item`)."""
+
+    def __init__(self, holder, mapping):
+        self._holder, self._mapping = holder, mapping
+
+    def __getitem__(self, key):
+        value = item(self._holder, key, self._mapping[key])
+        if value is ABSENT:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self):
+        return (key for key, _ in self.items())
+
+    def __len__(self):
+        return sum(1 for _ in self.items())
+
+    def __contains__(self, key):
+        try:
+            self[key]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def items(self):
+        out = []
+        for key, value in list(self._mapping.items()):
+            value = item(self._holder, key, value)
+            if value is not ABSENT:
+                out.append((key, value))
+        return out
+
+    def values(self):
+        return [value for _, value in self.items()]
+
+
+def attribute(obj, name: str, default=ABSENT):
+    """`getattr(obj, name, default)` as the program made it: an attribute a compile
+    filled into a module's, an object's or a class's dict is read as it was before
+    (looked for further along, the class's, where it did not exist)."""
+    value = getattr(obj, name, default)
+    if not _HOLDERS or getattr(_LOCAL, "raw", False):
+        return value
+    for holder, mapping in _homes(obj):
+        if not isinstance(mapping, (dict, pytypes.MappingProxyType)) or name not in mapping:
+            continue
+        found = mapping[name]
+        made = item(holder, name, found)
+        if made is found:
+            return value  # as it is: what getattr answers (a descriptor's result too)
+        if made is not ABSENT:
+            return made
+    return default
+
+
+def _homes(obj):
+    """(holder, its items) where `getattr(obj, name)` looks, in order."""
+    if isinstance(obj, pytypes.ModuleType):
+        namespace = pytypes.ModuleType.__getattribute__(obj, "__dict__")
+        return [(namespace, namespace)]
+    classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+    homes = [] if isinstance(obj, type) else [
+        (own, own) for own in [getattr(obj, "__dict__", None)] if isinstance(own, dict)]
+    return homes + [(klass, vars(klass)) for klass in classes]
+
+
+@contextlib.contextmanager
+def touches():
+    """Within the block: the set of names handed on by every slot read as made."""
+    collected: set = set()
+    collectors = _LOCAL.__dict__.setdefault("collectors", [])
+    collectors.append(collected)
+    try:
+        yield collected
+    finally:  # by identity: two sets collected alike are equal
+        del collectors[next(i for i, c in enumerate(collectors) if c is collected)]
+
+
+def replay(names) -> None:
+    """Hand `names` (a memo's `touches`) to every block collecting now."""
+    for collected in getattr(_LOCAL, "collectors", ()):
+        collected.update(names)
+
+
+@contextlib.contextmanager
+def reading_raw():
+    """Within the block, slots are read as they are (what a compile wrote, told apart)."""
+    before = getattr(_LOCAL, "raw", False)
+    _LOCAL.raw = True
+    try:
+        yield
+    finally:
+        _LOCAL.raw = before
