@@ -710,6 +710,81 @@ def test_zero_config_rebuilds_when_a_path_an_overload_tested_appears(tmp_path):
     assert flagged["loads"] != first["loads"]
 
 
+MEMO_KERNELS = '''\
+import json
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+_TABLE = None
+
+
+def table():
+    global _TABLE
+    if _TABLE is None:
+        with open(os.path.join(os.path.dirname(__file__), "table.json")) as f:
+            _TABLE = json.load(f)
+    return _TABLE
+
+
+def gain(x):
+    pass
+
+
+def bias(x):
+    pass
+
+
+@overload(gain)
+def ol_gain(x):
+    k = table()["k"]
+    return lambda x: x * k
+
+
+@overload(bias)
+def ol_bias(x):
+    b = table()["k"] + 1.0  # answered from what the first compile filled
+    return lambda x: x + b
+
+
+@cuda.jit
+def scale(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = gain(x[i])
+
+
+@cuda.jit
+def shift(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = bias(x[i])
+'''
+
+
+def test_zero_config_keys_a_memo_the_first_launch_filled_as_the_program_made_it(tmp_path):
+    """Two kernels launched in one process whose overloads share a memo the first one's
+    compile fills: the next run serves both (each was rebuilt on every run); an edit of
+    the file behind it rebuilds both, the one answered from the memo too (served stale),
+    to a fresh store's binaries."""
+    from zeroconf_support import run, write_program
+
+    root = write_program(tmp_path / "prog", kernels=MEMO_KERNELS)
+    (root / "table.json").write_text('{"k": 2.0}')
+    store = tmp_path / "store"
+    first = run(root, "kbuild", enable={"store": str(store)})
+    assert first["counts"] == {"built": 2, "served": 2}, first
+    for journal in (True, False):
+        warm = run(root, "kbuild", enable={"store": str(store), "journal": journal})
+        assert warm["nvvm"] == 0 and warm["loads"] == first["loads"], warm["counts"]
+    (root / "table.json").write_text('{"k": 3.0}')
+    edited = run(root, "kbuild", enable={"store": str(store)})
+    fresh = run(root, "kbuild", enable={"store": str(tmp_path / "fresh")})
+    assert edited["counts"]["built"] == 2, edited["counts"]
+    assert edited["loads"] == fresh["loads"]
+
+
 # -- direct mode's journal ------------------------------------------------------------------
 
 def _declaring(project: Path, keep) -> None:
