@@ -547,6 +547,12 @@ def _scales():
 
 
 scales = _scales()
+
+
+def ratio():  # a function's attribute
+    if not hasattr(ratio, "memo"):
+        ratio.memo = load("limits.json")["hi"] / 8.0
+    return ratio.memo
 _SEEN = {}  # filled by one overload, only read by another
 
 
@@ -575,6 +581,10 @@ def with_seen(x):
 
 
 def with_scales(x):
+    pass
+
+
+def with_ratio(x):
     pass
 
 
@@ -619,29 +629,36 @@ def ol_with_seen(x):
 
 @overload(with_scales)
 def ol_with_scales(x):
-    k = scales()["hi"] * 2.0
+    k = scales()["hi"] * ratio()
+    return lambda x: x * k
+
+
+@overload(with_ratio)
+def ol_with_ratio(x):
+    k = ratio() + 1.0
     return lambda x: x * k
 ''' + "".join(f'''
 
 @cuda.jit
 def k_{name}(a):
     a[0] = with_{name}(a[0])
-''' for name in ("table", "table_too", "loaded", "limits", "settings", "seen", "scales"))
+''' for name in ("table", "table_too", "loaded", "limits", "settings", "seen", "scales",
+                   "ratio"))
 
 
 def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
     """Compile-time code that keeps what it loaded (a global set from None, a module's
-    dict entry, a class's and an object's attribute, a closure's cell, filled on first
-    use) leaves state a new process does not have until its own compile fills it: keyed
-    as the program made it (empty), with what the filling compile read handed to every
-    compile read from it. A no-op build, keyed in full, rebuilds none of them (each
-    rebuilt on every build); an edit of the file behind one rebuilds its kernels to a
-    fresh build's bytes, those answered from what an earlier compile filled (-j1) too
-    (served stale): the second user of a memo, and an overload reading what another one
-    filled."""
+    dict entry, a class's, an object's and a function's attribute, a closure's cell,
+    filled on first use) leaves state a new process does not have until its own compile
+    fills it: keyed as the program made it (empty), with what the filling compile read
+    handed to every compile read from it. A no-op build, keyed in full, rebuilds none of
+    them (each rebuilt on every build); an edit of the file behind one rebuilds its
+    kernels to a fresh build's bytes, those answered from what an earlier compile filled
+    (-j1) too (served stale): the second user of a memo, and an overload reading what
+    another one filled."""
     project, store = tmp_path / "proj", tmp_path / "store"
-    kernels = ["k_limits", "k_loaded", "k_scales", "k_seen", "k_settings", "k_table",
-               "k_table_too"]
+    kernels = ["k_limits", "k_loaded", "k_ratio", "k_scales", "k_seen", "k_settings",
+               "k_table", "k_table_too"]
     _write_project(project, "filled", "fl.kernels", kernels, {
         "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
         "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
@@ -653,7 +670,7 @@ def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
         assert served == set(kernels), f"rebuilt, nothing changed: {set(kernels) - served}"
     for rel, text, rebuilt in (
             ("table.json", '{"k": 2.5}', {"k_table", "k_table_too", "k_loaded", "k_seen"}),
-            ("limits.json", '{"hi": 5.0}', {"k_limits", "k_scales"}),
+            ("limits.json", '{"hi": 5.0}', {"k_limits", "k_ratio", "k_scales"}),
             ("settings.json", '{"on": false}', {"k_settings"})):
         before = _artifacts(build(project, store, "-j1", env_extra=env))
         (project / "fl" / rel).write_text(text)

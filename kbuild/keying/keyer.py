@@ -185,7 +185,7 @@ class Keyer:
 
     def _attribute_parts(self, py_func, where: str) -> tuple[list, list]:
         """`attribute_nodes` as (the attributes' leaves, [(path, callee node)])."""
-        held = {name: value for name, value in vars(py_func).items()
+        held = {name: value for name, value in made.view(vars(py_func)).items()
                 if not (name.startswith("__") and name.endswith("__"))}
         nodes: list[KeyNode] = []
         callees: list = []

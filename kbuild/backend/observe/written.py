@@ -4,10 +4,10 @@ An overload that keeps what it worked out (`global _TABLE; _TABLE = load()`, `_M
 ...`, `cls._memo = ...`, `self.loaded = ...`) leaves state that a new process does not
 have until its own compile fills it again. Before each compile this module notes the
 slots of every holder a loaded module (not the toolchain's or the language's) keeps: its
-globals, the classes it defines, and the dicts and plain objects (a namespace, an
-instance of a class of its own) those hold, one level down, and the closure cells of the
-functions among them (`nonlocal memo`). After it, each slot that
-went from nothing or None to a value is registered with what the compile observed
+globals, the classes it defines, the dicts and plain objects (a namespace, an instance
+of a class of its own) those hold, one level down, and the attributes and closure cells
+of the functions among them (`get.memo = ...`, `nonlocal memo`). After it, each slot
+that went from nothing or None to a value is registered with what the compile observed
 (`keying.made.register`): keying reads it as the program made it and hands those
 observations on to whoever reads it. A slot rebound from a value is forgotten: a counter,
 a setting changed, read as it is.
@@ -79,8 +79,11 @@ class _Cell:
             return []
 
 
-def _cells(function, out: list) -> None:
-    for cell in getattr(function, "__closure__", None) or ():
+def _function(function, out: list) -> None:
+    """A function's attributes (`get.memo = ...`) and its closure's cells."""
+    own = function.__dict__
+    out.append((own, own, dict(own)))
+    for cell in function.__closure__ or ():
         items = _Cell(cell)
         out.append((cell, items, dict(items.items())))
 
@@ -93,7 +96,7 @@ def _held(module: str, value, out: list, deeper: bool) -> None:
         if cls in (staticmethod, classmethod):
             value, cls = value.__func__, type(value.__func__)
         if cls is pytypes.FunctionType:
-            _cells(value, out)
+            _function(value, out)
             return
         if cls is type:
             if value.__module__ != module:
