@@ -511,14 +511,12 @@ def loaded(name):
     return _LOADED[name]
 
 
-class Limits:  # a class attribute filled on first use
-    _memo = None
-
+class Limits:  # a class attribute made on first use
     @classmethod
     def get(cls):
-        if cls._memo is None:
-            cls._memo = load("limits.json")
-        return cls._memo
+        if "memo" not in vars(cls):
+            cls.memo = load("limits.json")
+        return cls.memo
 
 
 class Settings:  # an object's attribute filled on first use

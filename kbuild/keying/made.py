@@ -182,13 +182,15 @@ class _MadeView(Mapping):
         return [value for _, value in self.items()]
 
 
-def attribute(obj, name: str, default=ABSENT):
+def attribute(obj, name: str, default=ABSENT, unmade=None):
     """`getattr(obj, name, default)` as the program made it: an attribute a compile
     filled into a module's, an object's or a class's dict is read as it was before
-    (looked for further along, the class's, where it did not exist)."""
+    (looked for further along, the class's, where it did not exist); `unmade` (default:
+    `default`) where a compile made it and nothing further along holds it."""
     value = getattr(obj, name, default)
     if not _HOLDERS or getattr(_LOCAL, "raw", False):
         return value
+    unset = False  # a compile made it where it was found
     for holder, mapping in _homes(obj):
         if not isinstance(mapping, (dict, pytypes.MappingProxyType)) or name not in mapping:
             continue
@@ -198,7 +200,10 @@ def attribute(obj, name: str, default=ABSENT):
             return value  # as it is: what getattr answers (a descriptor's result too)
         if made is not ABSENT:
             return made
-    return default
+        unset = True
+    if not unset:  # in no dict (a module's `__getattr__`, a metaclass's): as getattr has it
+        return value
+    return default if unmade is None else unmade
 
 
 def _homes(obj):

@@ -371,7 +371,7 @@ class _ObservationKeyer(Keyer):
         items, coarse = [], False
         for name in sorted(n for n in dir(cls) if not (n.startswith("__") and n.endswith("__"))
                            and not n.startswith("_abc_")):  # ABCMeta's caches
-            value = made.attribute(cls, name, None)
+            value = made.attribute(cls, name, None, unmade=made.ABSENT)
             if value is made.ABSENT:  # a compile made it: a new process has none
                 continue
             form = self._attribute_form(value, where)
