@@ -477,6 +477,7 @@ def test_answers_a_functools_cache_kept_are_keyed_by_what_made_them(tmp_path):
 
 
 FILLED_KERNELS = '''\
+import dataclasses
 import json
 import os
 import types
@@ -547,6 +548,20 @@ def _scales():
 scales = _scales()
 
 
+@dataclasses.dataclass
+class Part:
+    k: float
+
+
+_PARTS = []  # a list appended to, of an object with no content form of its own
+
+
+def part():
+    if not _PARTS:
+        _PARTS.append(Part(**load("parts.json")))
+    return _PARTS[0]
+
+
 def ratio():  # a function's attribute
     if not hasattr(ratio, "memo"):
         ratio.memo = load("limits.json")["hi"] / 8.0
@@ -583,6 +598,14 @@ def with_scales(x):
 
 
 def with_ratio(x):
+    pass
+
+
+def with_part(x):
+    pass
+
+
+def with_part_too(x):
     pass
 
 
@@ -635,32 +658,44 @@ def ol_with_scales(x):
 def ol_with_ratio(x):
     k = ratio() + 1.0
     return lambda x: x * k
+
+
+@overload(with_part)
+def ol_with_part(x):
+    k = part().k
+    return lambda x: x * k
+
+
+@overload(with_part_too)
+def ol_with_part_too(x):
+    k = part().k + 1.0
+    return lambda x: x * k
 ''' + "".join(f'''
 
 @cuda.jit
 def k_{name}(a):
     a[0] = with_{name}(a[0])
 ''' for name in ("table", "table_too", "loaded", "limits", "settings", "seen", "scales",
-                   "ratio"))
+                   "ratio", "part", "part_too"))
 
 
 def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
     """Compile-time code that keeps what it loaded (a global set from None, a module's
-    dict entry, a class's, an object's and a function's attribute, a closure's cell,
-    filled on first use) leaves state a new process does not have until its own compile
-    fills it: keyed as the program made it (empty), with what the filling compile read
-    handed to every compile read from it. A no-op build, keyed in full, rebuilds none of
-    them (each rebuilt on every build); an edit of the file behind one rebuilds its
-    kernels to a fresh build's bytes, those answered from what an earlier compile filled
-    (-j1) too (served stale): the second user of a memo, and an overload reading what
-    another one filled."""
+    dict entry, a list appended to, a class's, an object's and a function's attribute, a
+    closure's cell, filled on first use) leaves state a new process does not have until
+    its own compile fills it: keyed as the program made it (empty), with what the filling
+    compile read handed to every compile read from it. A no-op build, keyed in full,
+    rebuilds none of them (each rebuilt on every build); an edit of the file behind one
+    rebuilds its kernels to a fresh build's bytes, those answered from what an earlier
+    compile filled (-j1) too (served stale): the second user of a memo, and an overload
+    reading what another one filled."""
     project, store = tmp_path / "proj", tmp_path / "store"
-    kernels = ["k_limits", "k_loaded", "k_ratio", "k_scales", "k_seen", "k_settings",
-               "k_table", "k_table_too"]
+    kernels = ["k_limits", "k_loaded", "k_part", "k_part_too", "k_ratio", "k_scales",
+               "k_seen", "k_settings", "k_table", "k_table_too"]
     _write_project(project, "filled", "fl.kernels", kernels, {
         "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
         "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
-        "fl/settings.json": '{"on": true}'})
+        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
     env = _clean_env()
     assert _with_status(build(project, store, "-j1", env_extra=env), "built") == set(kernels)
     for full in ((), ("--full",)):  # answered by the journal, and keyed in full
@@ -669,7 +704,8 @@ def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
     for rel, text, rebuilt in (
             ("table.json", '{"k": 2.5}', {"k_table", "k_table_too", "k_loaded", "k_seen"}),
             ("limits.json", '{"hi": 5.0}', {"k_limits", "k_ratio", "k_scales"}),
-            ("settings.json", '{"on": false}', {"k_settings"})):
+            ("settings.json", '{"on": false}', {"k_settings"}),
+            ("parts.json", '{"k": 2.5}', {"k_part", "k_part_too"})):
         before = _artifacts(build(project, store, "-j1", env_extra=env))
         (project / "fl" / rel).write_text(text)
         after = build(project, store, "-j1", env_extra=env)

@@ -403,9 +403,10 @@ class Keyer:
                                                      where)))
             return ("calls", name)
         if isinstance(value, (tuple, list)):
+            items = made.sequence(value) if isinstance(value, list) else value
             return (type(value).__name__,
                     tuple(self._contents(v, what, where, callees, f"{path}[{i}]")
-                          for i, v in enumerate(value)))
+                          for i, v in enumerate(items)))
         if isinstance(value, (set, frozenset)):  # no place: members told apart by content
             return (type(value).__name__, tuple(sorted(
                 (self._contents(v, what, where, callees, f"{path}{{}}") for v in value),

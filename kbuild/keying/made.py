@@ -104,6 +104,12 @@ def forget(holder, key) -> None:
         _GENERATION[0] += 1
 
 
+def changed() -> None:
+    """A compile changed state it did not fill from nothing (rebound a slot, wrote what has
+    no content form): keying work made before reads it again, as it is now."""
+    _GENERATION[0] += 1
+
+
 def forget_all() -> None:
     """The project's modules were imported again (a watch round): their holders are gone."""
     if _HOLDERS:
@@ -143,6 +149,14 @@ def view(holder, mapping=None) -> Mapping:
     if not _HOLDERS or getattr(_LOCAL, "raw", False) or _slots(holder) is None:
         return mapping
     return _MadeView(holder, mapping)
+
+
+def sequence(holder: list) -> list:
+    """A list's items as the program made them: those a compile appended left out."""
+    if not _HOLDERS or getattr(_LOCAL, "raw", False) or _slots(holder) is None:
+        return holder
+    found = [item(holder, index, value) for index, value in enumerate(list(holder))]
+    return [value for value in found if value is not ABSENT]
 
 
 class _MadeView(Mapping):

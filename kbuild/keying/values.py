@@ -79,7 +79,7 @@ def canonical(value):
             return ("namedtuple", _qualified(type(value)), tuple(value._fields), items)
         return ("tuple", items)
     if isinstance(value, list):
-        return ("list", tuple(canonical(v) for v in value))
+        return ("list", tuple(canonical(v) for v in made.sequence(value)))
     if isinstance(value, (set, frozenset)):
         # numba's documented `fastmath={'contract', 'arcp'}`: by content, in a fixed order.
         return (type(value).__name__, _sorted_encoded(canonical(v) for v in value))
@@ -108,9 +108,24 @@ def canonical(value):
 
 def _content_digest(value) -> str | None:
     try:
-        return digest_of(canonical(value))
+        return digest_of(_content(value, 0))
     except (Unencodable, RecursionError):
         return None
+
+
+def _content(value, depth: int):
+    """A value by content: `canonical`'s form, or a plain object's (a dataclass, a
+    namespace: `instance_state`) by its class's name and what it holds, nested to a
+    bound."""
+    try:
+        return canonical(value)
+    except Unencodable:
+        state = instance_state(value) if depth < 8 else None
+        if state is None:
+            raise
+    cls = type(value)
+    return ("object", cls.__module__, cls.__qualname__,
+            tuple((name, _content(state[name], depth + 1)) for name in sorted(state)))
 
 
 made.define_form(_content_digest)  # what a slot a compile filled is told by (`made`)

@@ -4,8 +4,8 @@ An overload that keeps what it worked out (`global _TABLE; _TABLE = load()`, `_M
 ...`, `cls._memo = ...`, `self.loaded = ...`) leaves state that a new process does not
 have until its own compile fills it again. Before each compile this module notes the
 slots of every holder a loaded module (not the toolchain's or the language's) keeps: its
-globals, the classes it defines, the dicts and plain objects (a namespace, an instance
-of a class of its own) those hold, one level down, and the attributes and closure cells
+globals, the classes it defines, the dicts, lists and plain objects (a namespace, an
+instance of a class of its own) those hold, one level down, and the attributes and closure cells
 of the functions among them (`get.memo = ...`, `nonlocal memo`). After it, each slot
 that went from nothing or None to a value is registered with what the compile observed
 (`keying.made.register`): keying reads it as the program made it and hands those
@@ -41,6 +41,7 @@ def kept_writes(observer):
 
 
 def _register(before: list, names: dict) -> None:
+    changed = False
     for holder, mapping, kept in before:
         for key, value in list(mapping.items()):
             prior = kept.get(key, _ABSENT)
@@ -50,6 +51,9 @@ def _register(before: list, names: dict) -> None:
                 made.register(holder, key, prior, value, names)
             else:
                 made.forget(holder, key)
+            changed = True
+    if changed:  # what keying made before this compile read the state before it
+        made.changed()
 
 
 def _holders() -> list:
@@ -64,6 +68,19 @@ def _holders() -> list:
         for value in list(namespace.values()):
             _held(name, value, out, deeper=True)
     return out
+
+
+class _Listed:
+    """A list's items as slots by index (a memo appended to: `_LOADED.append(...)`)."""
+
+    def __init__(self, items: list):
+        self._items = items
+
+    def items(self) -> list:
+        return list(enumerate(self._items))
+
+    def values(self) -> list:
+        return list(self._items)
 
 
 class _Cell:
@@ -102,16 +119,16 @@ def _held(module: str, value, out: list, deeper: bool) -> None:
             if value.__module__ != module:
                 return
             holder, items = value, vars(value)
-        elif cls is dict:
+        elif cls is dict or cls is list:
             if len(value) > _LARGEST:
                 return
-            holder, items = value, value
+            holder, items = value, value if cls is dict else _Listed(value)
         else:
             items = _plain_state(value, cls)
             if items is None:
                 return
             holder = items
-        out.append((holder, items, dict(items)))
+        out.append((holder, items, dict(items.items())))
         if deeper:  # what a class (its methods' closures too) or a dict holds
             for inner in list(items.values()):
                 if type(inner) is not type:
