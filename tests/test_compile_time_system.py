@@ -715,6 +715,98 @@ def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
         assert {t for t in kernels if _artifacts(after)[t] != before[t]} == rebuilt
 
 
+MODULE_KERNELS = '''\
+import importlib.util
+
+from numba import cuda
+from numba.core.extending import overload
+
+
+def tried(x):
+    pass
+
+
+def tried_too(x):
+    pass
+
+
+def specced(x):
+    pass
+
+
+def lazy(x):
+    pass
+
+
+@overload(tried)
+def ol_tried(x):
+    try:
+        import mo_extra  # noqa: F401 - an optional dependency: absent at first
+        k = 2.0
+    except ImportError:
+        k = 3.0
+    return lambda x: x * k
+
+
+@overload(tried_too)
+def ol_tried_too(x):
+    try:
+        import mo_extra  # noqa: F401 - loaded by the first compile once it exists (-j1)
+        k = 4.0
+    except ImportError:
+        k = 5.0
+    return lambda x: x * k
+
+
+@overload(specced)
+def ol_specced(x):
+    k = 6.0 if importlib.util.find_spec("mo.extra") is not None else 7.0
+    return lambda x: x * k
+
+
+@overload(lazy)
+def ol_lazy(x):
+    from . import later  # noqa: F401 - a submodule no one imported before, imported for
+    return lambda x: x * 1.5  # what it registers (nothing here)
+''' + "".join(f'''
+
+@cuda.jit
+def k_{name}(a):
+    a[0] = {name}(a[0])
+''' for name in ("tried", "tried_too", "specced", "lazy"))
+
+
+def test_which_modules_the_import_system_finds_is_keyed(tmp_path):
+    """Whether compile-time code finds a module (an optional dependency tried in `try:
+    import`, `importlib.util.find_spec`) decides what numba compiles: a module added
+    where an import failed, or removed where one was found, rebuilds exactly the kernels
+    that asked, to a fresh build's bytes (both were served stale), those answered from a
+    module an earlier compile loaded (-j1) too. A submodule an overload imports lazily
+    (`from . import later`) rebuilds nothing when nothing changed (keyed in full, it was
+    rebuilt on every build)."""
+    project, store = tmp_path / "proj", tmp_path / "store"
+    kernels = {"k_tried", "k_tried_too", "k_specced", "k_lazy"}
+    _write_project(project, "modules", "mo.kernels", sorted(kernels), {
+        "mo/__init__.py": "", "mo/kernels.py": MODULE_KERNELS, "mo/extra.py": "",
+        "mo/later.py": ""})
+    env = _clean_env()
+    assert _with_status(build(project, store, env_extra=env), "built") == kernels
+    for options in (("--full",), ("-j1", "--full")):
+        served = _with_status(build(project, store, *options, env_extra=env), "cached")
+        assert served == kernels, f"rebuilt, nothing changed: {kernels - served}"
+    for what, edit, rebuilt in (
+            ("added", lambda: (project / "mo_extra.py").write_text(""),
+             {"k_tried", "k_tried_too"}),
+            ("removed", lambda: (project / "mo" / "extra.py").unlink(), {"k_specced"})):
+        before = _artifacts(build(project, store, "-j1", env_extra=env))
+        edit()
+        after = build(project, store, "-j1", env_extra=env)
+        fresh = build(project, tmp_path / f"fresh-{what}", "-j1", env_extra=env)
+        assert _with_status(after, "built") == rebuilt, f"module {what}: a stale binary"
+        assert _artifacts(after) == _artifacts(fresh)
+        assert {t for t in kernels if _artifacts(after)[t] != before[t]} == rebuilt
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

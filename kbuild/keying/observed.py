@@ -73,6 +73,11 @@ class Kind(str, enum.Enum):
     LISTING = "listing"
     UNSEEN = "unseen"
     ENVIRON = "environment"  # the whole environment scanned (`os.environ.items()`, a copy)
+    # A module compile-time Python asked the import system for (`import m` in a function,
+    # `importlib.import_module`, `importlib.util.find_spec`, an optional dependency tried
+    # in `try: import m`), by where it is found now: a path from the root, outside it, or
+    # nowhere (a module added or removed later changes what the compile took).
+    MODULE = "module"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import importlib.util
 import os
 import sys
 import types as pytypes
@@ -100,6 +101,8 @@ class Current:
             return digest_of(("cwd", self._from_root(os.getcwd())))
         if kind is Kind.ENVIRON:
             return digest_of(("environ", tuple(sorted(os.environ.items()))))
+        if kind is Kind.MODULE:
+            return self._module_digest(name)
         if kind is Kind.UNSEEN:
             return f"{UNKEYABLE}: the compile {name}, whose result no key can hold"
         if kind is Kind.BUILTIN:
@@ -125,6 +128,33 @@ class Current:
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
         return self._function_digest(kind, name, found)
+
+    def _module_digest(self, name: str) -> str:
+        """Where the import system finds module `name` now: the module loaded, else the
+        finders' answer (its parent package imported, as importing it would)."""
+        module = sys.modules.get(name)
+        if module is not None:
+            spec = getattr(module, "__spec__", None)
+        else:
+            try:
+                spec = importlib.util.find_spec(name)
+            except Exception:  # noqa: BLE001 - a parent that no longer imports: not found
+                spec = None
+        if module is None and spec is None:
+            return MISSING
+        origin = getattr(spec, "origin", None) or getattr(module, "__file__", None)
+        if not isinstance(origin, str) or origin == "namespace":  # by its folders, if any
+            folders = getattr(spec, "submodule_search_locations", None) or ()
+            return digest_of(("module", "folders",
+                              tuple(sorted(self._where(f) for f in folders))))
+        if not os.path.isabs(origin):  # built-in, frozen
+            return digest_of(("module", origin))
+        return digest_of(("module", self._where(origin)))
+
+    def _where(self, path: str) -> str:
+        """`path` from the root, or the same word for anywhere outside it."""
+        found = from_root(path, self._root)
+        return "outside the project" if found is None else found
 
     def _include_path_digest(self, name: str) -> str:
         """NVRTC's extra include folders as the setting `module:attr` gives them now (after
@@ -356,10 +386,28 @@ def _resolve(module_name: str, path: str):
         return _ABSENT
     value = module
     for part in path.split("."):
-        value = made.attribute(value, part, _ABSENT)
-        if value is _ABSENT or value is made.ABSENT:
+        found = made.attribute(value, part, _ABSENT)
+        if (found is _ABSENT or found is made.ABSENT) and isinstance(value, pytypes.ModuleType):
+            found = _submodule(value, part)
+        if found is _ABSENT or found is made.ABSENT:
             return _ABSENT
+        value = found
     return value
+
+
+def _submodule(package, name: str):
+    """A package's submodule `name` that no one imported yet, imported (a compile's
+    `from . import x` reads it as the package's attribute once it imported it), or
+    _ABSENT where the package has none."""
+    if getattr(package, "__path__", None) is None:
+        return _ABSENT
+    full = f"{package.__name__}.{name}"
+    try:
+        if importlib.util.find_spec(full) is None:
+            return _ABSENT
+        return importlib.import_module(full)
+    except Exception:  # noqa: BLE001 - one that no longer imports names nothing
+        return _ABSENT
 
 
 class _ObservationKeyer(Keyer):

@@ -24,6 +24,8 @@ import builtins
 import contextlib
 import functools
 import importlib
+import importlib.abc
+import importlib.util
 import inspect
 import os
 import sys
@@ -193,16 +195,56 @@ def _module_reads(observer):
     original_import, original_import_module = builtins.__import__, importlib.import_module
 
     def watching_import(*args, **kwargs):
+        if threading.get_ident() == compiling:
+            name, scope = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 1, "globals")
+            asked_loaded(_absolute(name, scope, _argument(args, kwargs, 4, "level") or 0),
+                         sys._getframe(1))
         try:
             return original_import(*args, **kwargs)
         finally:
             watch_new()
 
     def watching_import_module(*args, **kwargs):
+        if threading.get_ident() == compiling:
+            name, package = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 1, "package")
+            asked_loaded(_absolute(name, {"__package__": package}, 0), sys._getframe(1))
         try:
             return original_import_module(*args, **kwargs)
         finally:
             watch_new()
+
+    # Which modules the project's code asks the import system for (`Kind.MODULE`): one not
+    # loaded is looked for by the finders on `sys.meta_path`, however it is asked for (an
+    # import, `import_module`, `find_spec`, pkgutil), and a finder first in line notes it
+    # (and finds nothing: the others answer); one loaded is answered from `sys.modules`,
+    # where the import stand-ins note it.
+    stand_ins = (watching_import.__code__, watching_import_module.__code__)
+    finding = threading.local()
+
+    def asked(name, frame) -> None:
+        if threading.get_ident() != compiling or not _project_module(name) or \
+                getattr(finding, "busy", False):
+            return
+        finding.busy = True  # the walk's own look-ups (a registry index) import nothing twice
+        try:
+            while frame is not None and (frame.f_code in stand_ins or _importlib(frame)):
+                frame = frame.f_back
+            if frame is not None and not _reader_is_kbuild(frame) and \
+                    oscalls.asked_by_project(frame, _bystander):
+                observer.add(Kind.MODULE, name)
+        finally:
+            finding.busy = False
+
+    def asked_loaded(name, frame) -> None:
+        if isinstance(name, str) and name in sys.modules:
+            asked(name, frame)
+
+    class AskedFor(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            asked(fullname, sys._getframe(1))
+            return None
+
+    asked_for = AskedFor()
 
     watch_new()
     original_globals = builtins.globals
@@ -276,11 +318,14 @@ def _module_reads(observer):
     builtins.globals = recording_globals
     builtins.exec, builtins.eval = recording_exec, recording_eval
     builtins.__import__, importlib.import_module = watching_import, watching_import_module
+    sys.meta_path.insert(0, asked_for)
     if original_check is not None:
         inspect._check_instance = recording_check_instance
     try:
         yield
     finally:
+        if asked_for in sys.meta_path:
+            sys.meta_path.remove(asked_for)
         if original_check is not None:
             inspect._check_instance = original_check
         builtins.globals = original_globals
@@ -289,6 +334,43 @@ def _module_reads(observer):
         for module, cls in watched.values():
             if type(module) is classes.get(cls):
                 module.__class__ = cls
+
+
+def _argument(args, kwargs, index: int, name: str):
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _absolute(name, scope, level):
+    """The module an import of `name` at `level` from a module with namespace `scope`
+    asks for (`from . import x` in package `p`: `p`); None where it names none."""
+    if not isinstance(name, str) or not isinstance(level, int) or level < 0:
+        return None
+    if not level:
+        return name or None
+    scope = scope if isinstance(scope, dict) else {}
+    package = scope.get("__package__")
+    if not isinstance(package, str):
+        here = scope.get("__name__")
+        package = (here if "__path__" in scope else here.rpartition(".")[0]) \
+            if isinstance(here, str) else None
+    try:
+        return importlib.util.resolve_name("." * level + name, package)
+    except (ImportError, ValueError, TypeError):
+        return None
+
+
+def _project_module(name) -> bool:
+    """Whether where module `name` is found can change with the project: not the
+    toolchain's, a pinned library's or the standard library's."""
+    return isinstance(name, str) and not is_library(name)
+
+
+def _importlib(frame) -> bool:
+    """Whether `frame` runs the import system's code (`importlib` and its parts, the
+    frozen core under either name): a go-between for whoever asked for a module."""
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and \
+        name.partition(".")[0] in ("importlib", "_frozen_importlib", "_frozen_importlib_external")
 
 
 def _names_loaded(source, mode: str) -> frozenset:
