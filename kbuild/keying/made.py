@@ -127,11 +127,17 @@ def _slots(holder, create: bool = False) -> dict | None:
     return _HOLDERS[-1][1]
 
 
+def _reading_as_made() -> bool:
+    """Whether reads go through the registry: some compile filled a slot, and the reader
+    does not ask for slots as they are (`reading_raw`)."""
+    return bool(_HOLDERS) and not getattr(_LOCAL, "raw", False)
+
+
 def item(holder, key, value):
     """`value`, read from `holder`'s slot `key`, as the program made it: the slot's value
     before a compile filled it (ABSENT where it did not exist), when it holds what that
     compile put there; `value` otherwise."""
-    if not _HOLDERS or getattr(_LOCAL, "raw", False):
+    if not _reading_as_made():
         return value
     slots = _slots(holder)
     slot = slots.get(key) if slots else None
@@ -146,14 +152,14 @@ def view(holder, mapping=None) -> Mapping:
     """`holder`'s items (`mapping`: how it shows them, a class's `vars`) as the program
     made them; the mapping itself where no compile filled a slot of it."""
     mapping = holder if mapping is None else mapping
-    if not _HOLDERS or getattr(_LOCAL, "raw", False) or _slots(holder) is None:
+    if not _reading_as_made() or _slots(holder) is None:
         return mapping
     return _MadeView(holder, mapping)
 
 
 def sequence(holder: list) -> list:
     """A list's items as the program made them: those a compile appended left out."""
-    if not _HOLDERS or getattr(_LOCAL, "raw", False) or _slots(holder) is None:
+    if not _reading_as_made() or _slots(holder) is None:
         return holder
     found = [item(holder, index, value) for index, value in enumerate(list(holder))]
     return [value for value in found if value is not ABSENT]
@@ -202,7 +208,7 @@ def attribute(obj, name: str, default=ABSENT, unmade=None):
     (looked for further along, the class's, where it did not exist); `unmade` (default:
     `default`) where a compile made it and nothing further along holds it."""
     value = getattr(obj, name, default)
-    if not _HOLDERS or getattr(_LOCAL, "raw", False):
+    if not _reading_as_made():
         return value
     unset = False  # a compile made it where it was found
     for holder, mapping in _homes(obj):

@@ -274,12 +274,12 @@ def made_at_import(cls) -> tuple:
         if issubclass(klass, tuple) and isinstance(fields, tuple):
             defaults = klass.__dict__.get("_field_defaults", {})
             try:
-                made = canonical((tuple(str(f) for f in fields),
+                form = canonical((tuple(str(f) for f in fields),
                                   tuple(sorted((str(k), v) for k, v in defaults.items()))))
             except (Unencodable, TypeError):
-                made = ("fields", tuple(str(f) for f in fields), "defaults-unkeyed",
+                form = ("fields", tuple(str(f) for f in fields), "defaults-unkeyed",
                         tuple(sorted(str(k) for k in defaults)))
-            out.append(("namedtuple", klass.__qualname__, made))
+            out.append(("namedtuple", klass.__qualname__, form))
     return tuple(out)
 
 
@@ -380,9 +380,9 @@ def cache_held(value) -> tuple | None:
         return None
     if not value.cache_info().currsize or not _reachable(value):
         return ()
-    made = _MADE_BY_COMPILES.get(value, ())
+    by_compiles = _MADE_BY_COMPILES.get(value, ())
     kept, mark = _kept(value)
-    pairs = [(key, answer) for key, answer in kept if key not in made]
+    pairs = [(key, answer) for key, answer in kept if key not in by_compiles]
     if not pairs:
         return ()
 

@@ -58,8 +58,8 @@ def _register(before: list, names: dict) -> None:
 
 def _holders() -> list:
     """(holder, its live items, a copy of them) for every holder a loaded module keeps
-    (`keying.made.register`); an installed helper's
-    (a parser's, which numba's own compiles use too) are its installation's."""
+    (`keying.made.register`); an installed helper's (a parser's, which numba's own
+    compiles use too) are its installation's."""
     out: list = []
     for name, namespace in loaded_namespaces(skip_libraries=True):
         if _installed_code(namespace.get("__file__"), name):
