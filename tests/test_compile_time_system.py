@@ -807,6 +807,80 @@ def test_which_modules_the_import_system_finds_is_keyed(tmp_path):
         assert {t for t in kernels if _artifacts(after)[t] != before[t]} == rebuilt
 
 
+GROUPED_KERNELS = '''\
+import json
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+HERE = os.path.dirname(__file__)
+_GROUPS = {}  # a memo two levels deep: the first compile makes a group, the next adds
+
+
+def grouped(name):
+    group = _GROUPS.setdefault("json", {})
+    if name not in group:
+        with open(os.path.join(HERE, name)) as f:
+            group[name] = json.load(f)
+    return group[name]
+
+
+def first(x):
+    pass
+
+
+def second(x):
+    pass
+
+
+@overload(first)
+def ol_first(x):
+    k = grouped("a.json")["k"]
+    return lambda x: x * k
+
+
+@overload(second)
+def ol_second(x):
+    k = grouped("b.json")["k"]
+    return lambda x: x * k
+
+
+@cuda.jit
+def k_first(a):
+    a[0] = first(a[0])
+
+
+@cuda.jit
+def k_second(a):
+    a[0] = second(a[0])
+'''
+
+
+def test_a_memo_a_later_compile_fills_deeper_is_keyed_as_the_program_made_it(tmp_path):
+    """A memo two levels deep (`_GROUPS.setdefault(g, {})[name] = load()`): the first
+    compile makes the group, the second fills it further in place. Both stay state the
+    compiles made (-j1: no-op builds serve both; each was rebuilt on every build), and
+    an edit of the file behind the second rebuilds it to a fresh build's bytes."""
+    project, store = tmp_path / "proj", tmp_path / "store"
+    kernels = {"k_first", "k_second"}
+    _write_project(project, "grouped", "gr.kernels", sorted(kernels), {
+        "gr/__init__.py": "", "gr/kernels.py": GROUPED_KERNELS,
+        "gr/a.json": '{"k": 2.0}', "gr/b.json": '{"k": 3.0}'})
+    env = _clean_env()
+    before = build(project, store, "-j1", env_extra=env)
+    assert _with_status(before, "built") == kernels
+    for full in ((), ("--full",)):
+        served = _with_status(build(project, store, "-j1", *full, env_extra=env), "cached")
+        assert served == kernels, f"rebuilt, nothing changed: {kernels - served}"
+    (project / "gr" / "b.json").write_text('{"k": 3.5}')
+    after = build(project, store, "-j1", env_extra=env)
+    fresh = build(project, tmp_path / "fresh", "-j1", env_extra=env)
+    assert "k_second" in _with_status(after, "built")
+    assert _artifacts(after) == _artifacts(fresh)
+    assert _artifacts(after)["k_second"] != _artifacts(before)["k_second"]
+
+
 # -- under zero configuration --------------------------------------------------------------
 
 FLAG_KERNELS = '''\

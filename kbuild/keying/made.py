@@ -97,6 +97,19 @@ def register(holder, key, origin, written, names) -> None:
     _GENERATION[0] += 1
 
 
+def grown(names) -> None:
+    """A compile that observed `names` ran: a value a compile wrote that it (or the program)
+    filled further in place since (`_CACHE.setdefault(g, {})[name] = load()`, a list in
+    it appended to) is still state the compiles made, now from what this one read too."""
+    for _, slots in _HOLDERS:
+        for slot in slots.values():
+            form = content_form(slot.written)
+            if form != slot.form:
+                slot.form = form
+                slot.names.update(names)
+                _GENERATION[0] += 1
+
+
 def forget(holder, key) -> None:
     """The slot was rebound by a compile from a value it held: it is read as it is."""
     slots = _slots(holder)

@@ -9,8 +9,10 @@ instance of a class of its own) those hold, one level down, and the attributes a
 of the functions among them (`get.memo = ...`, `nonlocal memo`). After it, each slot
 that went from nothing or None to a value is registered with what the compile observed
 (`keying.made.register`): keying reads it as the program made it and hands those
-observations on to whoever reads it. A slot rebound from a value is forgotten: a counter,
-a setting changed, read as it is.
+observations on to whoever reads it. A value so registered that a later compile fills
+further in place (a group made by one compile, added to by the next) stays the compiles'
+state, with what each observed (`keying.made.grown`). A slot rebound from a value is
+forgotten: a counter, a setting changed, read as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def kept_writes(observer):
 
 
 def _register(before: list, names: dict) -> None:
+    made.grown(names)  # deeper than the holders noted: in what a compile made before
     changed = False
     for holder, mapping, kept in before:
         for key, value in list(mapping.items()):
