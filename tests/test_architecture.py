@@ -675,6 +675,8 @@ COMPUTED_IMPORTS = {
         "the front end's NVRTC module (FrontEnd.nvrtc)",
     ("kbuild/backend/observe/current.py", "_module"):
         "the module an observed global was found in, named in a stored observation",
+    ("kbuild/backend/observe/current.py", "_submodule"):
+        "a package's submodule an observed read named, imported as the compile did",
     ("kbuild/store/remotes/plugin.py", "_import"):
         "a remote backend the user names (`module:Class` in the remote URL or setting)",
 }

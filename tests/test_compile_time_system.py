@@ -433,9 +433,34 @@ def k_warm(a):
     a[0] = scaled(a[0])
 
 
+_DEVICES = {}  # device functions a compile makes and keeps
+
+
+def device(name):
+    if name not in _DEVICES:
+        k = grouped(name)["k"]
+        _DEVICES[name] = cuda.jit(device=True)(lambda x: x * k)
+    return _DEVICES[name]
+
+
+def third(x):
+    pass
+
+
+@overload(third)
+def ol_third(x):
+    scaled = device("c.json")
+    return lambda x: scaled(x)
+
+
 @cuda.jit
 def k_first(a):
     a[0] = first(a[0])
+
+
+@cuda.jit
+def k_third(a):
+    a[0] = third(a[0])
 
 
 @cuda.jit
@@ -846,9 +871,34 @@ def ol_second(x):
     return lambda x: x * k
 
 
+_DEVICES = {}  # device functions a compile makes and keeps
+
+
+def device(name):
+    if name not in _DEVICES:
+        k = grouped(name)["k"]
+        _DEVICES[name] = cuda.jit(device=True)(lambda x: x * k)
+    return _DEVICES[name]
+
+
+def third(x):
+    pass
+
+
+@overload(third)
+def ol_third(x):
+    scaled = device("c.json")
+    return lambda x: scaled(x)
+
+
 @cuda.jit
 def k_first(a):
     a[0] = first(a[0])
+
+
+@cuda.jit
+def k_third(a):
+    a[0] = third(a[0])
 
 
 @cuda.jit
@@ -857,28 +907,32 @@ def k_second(a):
 '''
 
 
-def test_a_memo_a_later_compile_fills_deeper_is_keyed_as_the_program_made_it(tmp_path):
+def test_a_deeper_memo_and_a_kept_device_function_are_keyed_as_the_program_made_them(tmp_path):
     """A memo two levels deep (`_GROUPS.setdefault(g, {})[name] = load()`): the first
-    compile makes the group, the second fills it further in place. Both stay state the
-    compiles made (-j1: no-op builds serve both; each was rebuilt on every build), and
-    an edit of the file behind the second rebuilds it to a fresh build's bytes."""
+    compile makes the group, the next fill it further in place; and a device function a
+    compile makes and keeps (`_DEVICES[n] = cuda.jit(device=True)(...)`). All stay state
+    the compiles made (-j1: no-op builds serve every kernel; the later users of the group
+    and the device function's kernel were rebuilt on every build), and an edit of the
+    file behind one rebuilds its kernel to a fresh build's bytes."""
     project, store = tmp_path / "proj", tmp_path / "store"
-    kernels = {"k_first", "k_second"}
+    kernels = {"k_first", "k_second", "k_third"}
     _write_project(project, "grouped", "gr.kernels", sorted(kernels), {
-        "gr/__init__.py": "", "gr/kernels.py": GROUPED_KERNELS,
-        "gr/a.json": '{"k": 2.0}', "gr/b.json": '{"k": 3.0}'})
+        "gr/__init__.py": "", "gr/kernels.py": GROUPED_KERNELS, "gr/a.json": '{"k": 2.0}',
+        "gr/b.json": '{"k": 3.0}', "gr/c.json": '{"k": 4.0}'})
     env = _clean_env()
-    before = build(project, store, "-j1", env_extra=env)
-    assert _with_status(before, "built") == kernels
+    assert _with_status(build(project, store, "-j1", env_extra=env), "built") == kernels
     for full in ((), ("--full",)):
         served = _with_status(build(project, store, "-j1", *full, env_extra=env), "cached")
         assert served == kernels, f"rebuilt, nothing changed: {kernels - served}"
-    (project / "gr" / "b.json").write_text('{"k": 3.5}')
-    after = build(project, store, "-j1", env_extra=env)
-    fresh = build(project, tmp_path / "fresh", "-j1", env_extra=env)
-    assert "k_second" in _with_status(after, "built")
-    assert _artifacts(after) == _artifacts(fresh)
-    assert _artifacts(after)["k_second"] != _artifacts(before)["k_second"]
+    for rel, text, changed in (("b.json", '{"k": 3.5}', "k_second"),
+                               ("c.json", '{"k": 4.5}', "k_third")):
+        before = build(project, store, "-j1", env_extra=env)
+        (project / "gr" / rel).write_text(text)
+        after = build(project, store, "-j1", env_extra=env)
+        fresh = build(project, tmp_path / f"fresh-{rel}", "-j1", env_extra=env)
+        assert changed in _with_status(after, "built"), f"{rel}: a stale binary"
+        assert _artifacts(after) == _artifacts(fresh)
+        assert _artifacts(after)[changed] != _artifacts(before)[changed]
 
 
 # -- under zero configuration --------------------------------------------------------------

@@ -58,8 +58,11 @@ def generation() -> int:
 
 def content_form(value):
     """What a value a compile wrote is told by later (that it holds the same content):
-    its content digest (`define_form`'s), a function's or class's identity; None for a
-    value that has neither (an object with state: it is read as it is)."""
+    its content digest (`define_form`'s), a function's, class's or compiler object's
+    identity; None for a value that has neither (an object with state: it is read as it
+    is)."""
+    if _COMPILED and _COMPILED[0](value):
+        return _IDENTITY
     if _FORM:
         with reading_raw():
             found = _FORM[0](value)
@@ -69,6 +72,14 @@ def content_form(value):
 
 
 _FORM: list = []  # the content digest of a value, or None (`keying.values` defines it)
+_COMPILED: list = []  # whether a value is a compiler's object (the backend defines it)
+
+
+def define_compiled(is_compiled) -> None:
+    """`is_compiled(value)`: whether `value` is a compiler's object compiled code names
+    (a dispatcher a compile made and kept: `_DEV[n] = cuda.jit(device=True)(make(n))`),
+    told by identity as a function is: what it compiles is keyed where it is called."""
+    _COMPILED[:] = [is_compiled]
 
 
 def define_form(digest) -> None:

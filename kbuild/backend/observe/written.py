@@ -21,12 +21,23 @@ import contextlib
 import types as pytypes
 
 from ...keying import made
+from ..backends import ALL_OBJECTS
 from ..libraries import is_library, loaded_namespaces
 from .reads import _installed_code
 
 _LARGEST = 4096  # a dict with more entries is a table, not a memo: read as it is
 _ABSENT = made.ABSENT
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a `class` statement
+
+
+def _compiled(value) -> bool:
+    try:
+        return ALL_OBJECTS.named_form(value) is not None
+    except Exception:  # noqa: BLE001 - an object posing oddly: no compiler's
+        return False
+
+
+made.define_compiled(_compiled)
 
 
 @contextlib.contextmanager
