@@ -64,6 +64,14 @@ CASES = [
     # An attribute set on a function object is no global, cell or default of it.
     _case("function-attribute", "def helper():\n    pass\n\n\nhelper.g = 2.0\n",
           "helper.g", "K.helper.g = 7.0"),
+    # An optional dependency the overload tries, made importable by the program (no
+    # file of the first run changes: the folder is new, and on sys.path only now).
+    _case("module-made-importable",
+          "def have():\n    try:\n        import zz_optional  # noqa: F401\n"
+          "        return 7.0\n    except ImportError:\n        return 2.0\n",
+          "have()", "import os, sys; os.makedirs('extra', exist_ok=True); "
+          "open('extra/zz_optional.py', 'w').close(); "
+          "sys.path.insert(0, os.path.abspath('extra'))"),
 ]
 
 
