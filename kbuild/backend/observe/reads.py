@@ -5,7 +5,9 @@ Within `_module_reads`, the attribute reads of every module that is not a librar
 `globals()`, `vars(mod)`, `__import__` and `importlib.import_module` are stand-ins that
 observe the names read through them; `inspect.getattr_static` (which reads past a
 module's class) notes its reads, and `exec` / `eval` every name their code could look up
-in a module's namespace; within `_environ`, `os.environ` (and the mapping
+in a module's namespace; every module the project's code asks the import system for is
+noted (`Kind.MODULE`: a finder first on `sys.meta_path` while a compile runs, and the
+import stand-ins for one already loaded); within `_environ`, `os.environ` (and the mapping
 class behind every alias of it) observes each variable read. Reads by kbuild, by numba
 and by installed packages that do not build on numba (`_bystander`: cffi, a parser), and
 a module body's at its import, are none of the project's and are left out; an installed
@@ -196,9 +198,10 @@ def _module_reads(observer):
 
     def watching_import(*args, **kwargs):
         if threading.get_ident() == compiling:
-            name, scope = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 1, "globals")
-            asked_loaded(_absolute(name, scope, _argument(args, kwargs, 4, "level") or 0),
-                         sys._getframe(1))
+            name, level = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 4, "level")
+            scope = _argument(args, kwargs, 1, "globals")
+            level = level or 0
+            asked_loaded(_absolute(name, scope, level), sys._getframe(1))
         try:
             return original_import(*args, **kwargs)
         finally:
@@ -206,8 +209,11 @@ def _module_reads(observer):
 
     def watching_import_module(*args, **kwargs):
         if threading.get_ident() == compiling:
-            name, package = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 1, "package")
-            asked_loaded(_absolute(name, {"__package__": package}, 0), sys._getframe(1))
+            name, package = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 1,
+                                                                           "package")
+            level = len(name) - len(name.lstrip(".")) if isinstance(name, str) else 0
+            asked_loaded(_absolute(name[level:] if level else name,
+                                   {"__package__": package}, level), sys._getframe(1))
         try:
             return original_import_module(*args, **kwargs)
         finally:
@@ -348,11 +354,9 @@ def _absolute(name, scope, level):
     if not level:
         return name or None
     scope = scope if isinstance(scope, dict) else {}
-    package = scope.get("__package__")
-    if not isinstance(package, str):
-        here = scope.get("__name__")
-        package = (here if "__path__" in scope else here.rpartition(".")[0]) \
-            if isinstance(here, str) else None
+    package, here = scope.get("__package__"), scope.get("__name__")
+    if not isinstance(package, str) and isinstance(here, str):
+        package = here if "__path__" in scope else here.rpartition(".")[0]
     try:
         return importlib.util.resolve_name("." * level + name, package)
     except (ImportError, ValueError, TypeError):
