@@ -196,26 +196,22 @@ def _module_reads(observer):
 
     original_import, original_import_module = builtins.__import__, importlib.import_module
 
-    def watching_import(*args, **kwargs):
-        if threading.get_ident() == compiling:
-            name, level = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 4, "level")
-            scope = _argument(args, kwargs, 1, "globals")
-            level = level or 0
-            asked_loaded(_absolute(name, scope, level), sys._getframe(1))
+    def watching_import(name, globals=None, locals=None, fromlist=(), level=0):
+        # numba's own function-level imports (most of a compile's) pass at the first test
+        if (level or not is_library(name)) and threading.get_ident() == compiling:
+            asked_loaded(_absolute(name, globals, level), sys._getframe(1))
         try:
-            return original_import(*args, **kwargs)
+            return original_import(name, globals, locals, fromlist, level)
         finally:
             watch_new()
 
-    def watching_import_module(*args, **kwargs):
-        if threading.get_ident() == compiling:
-            name, package = _argument(args, kwargs, 0, "name"), _argument(args, kwargs, 1,
-                                                                           "package")
-            level = len(name) - len(name.lstrip(".")) if isinstance(name, str) else 0
-            asked_loaded(_absolute(name[level:] if level else name,
-                                   {"__package__": package}, level), sys._getframe(1))
+    def watching_import_module(name, package=None):
+        if threading.get_ident() == compiling and isinstance(name, str):
+            level = len(name) - len(name.lstrip("."))
+            asked_loaded(_absolute(name[level:], {"__package__": package}, level),
+                         sys._getframe(1))
         try:
-            return original_import_module(*args, **kwargs)
+            return original_import_module(name, package)
         finally:
             watch_new()
 
@@ -236,7 +232,7 @@ def _module_reads(observer):
             while frame is not None and (frame.f_code in stand_ins or _importlib(frame)):
                 frame = frame.f_back
             if frame is not None and not _reader_is_kbuild(frame) and \
-                    oscalls.asked_by_project(frame, _bystander):
+                    oscalls.asked_by_project(frame, _importing_bystander):
                 observer.add(Kind.MODULE, name)
         finally:
             finding.busy = False
@@ -342,10 +338,6 @@ def _module_reads(observer):
                 module.__class__ = cls
 
 
-def _argument(args, kwargs, index: int, name: str):
-    return args[index] if len(args) > index else kwargs.get(name)
-
-
 def _absolute(name, scope, level):
     """The module an import of `name` at `level` from a module with namespace `scope`
     asks for (`from . import x` in package `p`: `p`); None where it names none."""
@@ -449,6 +441,15 @@ def _bystander(frame) -> bool:
     is no bystander: what its overloads read of the environment, of files and of modules
     decides what numba compiles, as the project's does."""
     return _installed_code(frame.f_code.co_filename, frame.f_globals.get("__name__"))
+
+
+def _importing_bystander(frame) -> bool:
+    """`_bystander` without asking numba's registries: asked in the middle of an import,
+    when the registries' index is out of date at every call (sys.modules grew), rebuilding
+    it would cost a third of a build. An installed package that imports numba only inside
+    the function registering its overloads asks for modules as a bystander does."""
+    return _installed(frame.f_code.co_filename) and \
+        not builds_on_numba(frame.f_globals.get("__name__"))
 
 
 def _installed_code(filename, module_name) -> bool:
