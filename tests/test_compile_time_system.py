@@ -433,34 +433,9 @@ def k_warm(a):
     a[0] = scaled(a[0])
 
 
-_DEVICES = {}  # device functions a compile makes and keeps
-
-
-def device(name):
-    if name not in _DEVICES:
-        k = grouped(name)["k"]
-        _DEVICES[name] = cuda.jit(device=True)(lambda x: x * k)
-    return _DEVICES[name]
-
-
-def third(x):
-    pass
-
-
-@overload(third)
-def ol_third(x):
-    scaled = device("c.json")
-    return lambda x: scaled(x)
-
-
 @cuda.jit
 def k_first(a):
     a[0] = first(a[0])
-
-
-@cuda.jit
-def k_third(a):
-    a[0] = third(a[0])
 
 
 @cuda.jit
