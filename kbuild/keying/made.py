@@ -111,14 +111,20 @@ def register(holder, key, origin, written, names) -> None:
 def grown(names) -> None:
     """A compile that observed `names` ran: a value a compile wrote that it (or the program)
     filled further in place since (`_CACHE.setdefault(g, {})[name] = load()`, a list in
-    it appended to) is still state the compiles made, now from what this one read too."""
+    it appended to) is still state the compiles made, now from what this one read too;
+    one that no longer has a content form is read as it is (forgotten), as `register`
+    reads such a value."""
     for _, slots in _HOLDERS:
-        for slot in slots.values():
+        for key, slot in list(slots.items()):
             form = content_form(slot.written)
-            if form != slot.form:
+            if form == slot.form:
+                continue
+            if form is None:
+                del slots[key]
+            else:
                 slot.form = form
                 slot.names.update(names)
-                _GENERATION[0] += 1
+            _GENERATION[0] += 1
 
 
 def forget(holder, key) -> None:
