@@ -227,7 +227,7 @@ def _module_reads(observer):
         if threading.get_ident() != compiling or not _project_module(name) or \
                 getattr(finding, "busy", False):
             return
-        finding.busy = True  # the walk's own look-ups (a registry index) import nothing twice
+        finding.busy = True  # an import the walk itself sets off is no ask of the project's
         try:
             while frame is not None and (frame.f_code in stand_ins or _importlib(frame)):
                 frame = frame.f_back
@@ -446,15 +446,15 @@ def _bystander(frame) -> bool:
 def _importing_bystander(frame) -> bool:
     """`_bystander` without asking numba's registries: asked in the middle of an import,
     when the registries' index is out of date at every call (sys.modules grew), rebuilding
-    it would cost a third of a build. An installed package that imports numba only inside
+    it cost 1.1 s of a 7 s build of the examples. An installed package that imports numba only inside
     the function registering its overloads asks for modules as a bystander does."""
-    return _installed(frame.f_code.co_filename) and \
-        not builds_on_numba(frame.f_globals.get("__name__"))
+    return _installed_code(frame.f_code.co_filename, frame.f_globals.get("__name__"),
+                           registries=False)
 
 
-def _installed_code(filename, module_name) -> bool:
+def _installed_code(filename, module_name, registries: bool = True) -> bool:
     return _installed(filename) and not builds_on_numba(module_name) and \
-        not _registers(module_name)
+        not (registries and _registers(module_name))
 
 
 def _registers(module_name) -> bool:
