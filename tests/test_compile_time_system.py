@@ -715,6 +715,75 @@ def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
         assert {t for t in kernels if _artifacts(after)[t] != before[t]} == rebuilt
 
 
+def test_a_compile_that_reads_what_a_served_compile_wrote_sees_it_written(tmp_path):
+    """An overload that fills state (`_SEEN["k"] = k`) and another that only reads it: a
+    build compiling both in order gives the reader the filled state. When the filler is
+    served from the store and the reader must be compiled (its options edited), the
+    filler's compile runs again first, in that process, so the reader sees what a fresh
+    build's does (it saw the state empty, and that binary was then served as current)."""
+    project = tmp_path / "proj"
+    kernels = ["k_loaded", "k_seen", "k_table"]
+    _write_project(project, "served", "fl.kernels", kernels, {
+        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
+        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
+        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
+    env, source = _clean_env(), project / "fl" / "kernels.py"
+    for option, jobs in (("fastmath=True", "-j1"), ("lineinfo=True", "-j2")):
+        source.write_text(FILLED_KERNELS)
+        store = tmp_path / f"store-{jobs}"
+        assert _with_status(build(project, store, "-j1", env_extra=env), "built") == \
+            set(kernels)
+        source.write_text(FILLED_KERNELS.replace("@cuda.jit\ndef k_seen(",
+                                                 f"@cuda.jit({option})\ndef k_seen("))
+        after = build(project, store, jobs, env_extra=env)
+        fresh = build(project, tmp_path / f"fresh-{jobs}", "-j1", env_extra=env)
+        assert _with_status(after, "built") == {"k_seen"}
+        assert _artifacts(after) == _artifacts(fresh), f"{option} {jobs}: a stale binary"
+    # A filler that would be linked from stored objects (a device function it calls was
+    # edited) is compiled instead, ahead of the reader, as in a fresh build.
+    bumped = FILLED_KERNELS + BUMP_KERNELS
+    _write_project(project, "served", "fl.kernels", ["k_a_bump", "k_b_loaded", "k_seen"],
+                   {"fl/kernels.py": bumped})
+    build(project, tmp_path / "store-bump", "-j1", env_extra=env)
+    source.write_text(bumped.replace("x + 1.0", "x + 2.0").replace(
+        "@cuda.jit\ndef k_seen(", "@cuda.jit(fastmath=True)\ndef k_seen("))
+    after = build(project, tmp_path / "store-bump", "-j1", env_extra=env)
+    fresh = build(project, tmp_path / "fresh-bump", "-j1", env_extra=env)
+    assert _with_status(after, "built") == {"k_a_bump", "k_b_loaded", "k_seen"}
+    assert _artifacts(after) == _artifacts(fresh), "a filler linked: a stale binary"
+
+
+BUMP_KERNELS = '''
+
+from numba import types as nbtypes  # noqa: E402
+from numba.core.extending import intrinsic  # noqa: E402
+
+
+@intrinsic
+def times_loaded(typingctx, x):
+    k = loaded("table.json")["k"] + 3.0
+    _SEEN["k"] = k
+
+    def codegen(context, builder, signature, args):
+        return builder.fmul(args[0], context.get_constant(nbtypes.float32, k))
+    return x(x), codegen
+
+
+@cuda.jit(device=True)
+def bump(x):
+    return x + 1.0
+
+
+@cuda.jit
+def k_a_bump(a):
+    a[0] = bump(a[0])
+
+
+@cuda.jit
+def k_b_loaded(a):
+    a[0] = bump(times_loaded(a[0]))
+'''
+
 MODULE_KERNELS = '''\
 import importlib.util
 
@@ -1030,6 +1099,77 @@ def test_zero_config_keys_a_memo_the_first_launch_filled_as_the_program_made_it(
     assert edited["counts"]["built"] == 2, edited["counts"]
     assert edited["loads"] == fresh["loads"]
 
+
+SEEN_KERNELS = '''\
+import json
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+_SEEN = {}  # filled by one overload, only read by another
+
+
+def fill(x):
+    pass
+
+
+def seen(x):
+    pass
+
+
+@overload(fill)
+def ol_fill(x):
+    with open(os.path.join(os.path.dirname(__file__), "table.json")) as f:
+        k = json.load(f)["k"]
+    _SEEN["k"] = k
+    return lambda x: x * k
+
+
+@overload(seen)
+def ol_seen(x):
+    k = _SEEN.get("k", 0.0)
+    return lambda x: x + k
+
+
+@cuda.jit
+def filler(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = fill(x[i])
+
+
+@cuda.jit
+def reader(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = seen(x[i])
+'''
+
+
+def test_zero_config_runs_a_served_writers_compile_before_one_that_reads_its_state(tmp_path):
+    """The program launches `filler`, whose overload fills a dict, then `reader`, whose
+    overload only reads it. With `reader`'s options edited (or `reader` new to the
+    program), `filler` is served and `reader` compiled: `filler`'s compile runs first
+    again (its output unused), so `reader` sees the dict as numba's JIT and a fresh store
+    do (it saw it empty, and that binary was then served as current), journal on or off."""
+    from zeroconf_support import run, write_program
+
+    root = write_program(tmp_path / "prog", kernels=SEEN_KERNELS)
+    (root / "table.json").write_text('{"k": 2.0}')
+    edited = SEEN_KERNELS.replace("@cuda.jit\ndef reader(", "@cuda.jit(fastmath=True)\ndef reader(")
+    both = ("filler", "reader")
+    for journal, first in ((True, both), (False, both), (True, ("filler",))):
+        store, settings = tmp_path / f"store-{journal}{len(first)}", {"journal": journal}
+        (root / "app_kernels.py").write_text(SEEN_KERNELS)
+        run(root, "kbuild", first, enable=dict(settings, store=str(store)))
+        if len(first) == 2:
+            (root / "app_kernels.py").write_text(edited)
+        now = run(root, "kbuild", both, enable=dict(settings, store=str(store)))
+        fresh = run(root, "kbuild", both,
+                    enable=dict(settings, store=str(tmp_path / f"fresh-{journal}{len(first)}")))
+        assert now["counts"]["built"] == 1, now["counts"]
+        assert now["loads"] == fresh["loads"], f"journal {journal}, {first}: a stale binary"
 
 # -- direct mode's journal ------------------------------------------------------------------
 

@@ -132,7 +132,8 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
         store.commit(obj.key, dict(obj.manifest, artifacts={
             "ltoir": store.put_blob(obj.ltoir),
             "observed": store.put_blob(obs.to_json(record))},
-            arch=target.arch, project=the_plan.config.name, built_at=built_at))
+            arch=target.arch, project=the_plan.config.name, built_at=built_at,
+            **_writes(artifacts)))
     node = the_plan.keys[target]
     newest = obs.observation_set(node.digest, observed)
     previous = store.lookup(node.digest)
@@ -153,10 +154,18 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     }
+    manifest.update(_writes(artifacts))
     if target.launch is not None:
         manifest["launch"] = launch_json(target.launch)
     store.commit(node.digest, manifest)
     return launchable(manifest)
+
+
+def _writes(artifacts) -> dict:
+    """The manifest field of a compile that left state later compiles may read
+    (`Artifacts.writes`): where its target is served, or linked from these objects, that
+    compile must run again before another (`service.replay_writers`)."""
+    return {"writes": True} if artifacts.writes else {}
 
 
 def _object_holds(store: Store, obj, current) -> bool:

@@ -28,9 +28,10 @@ from dataclasses import replace
 
 from ..artifacts import arch_cc
 from ..discover import Target
+from ..keying import made
 from ..keying.encode import digest
 from ..keying.launch import with_launch
-from ..keying.objects import Recipe, Unresolved, resolve
+from ..keying.objects import Recipe, Unresolved, kernel_object_key, resolve
 from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
@@ -67,7 +68,10 @@ class BuildService:
 
     def fresh(self, target: Target) -> dict | None:
         """The entry to launch for `target`, or None when it must be built."""
-        return fresh_entry(self.plan, self.store, target, self.current)
+        manifest = fresh_entry(self.plan, self.store, target, self.current)
+        if manifest is not None and manifest.get("writes"):
+            _served_writer(self.plan, target)
+        return manifest
 
     def held(self, target: Target) -> dict | None:
         """The verified entry under `target`'s key, what its compile observed unchecked: a
@@ -175,6 +179,7 @@ class BuildService:
         if not early_cutoff:
             from .compile import compile_target
 
+            self.replay_writers(target, in_order=False)
             return compile_target(self.plan, target)
         return self.job((target, None))
 
@@ -248,6 +253,10 @@ class BuildService:
         if target.launch is not None:
             return Unresolved("built for one launch configuration")
         lookup = self._objects(target.arch)
+        if (lookup(kernel_object_key(the_plan.keys[target])) or {}).get("writes"):
+            # Linked, or waiting for a callee's new object, its compile-time code would not
+            # run before the compiles after it in a build's order: what it writes for them.
+            return Unresolved("its compile writes state later compiles read")
         try:
             found = resolve(the_plan.keys[target], nodes, lookup)
         except (KeyError, TypeError, ValueError):
@@ -307,19 +316,52 @@ class BuildService:
         target, relink = item
         objects = self._objects(target.arch)
         if relink is None:
+            self.replay_writers(target)
             return compile_target(self.plan, target, self.store, objects)
         return link_target(self.plan, self.store, target, relink, objects)
 
-    def compile_fresh(self, target: Target, manifest: dict):
+    def replay_writers(self, target: Target, in_order: bool = True) -> None:
+        """Before `target` compiles here: the compiles of the targets served in this
+        process, ahead of it in a build's order, whose compile wrote state a later compile
+        may read (`Artifacts.writes`: `_SEEN[name] = k` in one overload, `_SEEN.get(name)`
+        in another), run here as a build compiling them all would have (their output
+        unused). Served, their code ran nowhere, and `target` would see that state empty
+        where a fresh build, compiling in the same order, shows it filled. A build's order
+        is `compile_all`'s; without `in_order` (zero-config: the program's order) every
+        writer served before counts. Then `target` counts as run here."""
+        from .compile import compile_target
+
+        _current_import()
+        mine = self.key(target)
+        for the_plan, writer in list(_SERVED_WRITERS):
+            key = the_plan.keys[writer].digest
+            ahead = not in_order or the_plan is not self.plan or self._ahead(writer, target)
+            if key not in _RAN and key != mine and ahead:
+                _RAN.add(key)
+                compile_target(the_plan, writer)
+        _RAN.add(mine)
+
+    def _ahead(self, one: Target, other: Target) -> bool:
+        """Whether a build compiles `one` before `other` (`compile_all`'s order); not for
+        a target the plan does not list (another text of a signature)."""
+        targets = self.plan.targets
+        if one not in targets or other not in targets:
+            return False
+        return (arch_cc(one.arch), targets.index(one)) < \
+            (arch_cc(other.arch), targets.index(other))
+
+    def compile_fresh(self, target: Target, manifest: dict, *, in_order: bool = True):
         """(Artifacts or exception, seconds): `target` compiled from its sources in this
         process, as its entry `manifest` was built, reusing nothing (`--verify`): no
-        stored objects, no early cutoff, nothing this process's backends compiled."""
+        stored objects, no early cutoff, nothing this process's backends compiled; the
+        served writers before it run first (`replay_writers`, `in_order`)."""
         for backend in {b.name: b for b in (k.backend
                                             for k in self.plan.kernels.values())}.values():
             backend.forget_compiled(self.plan.keyer.device_functions)
         self.plan.separate = manifest.get("link", {}).get("mode") != "whole"
         from .compile import compile_target
 
+        self.replay_writers(target, in_order=in_order)
         return compile_target(self.plan, target)
 
     def compared(self, target: Target, manifest: dict, outcome, seconds: float, *,
@@ -375,6 +417,31 @@ def fresh_at_key(store: Store, key: str, target: Target, kernel, backend, source
     entry verified as `kernel`'s (`backend`'s) for `target`, and the observation set of
     what its compile read matched against `sources` now (as `BuildService.fresh`)."""
     return entry_at(store, key, expected(target, kernel, backend), digests_now(sources, root))
+
+
+# The targets served from the store in this process whose compile wrote state a later
+# compile may read, as (plan, target) in the order served, and the keys of the targets
+# compiled in this process, since the project's modules were last imported (`_IMPORT`):
+# see `BuildService.replay_writers`.
+_SERVED_WRITERS: list = []
+_RAN: set = set()
+_IMPORT = [0]
+
+
+def _current_import() -> None:
+    """Forget what ran and was served for an earlier import of the project's modules (a
+    watch round imports them again: the state compiles wrote went with them)."""
+    if _IMPORT[0] != made.imports():
+        _IMPORT[0] = made.imports()
+        _SERVED_WRITERS.clear()
+        _RAN.clear()
+
+
+def _served_writer(the_plan: Plan, target: Target) -> None:
+    _current_import()
+    key = the_plan.keys[target].digest
+    if key not in _RAN and all(p.keys[t].digest != key for p, t in _SERVED_WRITERS):
+        _SERVED_WRITERS.append((the_plan, target))
 
 
 class KeyLocks:

@@ -47,6 +47,7 @@ class _Slot:
 
 _HOLDERS: list = []  # [(holder, {key: _Slot})], by identity
 _GENERATION = [0]  # bumped whenever a slot is registered or forgotten
+_IMPORTS = [0]  # bumped whenever the project's modules are imported again
 _LOCAL = threading.local()  # .collectors: the touch sets open now; .raw: reads as they are
 
 
@@ -142,9 +143,16 @@ def changed() -> None:
 
 def forget_all() -> None:
     """The project's modules were imported again (a watch round): their holders are gone."""
+    _IMPORTS[0] += 1
     if _HOLDERS:
         _HOLDERS.clear()
         _GENERATION[0] += 1
+
+
+def imports() -> int:
+    """How many times the project's modules were imported again in this process: state
+    compiles wrote belongs to one import of them."""
+    return _IMPORTS[0]
 
 
 def _slots(holder, create: bool = False) -> dict | None:
