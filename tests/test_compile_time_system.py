@@ -739,6 +739,16 @@ def test_a_compile_that_reads_what_a_served_compile_wrote_sees_it_written(tmp_pa
         fresh = build(project, tmp_path / f"fresh-{jobs}", "-j1", env_extra=env)
         assert _with_status(after, "built") == {"k_seen"}
         assert _artifacts(after) == _artifacts(fresh), f"{option} {jobs}: a stale binary"
+    # The filler's helper broken (its compile fails, the reader is compiled seeing nothing
+    # filled), then mended: the reader's earlier build, which read more, is taken again.
+    broken = source.read_text()
+    assert broken.count("os.path.join(HERE, name)") == 1
+    source.write_text(broken.replace("os.path.join(HERE, name)", "os.path.join(name, HERE)"))
+    failing = build(project, store, "-j1", "-k", env_extra=env, expect_rc=1)
+    assert "k_seen" in _with_status(failing, "built")
+    source.write_text(broken)
+    assert _artifacts(build(project, store, "-j1", env_extra=env)) == _artifacts(fresh), \
+        "the reader built while its filler failed was served after the filler was mended"
     # A filler that would be linked from stored objects (a device function it calls was
     # edited) is compiled instead, ahead of the reader, as in a fresh build.
     bumped = FILLED_KERNELS + BUMP_KERNELS

@@ -78,9 +78,9 @@ class Artifacts:
     # same PTX; None: nothing), and the cutoff keys the build records these bytes under.
     cutoff: str | None = None
     outputs: tuple = ()
-    # Whether the compile left state behind that a later compile in the process may read
-    # (a memo filled, a global rebound: `keying.made`), so that compile must run again
-    # where the target is served (`builder.service.replay_writers`).
+    # Whether the compile filled state a later compile in the process may read (a memo,
+    # a registry: `keying.made.fills`), so that compile must run again where the target
+    # is served (`builder.service.BuildService.replay_writers`).
     writes: bool = False
 
 

@@ -31,7 +31,7 @@ from ..discover import Target
 from ..keying import made
 from ..keying.encode import digest
 from ..keying.launch import with_launch
-from ..keying.objects import Recipe, Unresolved, kernel_object_key, resolve
+from ..keying.objects import Recipe, Unresolved, resolve
 from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
@@ -253,10 +253,6 @@ class BuildService:
         if target.launch is not None:
             return Unresolved("built for one launch configuration")
         lookup = self._objects(target.arch)
-        if (lookup(kernel_object_key(the_plan.keys[target])) or {}).get("writes"):
-            # Linked, or waiting for a callee's new object, its compile-time code would not
-            # run before the compiles after it in a build's order: what it writes for them.
-            return Unresolved("its compile writes state later compiles read")
         try:
             found = resolve(the_plan.keys[target], nodes, lookup)
         except (KeyError, TypeError, ValueError):

@@ -20,8 +20,10 @@ a compile) filled, is read as it is.
 Code that only reads what another compile filled (a registry one overload fills and
 another reads) is keyed the same way: its binary is what a build compiling in the same
 order makes (the filling compile first), and it is rebuilt when what filled the state
-changes. Serving the filling target from the store runs none of its code, so the state
-stays empty in that process; a reader compiled there for another reason sees it empty.
+changes. Serving the filling target from the store runs none of its code: a compile
+that filled a slot says so (`fills`), and the build service runs it again before a
+later compile in a process where it was served
+(`builder.service.BuildService.replay_writers`).
 
 Holders are compared by identity and held here while registered (the registry lives
 for the process and names no identity in a key).
@@ -48,7 +50,15 @@ class _Slot:
 _HOLDERS: list = []  # [(holder, {key: _Slot})], by identity
 _GENERATION = [0]  # bumped whenever a slot is registered or forgotten
 _IMPORTS = [0]  # bumped whenever the project's modules are imported again
+_FILLS = [0]  # bumped whenever a compile fills a slot (`register`, `grown`)
 _LOCAL = threading.local()  # .collectors: the touch sets open now; .raw: reads as they are
+
+
+def fills() -> int:
+    """A number that changes whenever a compile fills state (a slot registered, or a
+    value a compile made filled further in place): a compile during which it changed
+    left state a later compile may read, which the same target served leaves not."""
+    return _FILLS[0]
 
 
 def generation() -> int:
@@ -107,6 +117,7 @@ def register(holder, key, origin, written, names) -> None:
         return
     slots[key] = _Slot(origin if slot is None else slot.origin, written, form, dict(names))
     _GENERATION[0] += 1
+    _FILLS[0] += 1
 
 
 def grown(names) -> None:
@@ -125,6 +136,7 @@ def grown(names) -> None:
             else:
                 slot.form = form
                 slot.names.update(names)
+                _FILLS[0] += 1
             _GENERATION[0] += 1
 
 

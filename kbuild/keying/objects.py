@@ -112,6 +112,10 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
     manifest = lookup(first)
     if manifest is None:
         return Unresolved("the kernel's own object is not stored")
+    if manifest.get("writes"):
+        # Its compile filled state later compiles read: linked (or waiting for a callee's
+        # new object) its compile-time code would not run before theirs. Compiled.
+        return Unresolved("its compile fills state later compiles read")
     context = link_context(target)
     found = {first: manifest}
     pending = list(manifest.get("imports", ()))

@@ -168,15 +168,32 @@ def _observation(row) -> Observation:
 
 
 def matching_set(record: Record, current) -> ObservationSet | None:
-    """The first recorded set whose names all still have the digests they had.
+    """The newest recorded set whose names all still have the digests they had; where
+    another such set reads all of its names and more, that fuller one (and so on).
 
     `current(kind, name) -> digest` gives a name's digest now; a set's full key
-    is recomputed from those, so a set matches only if nothing it read changed.
+    is recomputed from those, so a set matches only if nothing it read changed. Two
+    sets that both match, one reading a part of the other's names, were compiled with
+    something unseen between them: chiefly whether another compile had filled the state
+    read (what that compile read is handed on with it: `keying.made`). The fuller one
+    is the more specific match (a reader compiled while its filler failed, say, is not
+    taken once the filler fills again).
     """
-    for recorded in record.sets:
+    def holds(recorded: ObservationSet) -> bool:
         now = [Observation(o.kind, o.name, current(o.kind, o.name)) for o in recorded.observations]
-        if full_key(record.static_key, now) == recorded.key:
-            return recorded
+        return full_key(record.static_key, now) == recorded.key
+
+    def names(recorded: ObservationSet) -> set:
+        return {(o.kind, o.name) for o in recorded.observations}
+
+    found = next((recorded for recorded in record.sets if holds(recorded)), None)
+    while found is not None:  # only a set reading more names is checked further
+        read = names(found)
+        fuller = next((recorded for recorded in record.sets
+                       if read < names(recorded) and holds(recorded)), None)
+        if fuller is None:
+            return found
+        found = fuller
     return None
 
 
