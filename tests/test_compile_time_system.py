@@ -763,6 +763,44 @@ def test_a_compile_that_reads_what_a_served_compile_wrote_sees_it_written(tmp_pa
     assert _artifacts(after) == _artifacts(fresh), "a filler linked: a stale binary"
 
 
+def test_a_reader_built_without_its_fillers_state_is_built_again_in_order(tmp_path):
+    """A reader of state another compile fills (`_SEEN`) compiled where that compile did
+    not run before it (another worker of a `-j2` build), or served from a build where the
+    filler failed once its filler compiles again (an edit of the file it loads), is
+    compiled again after the build, in order, with the filler's compile run first: the
+    build gives a fresh `-j1` build's bytes, and the next build compiles nothing."""
+    project = tmp_path / "proj"
+    kernels = ["k_loaded", "k_seen", "k_table"]
+    _write_project(project, "order", "fl.kernels", kernels, {
+        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
+        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
+        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
+    env, source, store = _clean_env(), project / "fl" / "kernels.py", tmp_path / "store"
+    table = project / "fl" / "table.json"
+
+    def settled(jobs, why):
+        after = build(project, store, jobs, env_extra=env)
+        fresh = build(project, tmp_path / f"fresh-{table.read_text()}", "-j1", env_extra=env)
+        assert _artifacts(after) == _artifacts(fresh), f"{why}: a stale binary"
+        assert _with_status(build(project, store, jobs, env_extra=env), "cached") == \
+            set(kernels), f"{why}: rebuilt, nothing changed"
+
+    settled("-j1", "in order")
+    # The filler's helper broken (the reader is built seeing nothing filled), mended, and
+    # the file the filler loads edited.
+    broken = FILLED_KERNELS.replace("os.path.join(HERE, name)", "os.path.join(name, HERE)")
+    source.write_text(broken)
+    failing = build(project, store, "-j1", "-k", env_extra=env, expect_rc=1)
+    assert "k_seen" in _with_status(failing, "built")
+    source.write_text(FILLED_KERNELS)
+    settled("-j1", "mended")
+    table.write_text('{"k": 2.5}')
+    settled("-j1", "the reader built while its filler failed, served once it compiled")
+    # Edited again: filler and reader compile in two workers.
+    table.write_text('{"k": 3.0}')
+    settled("-j2", "the reader compiled in another worker than its filler")
+
+
 BUMP_KERNELS = '''
 
 from numba import types as nbtypes  # noqa: E402

@@ -78,10 +78,11 @@ class Artifacts:
     # same PTX; None: nothing), and the cutoff keys the build records these bytes under.
     cutoff: str | None = None
     outputs: tuple = ()
-    # Whether the compile filled state a later compile in the process may read (a memo,
-    # a registry: `keying.made.fills`), so that compile must run again where the target
-    # is served (`builder.service.BuildService.replay_writers`).
-    writes: bool = False
+    # The holders the compile filled, state a later compile in the process may read (a
+    # memo, a registry: `keying.made.filled_since`), by `module:global`: that compile
+    # must run again where the target is served (`BuildService.replay_writers`), and a
+    # target behind it must read them filled (`BuildService.out_of_order`).
+    fills: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
     if target.launch is not None:  # callees typed for another launch configuration
         for disp in the_plan.keyer.device_functions:
             backend.forget_code(disp)
-    fills = made.fills()
+    mark = made.fills()
     try:
         with backend.launched_as(resolved.kernel, target.launch):
             artifacts = backend.compile(
@@ -62,7 +62,7 @@ def compile_target(the_plan: Plan, target: Target, store: Store | None = None,
         return CompileFailed(_compile_message(exc), observed), time.perf_counter() - start
     try:
         artifacts = _with_observations(the_plan, artifacts, observer)
-        artifacts = replace(artifacts, writes=made.fills() != fills)
+        artifacts = replace(artifacts, fills=made.filled_since(mark))
     except CompileError as exc:
         return exc, time.perf_counter() - start
     return artifacts, time.perf_counter() - start

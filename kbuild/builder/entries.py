@@ -54,29 +54,42 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     """The entry to launch for `target`, or None when it must be built.
 
     Two levels, as ccache's manifest: the static key's entry must exist and hold the
-    record of what its compiles observed; a recorded observation set whose every name
+    record of what its compile observed; a recorded observation set whose every name
     still has its digest gives the full key of the entry built with those. An entry
     with no record (made before observations were kept) is not fresh.
     """
+    return fresh_match(the_plan, store, target, current)[0]
+
+
+def fresh_match(the_plan: Plan, store: Store, target: Target, current=None):
+    """`fresh_entry`, the observation set that holds for it and the record of its static
+    key: (entry, set, record) or (None, None, None)."""
     resolved = the_plan.kernels[target.name]
-    return entry_at(store, the_plan.keys[target].digest,
-                    expected(target, resolved.kernel, resolved.backend),
-                    current or current_digests(the_plan))
+    return matched_at(store, the_plan.keys[target].digest,
+                      expected(target, resolved.kernel, resolved.backend),
+                      current or current_digests(the_plan))
 
 
 def entry_at(store: Store, key: str, bound: dict, current) -> dict | None:
     """`fresh_entry` for a static `key` whose entry must hold `bound`'s fields: the entry,
     or the variant its record names for the observation set that holds under `current`."""
+    return matched_at(store, key, bound, current)[0]
+
+
+def matched_at(store: Store, key: str, bound: dict, current):
+    """(`entry_at`'s entry, the observation set that holds for it, the static key's
+    record), or (None, None, None)."""
     manifest = store.lookup(key, bound)
     if manifest is None:
-        return None
+        return None, None, None
     record = observed_record(store, manifest)
     if record is None or record.static_key != key:
-        return None
+        return None, None, None
     found = obs.matching_set(record, current)
     if found is None:
-        return None
-    return manifest if found is record.sets[0] else store.lookup(found.key, bound)
+        return None, None, None
+    entry = manifest if found is record.sets[0] else store.lookup(found.key, bound)
+    return (entry, found, record) if entry is not None else (None, None, None)
 
 
 def observed_record(store: Store, manifest: dict) -> obs.Record | None:
@@ -133,7 +146,7 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
             "ltoir": store.put_blob(obj.ltoir),
             "observed": store.put_blob(obs.to_json(record))},
             arch=target.arch, project=the_plan.config.name, built_at=built_at,
-            **_writes(artifacts)))
+            **_fills(artifacts)))
     node = the_plan.keys[target]
     newest = obs.observation_set(node.digest, observed)
     previous = store.lookup(node.digest)
@@ -154,18 +167,19 @@ def commit(store: Store, the_plan: Plan, target: Target, artifacts, seconds,
         "built_at": built_at,
         "seconds": round(seconds, 4), "project": the_plan.config.name,
     }
-    manifest.update(_writes(artifacts))
+    manifest.update(_fills(artifacts))
     if target.launch is not None:
         manifest["launch"] = launch_json(target.launch)
     store.commit(node.digest, manifest)
     return launchable(manifest)
 
 
-def _writes(artifacts) -> dict:
-    """The manifest field of a compile that left state later compiles may read
-    (`Artifacts.writes`): where its target is served, or linked from these objects, that
-    compile must run again before another (`service.replay_writers`)."""
-    return {"writes": True} if artifacts.writes else {}
+def _fills(artifacts) -> dict:
+    """The manifest field of a compile that filled state later compiles may read
+    (`Artifacts.fills`, read back by `keying.made.stored_fills`): where its target is
+    served, or linked from these objects, that compile must run again before another
+    (`service.replay_writers`)."""
+    return {"fills": list(artifacts.fills)} if artifacts.fills else {}
 
 
 def _object_holds(store: Store, obj, current) -> bool:

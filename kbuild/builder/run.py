@@ -12,7 +12,7 @@ or on an executor's cluster. This module orders the rows, stops after a failure 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..discover import Target
 from ..model import RowStatus
@@ -97,8 +97,15 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
         # between them would each wait for the other's locks forever.
         locks.release_mine()
         if not stop and not stopped:
-            _compile_batch(service, locks.wait_for_others(rows), workers, keep_going,
-                           rows, progress, executor)
+            stop = _compile_batch(service, locks.wait_for_others(rows), workers, keep_going,
+                                  rows, progress, executor)
+    # What read state compiles fill out of their order (compiled in another worker than
+    # the compile filling it, served from a build where that compile failed): compiled
+    # again, in order, its objects replacing those it was linked from.
+    again = [] if stop or stopped or store.read_only else service.out_of_order()
+    if again:
+        _finish_all(service, service.in_order(again, replace(workers, jobs=1)), keep_going,
+                    rows, progress, replace_objects=True)
     for target in todo:
         if target not in rows:
             rows[target] = Row.of(
@@ -114,10 +121,17 @@ def _build(the_plan, store, keep_going, workers, progress, executor) -> list[Row
 def _compile_batch(service, batch, workers, keep_going, rows, progress, executor=None) -> bool:
     """Compile and commit `batch` (through the build service); True when a failure stops
     the build."""
-    outcomes = service.compile_all(batch, workers, executor)
+    return _finish_all(service, service.compile_all(batch, workers, executor), keep_going,
+                       rows, progress)
+
+
+def _finish_all(service, outcomes, keep_going, rows, progress, *,
+                replace_objects: bool = False) -> bool:
+    """Commit each of `outcomes` (see `_compile_batch`) as it comes."""
     stop = False
     for target, outcome, seconds in outcomes:
-        row = rows[target] = service.finish(target, outcome, seconds)
+        row = rows[target] = service.finish(target, outcome, seconds,
+                                            replace_objects=replace_objects)
         _progress(progress, row, len(rows), service.plan.total)
         if row.status == RowStatus.FAILED and not keep_going:
             stop = True

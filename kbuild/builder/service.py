@@ -32,13 +32,14 @@ from ..keying import made
 from ..keying.encode import digest
 from ..keying.launch import with_launch
 from ..keying.objects import Recipe, Unresolved, resolve
+from ..keying.observed import Kind, Observation, read_in_order
 from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
 from . import cutoff
 from .cutoff import StoredObjects
-from .entries import commit, current_digests, digests_now, entry_at, expected, fresh_entry, \
-    launchable
+from .entries import commit, current_digests, digests_now, entry_at, expected, fresh_match, \
+    launchable, observed_record
 from .failures import CompileTimeout, forget_failure, remember_failure
 from .planning import Plan
 from .row import Row
@@ -52,6 +53,10 @@ class BuildService:
         self.plan, self.store = the_plan, store
         self._current = current
         self.lookups: dict = {}  # arch -> StoredObjects: the build's memo of stored objects
+        # target -> (the holders its compile filled, what it observed (Observations), its
+        # static key's record or None: read when needed), for each served or built: see
+        # `out_of_order`
+        self.seen: dict = {}
 
     @property
     def current(self):
@@ -68,9 +73,12 @@ class BuildService:
 
     def fresh(self, target: Target) -> dict | None:
         """The entry to launch for `target`, or None when it must be built."""
-        manifest = fresh_entry(self.plan, self.store, target, self.current)
-        if manifest is not None and manifest.get("writes"):
-            _served_writer(self.plan, target)
+        manifest, found, record = fresh_match(self.plan, self.store, target, self.current)
+        if manifest is not None:
+            fills = made.stored_fills(manifest)
+            self.seen[target] = (fills, found.observations, record)
+            if fills is not None:
+                _not_run_here(self.plan, target)
         return manifest
 
     def held(self, target: Target) -> dict | None:
@@ -317,25 +325,40 @@ class BuildService:
         return link_target(self.plan, self.store, target, relink, objects)
 
     def replay_writers(self, target: Target, in_order: bool = True) -> None:
-        """Before `target` compiles here: the compiles of the targets served in this
-        process, ahead of it in a build's order, whose compile wrote state a later compile
-        may read (`Artifacts.writes`: `_SEEN[name] = k` in one overload, `_SEEN.get(name)`
-        in another), run here as a build compiling them all would have (their output
-        unused). Served, their code ran nowhere, and `target` would see that state empty
-        where a fresh build, compiling in the same order, shows it filled. A build's order
-        is `compile_all`'s; without `in_order` (zero-config: the program's order) every
-        writer served before counts. Then `target` counts as run here."""
+        """Before `target` compiles here: the compiles of the targets whose compile fills
+        state a later compile may read (`Artifacts.fills`: `_SEEN[name] = k` in one
+        overload, `_SEEN.get(name)` in another) and did not run in this process (served
+        from the store, or compiled in another worker), ahead of it in a build's order,
+        run here as a build compiling them all would have (their output unused). Else
+        `target` would see that state empty where a fresh build, compiling in the same
+        order, shows it filled. A build's order is `compile_all`'s; without `in_order`
+        (zero-config: the program's order) every such target served before counts. Then
+        `target` counts as run here."""
         from .compile import compile_target
 
         _current_import()
         mine = self.key(target)
-        for the_plan, writer in list(_SERVED_WRITERS):
+        due = [(the_plan, writer) for the_plan, writer in _ELSEWHERE
+               if not in_order or the_plan is not self.plan or self._ahead(writer, target)]
+        if in_order:  # this plan's in its order, after those of others
+            order = self._order()
+            due.sort(key=lambda item: (item[0] is self.plan,
+                                       self._place(item[1], order) if item[0] is self.plan
+                                       else ()))
+        for the_plan, writer in due:
             key = the_plan.keys[writer].digest
-            ahead = not in_order or the_plan is not self.plan or self._ahead(writer, target)
-            if key not in _RAN and key != mine and ahead:
+            if key not in _RAN and key != mine:
                 _RAN.add(key)
                 compile_target(the_plan, writer)
         _RAN.add(mine)
+
+    def _order(self) -> dict:
+        return {t: i for i, t in enumerate(self.plan.targets)}
+
+    @staticmethod
+    def _place(target: Target, order: dict) -> tuple:
+        """Where `compile_all` compiles `target` (listed in `order`: the plan's targets)."""
+        return arch_cc(target.arch), order[target]
 
     def _ahead(self, one: Target, other: Target) -> bool:
         """Whether a build compiles `one` before `other` (`compile_all`'s order); not for
@@ -345,6 +368,40 @@ class BuildService:
             return False
         return (arch_cc(one.arch), targets.index(one)) < \
             (arch_cc(other.arch), targets.index(other))
+
+    # -- after a build: what read state out of order ------------------------------------
+
+    def out_of_order(self) -> list:
+        """The targets served or built that read the state compiles fill otherwise than
+        a build compiling every target in order, in one process, has it (`Kind.FILLED`,
+        `keying.observed.read_in_order`): a reader compiled in another worker than the
+        compile filling what it reads, or served from a build in which that compile
+        failed, once it fills again. In order; none where no compile fills state, or
+        where one served was stored before kbuild named what it fills."""
+        order = self._order()
+        done = sorted((t for t in self.seen if t in order),
+                      key=lambda t: self._place(t, order))
+        fills = [self.seen[t][0] for t in done]
+        if not any(fills) or () in fills:
+            return []
+        filled, found = set(), []
+        for target in done:
+            own, observations, record = self.seen[target]
+            if record is None:  # built: its record, read when it is needed
+                record = _Record(self.store, self.key(target))
+            if not read_in_order(observations, filled, own or (), record):
+                found.append(target)
+            filled.update(own or ())
+        return found
+
+    def in_order(self, targets, workers):
+        """Yield (target, Artifacts or exception, seconds): `targets` (`out_of_order`)
+        compiled again, one at a time, each after the compiles ahead of it that did not
+        run in this process (`replay_writers`: those compiled in workers count now)."""
+        for target, (fills, _, _) in list(self.seen.items()):
+            if fills:
+                _not_run_here(self.plan, target)
+        yield from self._run([(t, None) for t in targets], workers)
 
     def compile_fresh(self, target: Target, manifest: dict, *, in_order: bool = True):
         """(Artifacts or exception, seconds): `target` compiled from its sources in this
@@ -400,6 +457,8 @@ class BuildService:
             remember_failure(self.plan, self.store, target, outcome, seconds, self.current)
             return Row.of(target, key, RowStatus.FAILED, seconds, error=str(outcome))
         artifacts = self.commit(target, outcome, seconds, replace_objects=replace_objects)
+        self.seen[target] = (outcome.fills or None, tuple(
+            Observation(Kind(k), n, d) for k, n, d in outcome.observed), None)
         cutoff.record(self.store, self.plan.config.name, target.arch, outcome, artifacts)
         forget_failure(self.store, key)
         return Row.of(target, key, RowStatus.BUILT, seconds, artifacts,
@@ -415,11 +474,11 @@ def fresh_at_key(store: Store, key: str, target: Target, kernel, backend, source
     return entry_at(store, key, expected(target, kernel, backend), digests_now(sources, root))
 
 
-# The targets served from the store in this process whose compile wrote state a later
-# compile may read, as (plan, target) in the order served, and the keys of the targets
-# compiled in this process, since the project's modules were last imported (`_IMPORT`):
-# see `BuildService.replay_writers`.
-_SERVED_WRITERS: list = []
+# The targets whose compile fills state a later compile may read and did not run in this
+# process (served from the store, or compiled in a worker), as (plan, target), and the
+# keys of the targets compiled in this process, since the project's modules were last
+# imported (`_IMPORT`): see `BuildService.replay_writers`.
+_ELSEWHERE: list = []
 _RAN: set = set()
 _IMPORT = [0]
 
@@ -429,15 +488,30 @@ def _current_import() -> None:
     watch round imports them again: the state compiles wrote went with them)."""
     if _IMPORT[0] != made.imports():
         _IMPORT[0] = made.imports()
-        _SERVED_WRITERS.clear()
+        _ELSEWHERE.clear()
         _RAN.clear()
 
 
-def _served_writer(the_plan: Plan, target: Target) -> None:
+def _not_run_here(the_plan: Plan, target: Target) -> None:
     _current_import()
     key = the_plan.keys[target].digest
-    if key not in _RAN and all(p.keys[t].digest != key for p, t in _SERVED_WRITERS):
-        _SERVED_WRITERS.append((the_plan, target))
+    if key not in _RAN and all(p.keys[t].digest != key for p, t in _ELSEWHERE):
+        _ELSEWHERE.append((the_plan, target))
+
+
+class _Record:
+    """A static key's record of observation sets, read from the store when first asked."""
+
+    def __init__(self, store: Store, key: str):
+        self._store, self._key, self._sets = store, key, None
+
+    @property
+    def sets(self) -> tuple:
+        if self._sets is None:
+            manifest = self._store.lookup(self._key)
+            record = manifest and observed_record(self._store, manifest)
+            self._sets = record.sets if record else ()
+        return self._sets
 
 
 class KeyLocks:

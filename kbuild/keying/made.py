@@ -41,24 +41,40 @@ _IDENTITY = "identity"  # the form of a value told by identity (a function, a cl
 
 
 class _Slot:
-    __slots__ = ("origin", "written", "form", "names")
+    __slots__ = ("origin", "written", "form", "names", "label")
 
-    def __init__(self, origin, written, form, names: dict):
+    def __init__(self, origin, written, form, names: dict, label: str):
         self.origin, self.written, self.form, self.names = origin, written, form, names
+        self.label = label
 
 
 _HOLDERS: list = []  # [(holder, {key: _Slot})], by identity
 _GENERATION = [0]  # bumped whenever a slot is registered or forgotten
 _IMPORTS = [0]  # bumped whenever the project's modules are imported again
-_FILLS = [0]  # bumped whenever a compile fills a slot (`register`, `grown`)
+_FILLED: list = []  # the label of each slot a compile filled (`register`, `grown`), in order
 _LOCAL = threading.local()  # .collectors: the touch sets open now; .raw: reads as they are
 
 
 def fills() -> int:
-    """A number that changes whenever a compile fills state (a slot registered, or a
-    value a compile made filled further in place): a compile during which it changed
-    left state a later compile may read, which the same target served leaves not."""
-    return _FILLS[0]
+    """A mark that grows whenever a compile fills state (a slot registered, or a value a
+    compile made filled further in place): a compile during which it grew left state a
+    later compile may read, which the same target served leaves not (`filled_since`)."""
+    return len(_FILLED)
+
+
+def filled_since(mark: int) -> tuple:
+    """The holders filled since `fills()` gave `mark`, by label (`register`), sorted."""
+    return tuple(sorted(set(_FILLED[mark:])))
+
+
+def stored_fills(manifest: dict) -> tuple | None:
+    """The holders a stored compile filled (its manifest's `fills`: see `filled_since`),
+    () for one stored before they were named (`"writes": true`), None for one that
+    filled nothing."""
+    found = manifest.get("fills")
+    if isinstance(found, list) and found:
+        return tuple(str(label) for label in found)
+    return () if manifest.get("writes") is True else None
 
 
 def generation() -> int:
@@ -98,11 +114,12 @@ def define_form(digest) -> None:
     _FORM[:] = [digest]
 
 
-def register(holder, key, origin, written, names) -> None:
+def register(holder, key, origin, written, names, label: str) -> None:
     """A compile that observed `names` ((kind, name) pairs) put `written` into `holder`'s
     slot `key` (a module's or an object's dict, a dict, a class), which held `origin`
-    (ABSENT or None) before. A value with no `content_form` is read as it is (forgotten).
-    """
+    (ABSENT or None) before. `label` names the holder as observations name what reaches
+    it (`module:global`); `names` holds what says it was read filled. A value with no
+    `content_form` is read as it is (forgotten)."""
     form = content_form(written)
     slots = _slots(holder, create=form is not None)
     if slots is None:
@@ -115,9 +132,10 @@ def register(holder, key, origin, written, names) -> None:
     if slot is not None and slot.written is written and slot.form == form:
         slot.names.update(names)  # an enclosing compile: the same write
         return
-    slots[key] = _Slot(origin if slot is None else slot.origin, written, form, dict(names))
+    slots[key] = _Slot(origin if slot is None else slot.origin, written, form, dict(names),
+                       label)
     _GENERATION[0] += 1
-    _FILLS[0] += 1
+    _FILLED.append(label)
 
 
 def grown(names) -> None:
@@ -136,7 +154,7 @@ def grown(names) -> None:
             else:
                 slot.form = form
                 slot.names.update(names)
-                _FILLS[0] += 1
+                _FILLED.append(slot.label)
             _GENERATION[0] += 1
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import made
 from .encode import digest_of
 from .tree import KEY_SCHEMA, KeyNode, LabelKind, own_digest
 
@@ -112,7 +113,7 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
     manifest = lookup(first)
     if manifest is None:
         return Unresolved("the kernel's own object is not stored")
-    if manifest.get("writes"):
+    if made.stored_fills(manifest) is not None:
         # Its compile filled state later compiles read: linked (or waiting for a callee's
         # new object) its compile-time code would not run before theirs. Compiled.
         return Unresolved("its compile fills state later compiles read")

@@ -78,6 +78,15 @@ class Kind(str, enum.Enum):
     # in `try: import m`), by where it is found now: a path from the root, outside it, or
     # nowhere (a module added or removed later changes what the compile took).
     MODULE = "module"
+    # module:global, state reached through that global that a compile before this one in
+    # the process filled (`keying.made`: a memo, a registry), read by this one. Its
+    # digest never changes (what filled it is observed beside it): a build checks
+    # instead that a target read filled exactly the holders the compiles ahead of it in
+    # its order fill (`read_in_order`), or compiles it again, in order.
+    FILLED = "filled"
+
+
+FILLED_DIGEST = digest_of(("filled",))  # the digest of every `Kind.FILLED` observation
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,30 @@ def merged(previous: Record | None, static_key: str, newest: ObservationSet) -> 
     older = () if previous is None or previous.static_key != static_key else previous.sets
     kept = [newest] + [s for s in older if s.key != newest.key]
     return Record(static_key, tuple(kept[:MAX_SETS]))
+
+
+def read_in_order(recorded, filled, own, record: "Record | None") -> bool:
+    """Whether a compile that observed `recorded` (Observations) read filled exactly the
+    holders (`Kind.FILLED`) of `filled` (what the compiles ahead of it in a build's order
+    fill) that it reads, leaving out `own` (what it fills itself): as a build compiling
+    every target in order, in one process, has them.
+
+    A holder read empty leaves no trace, so what a target reads is also taken from the
+    other sets of its `record` that observed what `recorded` did alike (its code the
+    same, compiled where the holder was filled)."""
+    marked = {o.name for o in recorded if o.kind == Kind.FILLED} - set(own)
+    if not marked <= filled:
+        return False
+    missing = filled - marked - set(own)
+    if not missing or record is None:
+        return True
+    digests = {(o.kind, o.name): o.digest for o in recorded}
+    for other in record.sets:
+        names = {o.name for o in other.observations if o.kind == Kind.FILLED}
+        if names & missing and all(digests.get((o.kind, o.name), o.digest) == o.digest
+                                   for o in other.observations):
+            return False
+    return True
 
 
 def unkeyable(observations) -> list:

@@ -14,6 +14,7 @@ entry checked in full, its entry and its cubin read.
 
 from __future__ import annotations
 
+from ..keying.made import stored_fills
 from . import cellwatch
 from .dispatchers import backend_of
 
@@ -50,8 +51,8 @@ def answer(session, request, name: str, text: str, arch: str, device_arch: str):
     if manifest is None:
         journal.counts["missed"] += 1
         return None, (tid, live)
-    if manifest.get("writes"):
-        # Its compile wrote state a later compile may read: served through the build
+    if stored_fills(manifest) is not None:
+        # Its compile filled state a later compile may read: served through the build
         # service, which runs that compile again before the next one (`replay_writers`).
         journal.counts["not vouched"] += 1
         return None, (tid, live)

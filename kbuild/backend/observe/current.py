@@ -24,7 +24,8 @@ from ...keying import made
 from ...keying.keyer import Keyer, property_form, qualified_name
 from ...keying.tree import LabelKind, leaf
 from ...keying.encode import Unencodable, digest, digest_of
-from ...keying.observed import MISSING, UNKEYABLE, Kind, Observation, value_digest
+from ...keying.observed import FILLED_DIGEST, MISSING, UNKEYABLE, Kind, Observation, \
+    value_digest
 from ...keying.values import cache_unwrapped, canonical
 from .. import oscalls, registrations
 from ..backends import ALL_OBJECTS
@@ -83,6 +84,8 @@ class Current:
         return out
 
     def _digest(self, kind: Kind, name: str) -> str:
+        if kind is Kind.FILLED:
+            return FILLED_DIGEST
         if kind is Kind.ENV:
             value = os.environ.get(name)
             return MISSING if value is None else digest_of(("env", value))

@@ -21,6 +21,7 @@ import contextlib
 import types as pytypes
 
 from ...keying import made
+from ...keying.observed import Kind
 from ..backends import ALL_OBJECTS
 from ..libraries import is_library, loaded_namespaces
 from .reads import _installed_code
@@ -56,13 +57,17 @@ def kept_writes(observer):
 def _register(before: list, names: dict) -> None:
     made.grown(names)  # deeper than the holders noted: in what a compile made before
     changed = False
-    for holder, mapping, kept in before:
+    for holder, mapping, kept, where in before:
         for key, value in list(mapping.items()):
             prior = kept.get(key, _ABSENT)
             if prior is value or isinstance(value, pytypes.ModuleType):
                 continue  # a module bound on its package by an import: modules go by name
             if prior is _ABSENT or prior is None:
-                made.register(holder, key, prior, value, names)
+                label = where if isinstance(where, str) else f"{where[0]}:{key}"
+                # Whoever reads the slot filled is handed this with what filled it: a
+                # build checks that it read filled what compiles ahead of it fill.
+                made.register(holder, key, prior, value,
+                              {**names, (Kind.FILLED, label): None}, label)
             else:
                 made.forget(holder, key)
             changed = True
@@ -71,16 +76,17 @@ def _register(before: list, names: dict) -> None:
 
 
 def _holders() -> list:
-    """(holder, its live items, a copy of them) for every holder a loaded module keeps
-    (`keying.made.register`); an installed helper's (a parser's, which numba's own
-    compiles use too) are its installation's."""
+    """(holder, its live items, a copy of them, where) for every holder a loaded module
+    keeps (`keying.made.register`): `where` is the `module:global` name that reaches it,
+    or (module,) for the module's own namespace (its slots are its globals). An installed
+    helper's (a parser's, which numba's own compiles use too) are its installation's."""
     out: list = []
     for name, namespace in loaded_namespaces(skip_libraries=True):
         if _installed_code(namespace.get("__file__"), name):
             continue
-        out.append((namespace, namespace, dict(namespace)))
-        for value in list(namespace.values()):
-            _held(name, value, out, deeper=True)
+        out.append((namespace, namespace, dict(namespace), (name,)))
+        for key, value in list(namespace.items()):
+            _held(name, value, out, f"{name}:{key}", deeper=True)
     return out
 
 
@@ -110,24 +116,24 @@ class _Cell:
             return []
 
 
-def _function(function, out: list) -> None:
+def _function(function, out: list, where: str) -> None:
     """A function's attributes (`get.memo = ...`) and its closure's cells."""
     own = function.__dict__
-    out.append((own, own, dict(own)))
+    out.append((own, own, dict(own), where))
     for cell in function.__closure__ or ():
         items = _Cell(cell)
-        out.append((cell, items, dict(items.items())))
+        out.append((cell, items, dict(items.items()), where))
 
 
-def _held(module: str, value, out: list, deeper: bool) -> None:
-    """The holders `value` is (a class defined in `module`, a dict, a plain object), and,
-    when `deeper`, those its slots hold."""
+def _held(module: str, value, out: list, where: str, deeper: bool) -> None:
+    """The holders `value` is (a class defined in `module`, a dict, a plain object),
+    reached through `where`, and, when `deeper`, those its slots hold."""
     cls = type(value)
     try:
         if cls in (staticmethod, classmethod):
             value, cls = value.__func__, type(value.__func__)
         if cls is pytypes.FunctionType:
-            _function(value, out)
+            _function(value, out, where)
             return
         if cls is type:
             if value.__module__ != module:
@@ -142,11 +148,11 @@ def _held(module: str, value, out: list, deeper: bool) -> None:
             if items is None:
                 return
             holder = items
-        out.append((holder, items, dict(items.items())))
+        out.append((holder, items, dict(items.items()), where))
         if deeper:  # what a class (its methods' closures too) or a dict holds
             for inner in list(items.values()):
                 if type(inner) is not type:
-                    _held(module, inner, out, deeper=False)
+                    _held(module, inner, out, where, deeper=False)
     except Exception:  # noqa: BLE001 - an object posing oddly: never break a compile
         return
 
