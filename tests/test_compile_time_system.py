@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -786,6 +787,9 @@ def test_a_reader_built_without_its_fillers_state_is_built_again_in_order(tmp_pa
             set(kernels), f"{why}: rebuilt, nothing changed"
 
     settled("-j1", "in order")
+    key = _rows(build(project, store, "-j1", env_extra=env))["k_loaded"]["key"]
+    entry = store / "v1" / "entries" / key[:2] / f"{key}.json"
+    assert json.loads(entry.read_text())["fills"] == ["fl.kernels:_LOADED", "fl.kernels:_SEEN"]
     # The filler's helper broken (the reader is built seeing nothing filled), mended, and
     # the file the filler loads edited.
     broken = FILLED_KERNELS.replace("os.path.join(HERE, name)", "os.path.join(name, HERE)")
@@ -1218,6 +1222,28 @@ def test_zero_config_runs_a_served_writers_compile_before_one_that_reads_its_sta
                     enable=dict(settings, store=str(tmp_path / f"fresh-{journal}{len(first)}")))
         assert now["counts"]["built"] == 1, now["counts"]
         assert now["loads"] == fresh["loads"], f"journal {journal}, {first}: a stale binary"
+
+def test_zero_config_serves_a_reader_as_the_program_filled_its_state(tmp_path):
+    """A program that launches `reader` before `filler` in one run and after it in the
+    next: `reader` sees the dict empty in one and filled in the other, as numba's JIT and
+    a fresh store do. Its entry built in one order is not served in the other (it was,
+    both ways, from the first run's binary), journal on or off; run again in either
+    order, it is served."""
+    from zeroconf_support import run, write_program
+
+    root = write_program(tmp_path / "prog", kernels=SEEN_KERNELS)
+    (root / "table.json").write_text('{"k": 2.0}')
+    forward, backward = ("filler", "reader"), ("reader", "filler")
+    for journal in (True, False):
+        store, settings = tmp_path / f"store-{journal}", {"journal": journal}
+        for step, order in enumerate((forward, backward, forward, backward, forward)):
+            now = run(root, "kbuild", order, enable=dict(settings, store=str(store)))
+            fresh = run(root, "kbuild", order, enable=dict(
+                settings, store=str(tmp_path / f"fresh-{journal}-{step}")))
+            assert now["loads"] == fresh["loads"], f"journal {journal}, {order}: stale"
+            assert now["counts"].get("built", 0) == (2 if step == 0 else 1 if step == 1 else 0), \
+                (journal, order, now["counts"])
+
 
 # -- direct mode's journal ------------------------------------------------------------------
 

@@ -126,3 +126,33 @@ def test_nested_answers_each_keep_what_they_read():
     finally:
         observe._ANSWERS.pop(outer_q, None)
         observe._ANSWERS.pop(inner_q, None)
+
+
+_F = obs.FILLED_DIGEST
+_READER = (Kind.OVERLOAD, "m:ol_seen", "r1")  # the reader's own code
+_FILLER = (Kind.FILE, "table.json", "t1")  # what the compile that filled it read
+
+
+@pytest.mark.parametrize("why, recorded, filled, own, others, in_order", [
+    ("read filled, filled ahead", [_READER, _FILLER, (Kind.FILLED, "m:_SEEN", _F)],
+     {"m:_SEEN"}, (), [], True),
+    ("read filled, nothing ahead fills it", [_READER, _FILLER, (Kind.FILLED, "m:_SEEN", _F)],
+     set(), (), [], False),
+    ("its own fill", [_READER, (Kind.FILLED, "m:_SEEN", _F)], set(), ("m:_SEEN",), [], True),
+    ("read empty, never seen reading it", [_READER], {"m:_SEEN"}, (), [], True),
+    ("read empty, another build of it read it filled",
+     [_READER], {"m:_SEEN"}, (), [[_READER, _FILLER, (Kind.FILLED, "m:_SEEN", _F)]], False),
+    ("read empty, the build that read it filled ran other code",
+     [_READER], {"m:_SEEN"}, (),
+     [[(Kind.OVERLOAD, "m:ol_seen", "r0"), _FILLER, (Kind.FILLED, "m:_SEEN", _F)]], True),
+    ("read empty, what another build read filled is not filled ahead",
+     [_READER], {"m:_OTHER"}, (), [[_READER, (Kind.FILLED, "m:_SEEN", _F)]], True),
+])
+def test_read_in_order_tells_a_set_read_as_the_builds_order_fills(
+        why, recorded, filled, own, others, in_order):
+    """A set read filled what compiles ahead of it fill: a holder read empty leaves no
+    trace, so another set of the same record (the same code, compiled where the holder
+    was filled) says what it reads."""
+    mine = _set(*recorded)
+    record = obs.Record(K, (mine, *(_set(*rows) for rows in others)))
+    assert obs.read_in_order(mine.observations, filled, own, record) is in_order, why

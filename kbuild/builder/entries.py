@@ -8,6 +8,7 @@ import time
 from ..model import Target
 from ..keying import observed as obs
 from ..keying.launch import launch_json
+from ..keying.made import stored_fills
 from ..keying.objects import interface
 from ..store.local import CorruptBlob, Store
 from .planning import Plan
@@ -61,31 +62,33 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     return fresh_match(the_plan, store, target, current)[0]
 
 
-def fresh_match(the_plan: Plan, store: Store, target: Target, current=None):
+def fresh_match(the_plan: Plan, store: Store, target: Target, current=None, filled=None):
     """`fresh_entry`, the observation set that holds for it and the record of its static
-    key: (entry, set, record) or (None, None, None)."""
+    key: (entry, set, record) or (None, None, None). `filled`: see `matched_at`."""
     resolved = the_plan.kernels[target.name]
     return matched_at(store, the_plan.keys[target].digest,
                       expected(target, resolved.kernel, resolved.backend),
-                      current or current_digests(the_plan))
+                      current or current_digests(the_plan), filled)
 
 
-def entry_at(store: Store, key: str, bound: dict, current) -> dict | None:
-    """`fresh_entry` for a static `key` whose entry must hold `bound`'s fields: the entry,
-    or the variant its record names for the observation set that holds under `current`."""
-    return matched_at(store, key, bound, current)[0]
-
-
-def matched_at(store: Store, key: str, bound: dict, current):
-    """(`entry_at`'s entry, the observation set that holds for it, the static key's
-    record), or (None, None, None)."""
+def matched_at(store: Store, key: str, bound: dict, current, filled=None):
+    """`fresh_entry` for a static `key` whose entry must hold `bound`'s fields: (the entry,
+    or the variant its record names for the observation set that holds under `current`;
+    that set; the record), or (None, None, None). `filled` (for a running program: the
+    holders compiles filled in its state now) admits only a set that read them so
+    (`keying.observed.read_in_order`)."""
     manifest = store.lookup(key, bound)
     if manifest is None:
         return None, None, None
     record = observed_record(store, manifest)
     if record is None or record.static_key != key:
         return None, None, None
-    found = obs.matching_set(record, current)
+    admits = None
+    if filled is not None:
+        own = stored_fills(manifest) or ()
+        admits = lambda recorded: obs.read_in_order(  # noqa: E731
+            recorded.observations, filled, own, record)
+    found = obs.matching_set(record, current, admits)
     if found is None:
         return None, None, None
     entry = manifest if found is record.sets[0] else store.lookup(found.key, bound)

@@ -38,8 +38,8 @@ from ..store.local import Store
 from ..store.locks import KeyLock
 from . import cutoff
 from .cutoff import StoredObjects
-from .entries import commit, current_digests, digests_now, entry_at, expected, fresh_match, \
-    launchable, observed_record
+from .entries import commit, current_digests, digests_now, expected, fresh_match, launchable, \
+    matched_at, observed_record
 from .failures import CompileTimeout, forget_failure, remember_failure
 from .planning import Plan
 from .row import Row
@@ -49,9 +49,14 @@ class BuildService:
     """Look-up, lock, look-up again, relink or compile, commit: for the targets of one
     plan against one store. `current` (what observed names digest to now) is taken once."""
 
-    def __init__(self, the_plan: Plan, store: Store, current=None):
+    def __init__(self, the_plan: Plan, store: Store, current=None, *,
+                 in_program: bool = False):
         self.plan, self.store = the_plan, store
         self._current = current
+        # Looking up for a running program (zero-config): the state compiles filled is the
+        # program's now, and only a set of observations that read it as it is now holds
+        # (`fresh`); a build checks its targets against its own order after it instead.
+        self.in_program = in_program
         self.lookups: dict = {}  # arch -> StoredObjects: the build's memo of stored objects
         # target -> (the holders its compile filled, what it observed (Observations), its
         # static key's record or None: read when needed), for each served or built: see
@@ -73,12 +78,13 @@ class BuildService:
 
     def fresh(self, target: Target) -> dict | None:
         """The entry to launch for `target`, or None when it must be built."""
-        manifest, found, record = fresh_match(self.plan, self.store, target, self.current)
+        manifest, found, record = fresh_match(self.plan, self.store, target, self.current,
+                                              program_fills() if self.in_program else None)
         if manifest is not None:
             fills = made.stored_fills(manifest)
             self.seen[target] = (fills, found.observations, record)
             if fills is not None:
-                _not_run_here(self.plan, target)
+                _not_run_here(self.plan, target, fills)
         return manifest
 
     def held(self, target: Target) -> dict | None:
@@ -338,7 +344,7 @@ class BuildService:
 
         _current_import()
         mine = self.key(target)
-        due = [(the_plan, writer) for the_plan, writer in _ELSEWHERE
+        due = [(the_plan, writer) for the_plan, writer, _ in _ELSEWHERE
                if not in_order or the_plan is not self.plan or self._ahead(writer, target)]
         if in_order:  # this plan's in its order, after those of others
             order = self._order()
@@ -400,7 +406,7 @@ class BuildService:
         run in this process (`replay_writers`: those compiled in workers count now)."""
         for target, (fills, _, _) in list(self.seen.items()):
             if fills:
-                _not_run_here(self.plan, target)
+                _not_run_here(self.plan, target, fills)
         yield from self._run([(t, None) for t in targets], workers)
 
     def compile_fresh(self, target: Target, manifest: dict, *, in_order: bool = True):
@@ -470,14 +476,16 @@ def fresh_at_key(store: Store, key: str, target: Target, kernel, backend, source
                  root) -> dict | None:
     """The fresh entry under a `key` known without a plan (a program journal's): the
     entry verified as `kernel`'s (`backend`'s) for `target`, and the observation set of
-    what its compile read matched against `sources` now (as `BuildService.fresh`)."""
-    return entry_at(store, key, expected(target, kernel, backend), digests_now(sources, root))
+    what its compile read matched against `sources` now and the state compiles filled
+    in this program (as `BuildService.fresh` for a program)."""
+    return matched_at(store, key, expected(target, kernel, backend),
+                      digests_now(sources, root), program_fills())[0]
 
 
 # The targets whose compile fills state a later compile may read and did not run in this
-# process (served from the store, or compiled in a worker), as (plan, target), and the
-# keys of the targets compiled in this process, since the project's modules were last
-# imported (`_IMPORT`): see `BuildService.replay_writers`.
+# process (served from the store, or compiled in a worker), as (plan, target, the holders
+# it fills), and the keys of the targets compiled in this process, since the project's
+# modules were last imported (`_IMPORT`): see `BuildService.replay_writers`.
 _ELSEWHERE: list = []
 _RAN: set = set()
 _IMPORT = [0]
@@ -492,11 +500,19 @@ def _current_import() -> None:
         _RAN.clear()
 
 
-def _not_run_here(the_plan: Plan, target: Target) -> None:
+def _not_run_here(the_plan: Plan, target: Target, fills) -> None:
     _current_import()
     key = the_plan.keys[target].digest
-    if key not in _RAN and all(p.keys[t].digest != key for p, t in _ELSEWHERE):
-        _ELSEWHERE.append((the_plan, target))
+    if key not in _RAN and all(p.keys[t].digest != key for p, t, _ in _ELSEWHERE):
+        _ELSEWHERE.append((the_plan, target, fills))
+
+
+def program_fills() -> set:
+    """The holders compiles filled in this program's state now: those compiles in this
+    process filled, and those of the targets served here whose compile fills them (run
+    again before the next compile: `BuildService.replay_writers`)."""
+    _current_import()
+    return set(made.filled_now()).union(*(fills for _, _, fills in _ELSEWHERE))
 
 
 class _Record:

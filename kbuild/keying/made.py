@@ -67,6 +67,11 @@ def filled_since(mark: int) -> tuple:
     return tuple(sorted(set(_FILLED[mark:])))
 
 
+def filled_now() -> frozenset:
+    """The holders (by label: see `register`) that hold state a compile filled now."""
+    return frozenset(slot.label for _, slots in _HOLDERS for slot in slots.values())
+
+
 def stored_fills(manifest: dict) -> tuple | None:
     """The holders a stored compile filled (its manifest's `fills`: see `filled_since`),
     () for one stored before they were named (`"writes": true`), None for one that

@@ -200,7 +200,7 @@ def _observation(row) -> Observation:
     return Observation(Kind(kind), name, digest)
 
 
-def matching_set(record: Record, current) -> ObservationSet | None:
+def matching_set(record: Record, current, admits=None) -> ObservationSet | None:
     """The newest recorded set whose names all still have the digests they had; where
     another such set reads all of its names and more, that fuller one (and so on).
 
@@ -210,11 +210,12 @@ def matching_set(record: Record, current) -> ObservationSet | None:
     something unseen between them: chiefly whether another compile had filled the state
     read (what that compile read is handed on with it: `keying.made`). The fuller one
     is the more specific match (a reader compiled while its filler failed, say, is not
-    taken once the filler fills again).
+    taken once the filler fills again). `admits(set)`, where given, must hold too.
     """
     def holds(recorded: ObservationSet) -> bool:
         now = [Observation(o.kind, o.name, current(o.kind, o.name)) for o in recorded.observations]
-        return full_key(record.static_key, now) == recorded.key
+        return full_key(record.static_key, now) == recorded.key and \
+            (admits is None or admits(recorded))
 
     def names(recorded: ObservationSet) -> set:
         return {(o.kind, o.name) for o in recorded.observations}

@@ -195,7 +195,7 @@ class Session:
             return kernel
         plan, targets = keyed.plan(self, request, name, text, arch)
         self.device_code.check_reused(plan.keyer)
-        service = BuildService(plan, self.store)
+        service = BuildService(plan, self.store, in_program=True)
         manifest, served = keyed.obtained(self, service, targets, request, device_arch)
         if manifest is None:
             self.counts["fallback"] += 1
