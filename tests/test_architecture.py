@@ -820,7 +820,7 @@ def _sorted(uses: list) -> list:
 # name (from its module or from the `kbuild.builder` package) or by an attribute of either.
 ONE_BUILDER = "kbuild.builder.service"
 BUILDER_STEPS = {
-    "kbuild.builder.entries": {"commit", "fresh_entry", "entry_at"},
+    "kbuild.builder.entries": {"commit", "fresh_entry", "fresh_match", "matched_at"},
     "kbuild.builder.compile": {"compile_target", "link_target"},
     "kbuild.store.locks": {"KeyLock"},
 }

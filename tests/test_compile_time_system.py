@@ -680,6 +680,14 @@ def k_{name}(a):
                    "ratio", "part", "part_too"))
 
 
+def _filled_project(root: Path, name: str, kernels) -> None:
+    """A project of `kernels` of FILLED_KERNELS, with the files its memos load."""
+    _write_project(root, name, "fl.kernels", kernels, {
+        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
+        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
+        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
+
+
 def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
     """Compile-time code that keeps what it loaded (a global set from None, a module's
     dict entry, a list appended to, a class's, an object's and a function's attribute, a
@@ -693,10 +701,7 @@ def test_state_a_compile_fills_is_keyed_as_the_program_made_it(tmp_path):
     project, store = tmp_path / "proj", tmp_path / "store"
     kernels = ["k_limits", "k_loaded", "k_part", "k_part_too", "k_ratio", "k_scales",
                "k_seen", "k_settings", "k_table", "k_table_too"]
-    _write_project(project, "filled", "fl.kernels", kernels, {
-        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
-        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
-        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
+    _filled_project(project, "filled", kernels)
     env = _clean_env()
     assert _with_status(build(project, store, "-j1", env_extra=env), "built") == set(kernels)
     for full in ((), ("--full",)):  # answered by the journal, and keyed in full
@@ -724,10 +729,7 @@ def test_a_compile_that_reads_what_a_served_compile_wrote_sees_it_written(tmp_pa
     build's does (it saw the state empty, and that binary was then served as current)."""
     project = tmp_path / "proj"
     kernels = ["k_loaded", "k_seen", "k_table"]
-    _write_project(project, "served", "fl.kernels", kernels, {
-        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
-        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
-        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
+    _filled_project(project, "served", kernels)
     env, source = _clean_env(), project / "fl" / "kernels.py"
     for option, jobs in (("fastmath=True", "-j1"), ("lineinfo=True", "-j2")):
         source.write_text(FILLED_KERNELS)
@@ -766,16 +768,14 @@ def test_a_compile_that_reads_what_a_served_compile_wrote_sees_it_written(tmp_pa
 
 def test_a_reader_built_without_its_fillers_state_is_built_again_in_order(tmp_path):
     """A reader of state another compile fills (`_SEEN`) compiled where that compile did
-    not run before it (another worker of a `-j2` build), or served from a build where the
-    filler failed once its filler compiles again (an edit of the file it loads), is
-    compiled again after the build, in order, with the filler's compile run first: the
-    build gives a fresh `-j1` build's bytes, and the next build compiles nothing."""
+    not run before it (another worker of a `-j2` build, fresh or not), or served from a
+    build where the filler failed once its filler compiles again (an edit of the file it
+    loads), is compiled again after the build, in order, with the filler's compile run
+    first: the build gives a fresh `-j1` build's bytes, and the next build compiles
+    nothing."""
     project = tmp_path / "proj"
     kernels = ["k_loaded", "k_seen", "k_table"]
-    _write_project(project, "order", "fl.kernels", kernels, {
-        "fl/__init__.py": "", "fl/kernels.py": FILLED_KERNELS,
-        "fl/table.json": '{"k": 2.0}', "fl/limits.json": '{"hi": 4.0}',
-        "fl/settings.json": '{"on": true}', "fl/parts.json": '{"k": 1.5}'})
+    _filled_project(project, "order", kernels)
     env, source, store = _clean_env(), project / "fl" / "kernels.py", tmp_path / "store"
     table = project / "fl" / "table.json"
 
@@ -787,7 +787,11 @@ def test_a_reader_built_without_its_fillers_state_is_built_again_in_order(tmp_pa
             set(kernels), f"{why}: rebuilt, nothing changed"
 
     settled("-j1", "in order")
-    key = _rows(build(project, store, "-j1", env_extra=env))["k_loaded"]["key"]
+    # A fresh -j2 build: the reader compiled in another worker than its filler.
+    in_order = build(project, store, "-j1", env_extra=env)
+    assert _artifacts(build(project, tmp_path / "fresh-j2", "-j2", env_extra=env)) == \
+        _artifacts(in_order), "a fresh -j2 build is not the -j1 build"
+    key = _rows(in_order)["k_loaded"]["key"]
     entry = store / "v1" / "entries" / key[:2] / f"{key}.json"
     assert json.loads(entry.read_text())["fills"] == ["fl.kernels:_LOADED", "fl.kernels:_SEEN"]
     # The filler's helper broken (the reader is built seeing nothing filled), mended, and

@@ -283,6 +283,15 @@ def observed_now(sources, root):
     return Current(sources, root)
 
 
+def probing(labels):
+    """A block within which whoever reads a holder of `labels` (by `module:global`, as a
+    compile's `Artifacts.fills` names them) is handed (`Kind.FILLED`, label), as if the
+    compile that fills it had run here (it ran in another process)."""
+    from .observe.written import probing as probe
+
+    return probe(labels)
+
+
 @functools.cache
 def _noting(observer_class):
     class Noting(observer_class):

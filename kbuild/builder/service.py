@@ -390,14 +390,43 @@ class BuildService:
         fills = [self.seen[t][0] for t in done]
         if not any(fills) or () in fills:
             return []
+        reads = self._probed(done)
         filled, found = set(), []
         for target in done:
             own, observations, record = self.seen[target]
             if record is None:  # built: its record, read when it is needed
                 record = _Record(self.store, self.key(target))
-            if not read_in_order(observations, filled, own or (), record):
+            if not read_in_order(observations, filled, own or (), record,
+                                 reads.get(target, frozenset())):
                 found.append(target)
             filled.update(own or ())
+        return found
+
+    def _probed(self, done) -> dict:
+        """target -> the holders it reads (`backend.base.probing`) of those the compiles
+        that ran in other processes (workers) filled, for the targets compiled in other
+        processes after such a compile: one that read such a holder empty, where that
+        compile ran elsewhere, read it otherwise than a build in order."""
+        elsewhere = [t for t in done if self.seen[t][0] and self.key(t) not in _RAN
+                     and self.seen[t][2] is None]  # built, in another process
+        if not elsewhere:
+            return {}
+        labels = set().union(*(self.seen[t][0] for t in elsewhere))
+        after = done[done.index(elsewhere[0]) + 1:]
+        candidates = [t for t in after if self.seen[t][2] is None and self.key(t) not in _RAN]
+        if not candidates:
+            return {}
+        from ..backend.base import probing
+
+        found = {}
+        with probing(labels):
+            for target in candidates:
+                handed = set()
+                for o in self.seen[target][1]:
+                    if o.kind != Kind.FILLED:
+                        handed.update(name for kind, name in self.current.handed(o.kind, o.name)
+                                      if kind == Kind.FILLED)
+                found[target] = frozenset(handed & labels)
         return found
 
     def in_order(self, targets, workers):

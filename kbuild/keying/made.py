@@ -168,6 +168,8 @@ def forget(holder, key) -> None:
     slots = _slots(holder)
     if slots is not None and slots.pop(key, None) is not None:
         _GENERATION[0] += 1
+        if not slots:  # nothing of it is read as made now
+            _HOLDERS[:] = [(held, kept) for held, kept in _HOLDERS if kept is not slots]
 
 
 def changed() -> None:

@@ -141,19 +141,22 @@ def merged(previous: Record | None, static_key: str, newest: ObservationSet) -> 
     return Record(static_key, tuple(kept[:MAX_SETS]))
 
 
-def read_in_order(recorded, filled, own, record: "Record | None") -> bool:
+def read_in_order(recorded, filled, own, record: "Record | None", reads=frozenset()) -> bool:
     """Whether a compile that observed `recorded` (Observations) read filled exactly the
     holders (`Kind.FILLED`) of `filled` (what the compiles ahead of it in a build's order
     fill) that it reads, leaving out `own` (what it fills itself): as a build compiling
     every target in order, in one process, has them.
 
-    A holder read empty leaves no trace, so what a target reads is also taken from the
-    other sets of its `record` that observed what `recorded` did alike (its code the
-    same, compiled where the holder was filled)."""
+    A holder read empty leaves no trace, so what a target reads is also taken from
+    `reads` (holders it is known to read: a probe) and from the other sets of its
+    `record` that observed what `recorded` did alike (its code the same, compiled where
+    the holder was filled)."""
     marked = {o.name for o in recorded if o.kind == Kind.FILLED} - set(own)
     if not marked <= filled:
         return False
     missing = filled - marked - set(own)
+    if missing & reads:
+        return False
     if not missing or record is None:
         return True
     digests = {(o.kind, o.name): o.digest for o in recorded}

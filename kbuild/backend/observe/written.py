@@ -18,6 +18,8 @@ forgotten: a counter, a setting changed, read as it is.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import types as pytypes
 
 from ...keying import made
@@ -171,3 +173,67 @@ def _plain_state(value, cls) -> dict | None:
     except AttributeError:  # slots only
         return None
     return own if type(own) is dict and len(own) <= _LARGEST else None
+
+
+_PROBE = "kbuild: a probe of who reads this holder"  # a value with a content form
+
+
+@contextlib.contextmanager
+def probing(labels):
+    """Within the block, each holder `labels` name (`module:global`, as `_register` names
+    them) holds one more slot, as if a compile had filled it: whoever reads the holder is
+    handed (`Kind.FILLED`, label), as it would be were the compile that fills it run here
+    (a holder read empty leaves no trace otherwise). The program's state is as before
+    after it. A closure's cell is not probed."""
+    undo: list = []
+    try:
+        for label in sorted(labels):
+            try:
+                _probe(label, undo)
+            except Exception:  # noqa: BLE001 - a holder posing oddly: not probed
+                continue
+        made.changed()
+        yield
+    finally:
+        for step in reversed(undo):
+            step()
+        made.changed()
+
+
+def _probe(label: str, undo: list) -> None:
+    module, _, name = label.partition(":")
+    namespace = getattr(sys.modules.get(module), "__dict__", None)
+    if not isinstance(namespace, dict) or not name:
+        return
+    value = namespace.get(name, _ABSENT)
+    if value is _ABSENT or value is None:  # a global a compile sets from nothing
+        holder, key, origin = namespace, name, value
+        namespace[name] = _PROBE
+        restore = (namespace.pop if value is _ABSENT else
+                   lambda key: namespace.__setitem__(key, None))
+    elif type(value) is dict:
+        holder, key, origin = value, _PROBE, _ABSENT
+        value[key] = _PROBE
+        restore = value.pop
+    elif type(value) is list:
+        holder, key, origin = value, len(value), _ABSENT
+        value.append(_PROBE)
+        restore = value.pop
+    elif type(value) is type or type(value) is pytypes.FunctionType:
+        holder = value if type(value) is type else value.__dict__
+        key, origin = _PROBE, _ABSENT
+        setattr(value, key, _PROBE)
+        restore = functools.partial(delattr, value)
+    else:
+        own = _plain_state(value, type(value))
+        if own is None:
+            return
+        holder, key, origin = own, _PROBE, _ABSENT
+        own[key] = _PROBE
+        restore = own.pop
+    made.register(holder, key, origin, _PROBE, {(Kind.FILLED, label): None}, label)
+
+    def undone():
+        restore(key)
+        made.forget(holder, key)
+    undo.append(undone)
