@@ -55,7 +55,7 @@ def fresh_entry(the_plan: Plan, store: Store, target: Target, current=None) -> d
     """The entry to launch for `target`, or None when it must be built.
 
     Two levels, as ccache's manifest: the static key's entry must exist and hold the
-    record of what its compile observed; a recorded observation set whose every name
+    record of what its compiles observed; a recorded observation set whose every name
     still has its digest gives the full key of the entry built with those. An entry
     with no record (made before observations were kept) is not fresh.
     """

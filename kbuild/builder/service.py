@@ -344,10 +344,18 @@ class BuildService:
 
         _current_import()
         mine = self.key(target)
+        if not _ELSEWHERE:
+            _RAN.add(mine)
+            return
+        order = self._order()
+
+        def ahead(writer: Target) -> bool:  # not for a target the plan does not list
+            return writer in order and target in order and \
+                self._place(writer, order) < self._place(target, order)
+
         due = [(the_plan, writer) for the_plan, writer, _ in _ELSEWHERE
-               if not in_order or the_plan is not self.plan or self._ahead(writer, target)]
+               if not in_order or the_plan is not self.plan or ahead(writer)]
         if in_order:  # this plan's in its order, after those of others
-            order = self._order()
             due.sort(key=lambda item: (item[0] is self.plan,
                                        self._place(item[1], order) if item[0] is self.plan
                                        else ()))
@@ -359,21 +367,13 @@ class BuildService:
         _RAN.add(mine)
 
     def _order(self) -> dict:
+        """target -> its index in the plan (another text of a signature is not listed)."""
         return {t: i for i, t in enumerate(self.plan.targets)}
 
     @staticmethod
     def _place(target: Target, order: dict) -> tuple:
         """Where `compile_all` compiles `target` (listed in `order`: the plan's targets)."""
         return arch_cc(target.arch), order[target]
-
-    def _ahead(self, one: Target, other: Target) -> bool:
-        """Whether a build compiles `one` before `other` (`compile_all`'s order); not for
-        a target the plan does not list (another text of a signature)."""
-        targets = self.plan.targets
-        if one not in targets or other not in targets:
-            return False
-        return (arch_cc(one.arch), targets.index(one)) < \
-            (arch_cc(other.arch), targets.index(other))
 
     # -- after a build: what read state out of order ------------------------------------
 
