@@ -126,7 +126,7 @@ def forget_project_modules() -> int:
     any other way (kbuild itself, numba, site-packages) stay."""
     from .backend.backends import loaded
 
-    gone = [name for name, module in sys.modules.items()
+    gone = [name for name, module in sys.modules.copy().items()
             if isinstance(getattr(getattr(module, "__spec__", None), "loader", None),
                           _SourceOnlyLoader) and not is_library(name)]
     for name in gone:

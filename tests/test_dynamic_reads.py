@@ -317,3 +317,82 @@ def test_modules_of_every_module_class_have_their_reads_observed(tmp_path, monke
     assert type(own) is WithProperty and type(lazy) is types.ModuleType  # loaded meanwhile
     assert type(idle) is lazy_class  # never read: still lazy, with its own class back
     assert lazy.GAIN == 1.5 and idle.GAIN == 2.5
+
+
+_THREADS = '''
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from numba import cuda
+from numba.extending import overload
+
+import kbuild_threads_consts as consts
+
+BEGUN, DONE = threading.Event(), threading.Event()
+
+
+def scale(x):
+    pass
+
+
+@overload(scale)
+def ol_scale(x):
+    BEGUN.set()  # the program's other thread reads now, while this compiles
+    assert DONE.wait(30)
+    with ThreadPoolExecutor(1) as pool:  # a thread this compile starts: its reads count
+        mine = pool.submit(lambda: consts.MINE + float(os.environ.get("KB_MINE", "0"))).result()
+    return lambda x: x * mine
+
+
+@cuda.jit
+def k(x):
+    x[0] = scale(x[0])
+
+
+def the_programs_own():
+    BEGUN.wait(30)
+    try:
+        return (consts.OTHER, getattr(consts, "ALSO"), vars(consts)["MINE"],
+                os.environ.get("KB_OTHER"), globals()["BEGUN"])
+    finally:
+        DONE.set()
+'''
+
+
+def test_what_the_programs_other_threads_read_while_a_kernel_compiles_is_no_input_of_it(
+        tmp_path, monkeypatch):
+    """A compile observes its own thread and those it starts; another thread of the
+    program reading modules, globals or the environment meanwhile (a server's, a dask
+    worker's heartbeat) neither enters the compile's record nor is walked for it."""
+    import sys
+    import threading
+
+    import numba
+
+    from editmatrix_support import load_module
+    from kbuild.backend.backends import DEFAULT, get
+    from kbuild.keying.observed import Kind
+
+    (tmp_path / "kbuild_threads_consts.py").write_text("MINE = 2.0\nOTHER = 3.0\nALSO = 4.0\n")
+    (tmp_path / "kbuild_threads.py").write_text(_THREADS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("KB_MINE", "0.5")
+    monkeypatch.setenv("KB_OTHER", "1")
+    try:
+        load_module(tmp_path / "kbuild_threads_consts.py", "kbuild_threads_consts")
+        module = load_module(tmp_path / "kbuild_threads.py", "kbuild_threads")
+        backend = get(DEFAULT)
+        observer = backend.observer(root=tmp_path)
+        other = threading.Thread(target=module.the_programs_own)
+        other.start()
+        made = backend.compile(module.k, [numba.float32[::1]], (8, 0), observer=observer)
+        other.join()
+    finally:
+        for name in ("kbuild_threads", "kbuild_threads_consts"):
+            sys.modules.pop(name, None)
+    assert made.ptx.startswith(b"//")
+    names = set(observer.names)
+    assert {(Kind.READ, "kbuild_threads_consts:MINE"), (Kind.ENV, "KB_MINE")} <= names
+    theirs = {n for n in names if "OTHER" in n[1] or "ALSO" in n[1] or "BEGUN" in n[1]}
+    assert not theirs, theirs

@@ -299,10 +299,8 @@ def _noting(observer_class):
             super().__init__(*args, **kwargs)
             self._on_new = on_new
 
-        def add(self, kind, name):
-            if (kind, name) not in self.names:
-                self._on_new(kind, name)
-            super().add(kind, name)
+        def first_seen(self, kind, name):
+            self._on_new(kind, name)
 
     return Noting
 

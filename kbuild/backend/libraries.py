@@ -88,7 +88,7 @@ def own_namespace(module) -> dict | None:
 def loaded_namespaces(skip_libraries: bool = False):
     """(name, own namespace) of each loaded module, past its class (`own_namespace`); the
     toolchain's and the language's left out when `skip_libraries`."""
-    for name, module in list(sys.modules.items()):
+    for name, module in sys.modules.copy().items():
         if skip_libraries and is_library(name):
             continue
         namespace = own_namespace(module)

@@ -127,6 +127,14 @@ def watching(observer, bystander, installed):
                 _leave(ident, watch)
 
 
+def observes(observer) -> bool:
+    """Whether this thread observes for `observer`'s compile: the thread that compiles, or
+    one it started while it compiles. What any other thread of the program does meanwhile
+    (a server's, a scheduler's heartbeat) is no input of the compile."""
+    return any(watch.observer is observer and watch.running
+               for watch in _WATCHING.get(threading.get_ident(), ()))
+
+
 def _enter(ident, watch) -> None:
     with _LOCK:
         if not _WATCHING:

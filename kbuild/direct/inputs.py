@@ -164,7 +164,7 @@ def _file_record(path: str, used: str | None) -> list:
 
 def _input_files(recorder: ReadRecorder, skip: tuple) -> set:
     found = set(recorder.opened)
-    for module in list(sys.modules.values()):
+    for module in sys.modules.copy().values():
         path = getattr(module, "__file__", None)
         if isinstance(path, str):
             found.add(os.path.abspath(path))

@@ -81,7 +81,7 @@ class ReadRecorder:
         global _ACTIVE
         self.started_ns = time.time_ns()
         self.clean = not any(name == "numba" or name.startswith("numba.")
-                             for name in sys.modules)
+                             for name in sys.modules.copy())
         self.watched = watched_environment()
         _install_hook()
         self._environ = os.environ

@@ -328,7 +328,7 @@ def _unpack(files: dict, bundle_digest: str) -> Path:
 def _forget_modules_under(root: Path) -> None:
     """Drop the previous bundle's modules, so the next import reads the new sources."""
     prefix = str(root) + os.sep
-    for name, module in list(sys.modules.items()):
+    for name, module in sys.modules.copy().items():
         if (getattr(module, "__file__", None) or "").startswith(prefix):
             del sys.modules[name]
     sys.path[:] = [p for p in sys.path if not (p + os.sep).startswith(prefix)]

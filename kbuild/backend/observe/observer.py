@@ -16,6 +16,7 @@ import functools
 import os
 import sys
 import sysconfig
+import threading
 import types as pytypes
 from pathlib import Path
 
@@ -60,6 +61,10 @@ class Observer:
         # What the project's code made while this compile ran (files written, folders
         # made, a file renamed into place), as real paths: read back, its own output.
         self._made: set = set()
+        self._thread = threading.get_ident()  # the thread that compiles
+
+    def first_seen(self, kind: Kind, name: str) -> None:
+        """Told each name the first time this compile records it."""
 
     def _is_static(self, func) -> bool:
         try:
@@ -67,8 +72,18 @@ class Observer:
         except TypeError:  # an unhashable callable is no function the static key holds
             return False
 
+    def here(self) -> bool:
+        """Whether this thread's reads are this compile's: the thread that compiles, or one
+        it started while it compiles (`oscalls.observes`). What the program's other threads
+        read meanwhile (a server's, a scheduler's heartbeat) is no input of the compile."""
+        return threading.get_ident() == self._thread or oscalls.observes(self)
+
     def add(self, kind: Kind, name: str) -> None:
+        if not self.here():
+            return
         key = (kind, name)
+        if key not in self.names:
+            self.first_seen(kind, name)
         self.names.setdefault(key, None)
         for collected in self._collecting:
             collected.setdefault(key, None)
@@ -246,6 +261,8 @@ class Observer:
         package) is the project's, directly or through a library
         (`oscalls.asked_by_project`): numba's and the standard library's own reads are
         pinned by the toolchain."""
+        if not self.here():
+            return False
         frame = frame or sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__") in _PLUMBING:
             frame = frame.f_back

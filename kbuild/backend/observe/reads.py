@@ -137,14 +137,13 @@ def _module_reads(observer):
     each name read from it. A module's class is swapped for a subclass that observes (and
     put back after), so nothing is traced outside those modules and this block."""
     watched: dict = {}  # id(module) -> (module, the class it had: put back after)
-    compiling = threading.get_ident()  # another thread's namespaces are left alone
+    ours = observer.here  # another thread's reads are left alone: no input of the compile
 
     def read(module, attr, value, frame):
-        if _reader_is_kbuild(frame):
+        if not ours() or _reader_is_kbuild(frame):
             return value
         name = pytypes.ModuleType.__getattribute__(module, "__name__")
-        if attr == "__dict__" and not _import_or_toolchain_read(frame) \
-                and threading.get_ident() == compiling:
+        if attr == "__dict__" and not _import_or_toolchain_read(frame):
             return _RecordingGlobals(value, observer)
         if not _dunder(attr) and not _import_or_toolchain_read(frame):
             observer.read(name, attr)
@@ -188,7 +187,7 @@ def _module_reads(observer):
         if len(sys.modules) == seen[0]:
             return
         seen[0] = len(sys.modules)
-        for name, module in list(sys.modules.items()):
+        for name, module in sys.modules.copy().items():
             if isinstance(module, pytypes.ModuleType) and id(module) not in watched \
                     and (not is_library(name) or is_settings(name, module)) \
                     and _module_name(module) == name:
@@ -198,7 +197,7 @@ def _module_reads(observer):
 
     def watching_import(name, globals=None, locals=None, fromlist=(), level=0):
         # numba's own function-level imports (most of a compile's) pass at the first test
-        if (level or not is_library(name)) and threading.get_ident() == compiling:
+        if (level or not is_library(name)) and ours():
             asked_loaded(_absolute(name, globals, level), sys._getframe(1))
         try:
             return original_import(name, globals, locals, fromlist, level)
@@ -206,7 +205,7 @@ def _module_reads(observer):
             watch_new()
 
     def watching_import_module(name, package=None):
-        if threading.get_ident() == compiling and isinstance(name, str):
+        if ours() and isinstance(name, str):
             level = len(name) - len(name.lstrip("."))
             asked_loaded(_absolute(name[level:], {"__package__": package}, level),
                          sys._getframe(1))
@@ -224,7 +223,7 @@ def _module_reads(observer):
     finding = threading.local()
 
     def asked(name, frame) -> None:
-        if threading.get_ident() != compiling or not _project_module(name) or \
+        if not ours() or not _project_module(name) or \
                 getattr(finding, "busy", False):
             return
         finding.busy = True  # an import the walk itself sets off is no ask of the project's
@@ -259,7 +258,8 @@ def _module_reads(observer):
 
     def recording_check_instance(obj, attr):
         found = original_check(obj, attr)
-        if type(obj) in recording_types and isinstance(attr, str) and not _dunder(attr):
+        if type(obj) in recording_types and isinstance(attr, str) and not _dunder(attr) \
+                and ours():
             frame = sys._getframe(2)  # getattr_static's caller
             if not _reader_is_kbuild(frame) and not _import_or_toolchain_read(frame):
                 observer.read(_module_name(obj), attr)
@@ -267,8 +267,7 @@ def _module_reads(observer):
 
     def recording_globals():
         frame = sys._getframe(1)
-        if frame is None or _import_or_toolchain_read(frame) or \
-                threading.get_ident() != compiling:
+        if frame is None or not ours() or _import_or_toolchain_read(frame):
             return frame.f_globals if frame is not None else original_globals()
         return _RecordingGlobals(frame.f_globals, observer)
 
@@ -286,7 +285,7 @@ def _module_reads(observer):
     def running(original, mode):
         def stand_in(source, *args, **kwargs):
             frame = sys._getframe(1)
-            by_project = threading.get_ident() == compiling and \
+            by_project = ours() and \
                 not _reader_is_kbuild(frame) and not _import_or_toolchain_read(frame)
             scopes = [args[i] if len(args) > i else kwargs.get(key)
                       for i, key in enumerate(("globals", "locals"))]
