@@ -330,6 +330,8 @@ from numba.extending import overload
 import kbuild_threads_consts as consts
 
 BEGUN, DONE = threading.Event(), threading.Event()
+EARLIER = ThreadPoolExecutor(1)  # a pool whose thread runs before any compile
+EARLIER.submit(int).result()
 
 
 def scale(x):
@@ -342,6 +344,7 @@ def ol_scale(x):
     assert DONE.wait(30)
     with ThreadPoolExecutor(1) as pool:  # a thread this compile starts: its reads count
         mine = pool.submit(lambda: consts.MINE + float(os.environ.get("KB_MINE", "0"))).result()
+    mine += EARLIER.submit(lambda: consts.HANDED).result()  # work handed to it: counts
     return lambda x: x * mine
 
 
@@ -362,9 +365,10 @@ def the_programs_own():
 
 def test_what_the_programs_other_threads_read_while_a_kernel_compiles_is_no_input_of_it(
         tmp_path, monkeypatch):
-    """A compile observes its own thread and those it starts; another thread of the
-    program reading modules, globals or the environment meanwhile (a server's, a dask
-    worker's heartbeat) neither enters the compile's record nor is walked for it."""
+    """A compile observes its own thread, those it starts and the work it hands a thread
+    pool made earlier; another thread of the program reading modules, globals or the
+    environment meanwhile (a server's, a dask worker's heartbeat) neither enters the
+    compile's record nor is walked for it."""
     import sys
     import threading
 
@@ -374,7 +378,7 @@ def test_what_the_programs_other_threads_read_while_a_kernel_compiles_is_no_inpu
     from kbuild.backend.backends import DEFAULT, get
     from kbuild.keying.observed import Kind
 
-    (tmp_path / "kbuild_threads_consts.py").write_text("MINE = 2.0\nOTHER = 3.0\nALSO = 4.0\n")
+    (tmp_path / "kbuild_threads_consts.py").write_text("MINE = 2.0\nOTHER = 3.0\nALSO = 4.0\nHANDED = 0.5\n")
     (tmp_path / "kbuild_threads.py").write_text(_THREADS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("KB_MINE", "0.5")
@@ -393,6 +397,7 @@ def test_what_the_programs_other_threads_read_while_a_kernel_compiles_is_no_inpu
             sys.modules.pop(name, None)
     assert made.ptx.startswith(b"//")
     names = set(observer.names)
-    assert {(Kind.READ, "kbuild_threads_consts:MINE"), (Kind.ENV, "KB_MINE")} <= names
+    assert {(Kind.READ, "kbuild_threads_consts:MINE"), (Kind.ENV, "KB_MINE"),
+            (Kind.READ, "kbuild_threads_consts:HANDED")} <= names
     theirs = {n for n in names if "OTHER" in n[1] or "ALSO" in n[1] or "BEGUN" in n[1]}
     assert not theirs, theirs

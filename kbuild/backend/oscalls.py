@@ -9,9 +9,12 @@ subprocess's output, a shell command, a C library loaded with `ctypes`, a socket
 Python reports each of these as an audit event (PEP 578), whoever makes the call;
 `stat` has no event, so `os.stat`/`os.lstat` are stood in for while a compile runs, and
 so is multiprocessing's way of starting a process (`os.fork` has an event). A thread
-that compiling code starts (a `Thread`, a thread pool made while it compiles,
-`asyncio.to_thread`) observes for that compile until it ends; a thread started before
-the compile (a pool's worker made earlier) does not.
+that compiling code starts (a `Thread`, a thread pool made while it compiles) observes
+for that compile until it ends, and so does work it hands a thread pool made earlier
+(`ThreadPoolExecutor.submit` or `map`, `asyncio.to_thread`) while that work runs. Another
+thread of the program (a server's, a scheduler's heartbeat) is no part of the compile:
+what it does meanwhile is not observed. Work handed over by other means (a queue a
+long-lived thread of the project's reads) is not followed.
 
 Whose call it is decides whether it is observed: walking out from the call, frames of
 the standard library, of pinned libraries (numpy) and of installed packages that do not
@@ -35,6 +38,7 @@ import os
 import stat as _stat
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor as _POOL
 
 from ..environ import stand_in_supports
 from ..keying.observed import Kind
@@ -135,11 +139,16 @@ def observes(observer) -> bool:
                for watch in _WATCHING.get(threading.get_ident(), ()))
 
 
-def _enter(ident, watch) -> None:
+def _enter(ident, watch) -> bool:
+    """`watch` on `ident`'s list (once); whether it was not on it before."""
     with _LOCK:
         if not _WATCHING:
             _STANDING.append(_stand_in())
-        _WATCHING.setdefault(ident, []).append(watch)
+        found = _WATCHING.setdefault(ident, [])
+        if watch in found:
+            return False
+        found.append(watch)
+        return True
 
 
 def _leave(ident, watch) -> None:
@@ -158,12 +167,14 @@ def _stand_in() -> tuple:
     `os.lstat`; `threading.Thread.start` (a thread started by a compiling thread observes
     for its compile); and `_posixsubprocess.fork_exec` (multiprocessing's spawn and
     forkserver start processes through it, unaudited). Returns the originals."""
-    originals = (os.stat, os.lstat, threading.Thread.start, _FORK_EXEC and _FORK_EXEC.fork_exec)
+    originals = (os.stat, os.lstat, threading.Thread.start, _FORK_EXEC and _FORK_EXEC.fork_exec,
+                 _POOL.submit)
     os.stat, os.lstat = _recording_stat(os.stat), _recording_stat(os.lstat)
     stand_in_supports(originals[:2], (os.stat, os.lstat))
     threading.Thread.start = _inheriting_start(originals[2])
     if _FORK_EXEC is not None:
         _FORK_EXEC.fork_exec = _recording_fork_exec(originals[3])
+    _POOL.submit = _handing_submit(originals[4])
     return originals
 
 
@@ -172,28 +183,42 @@ def _put_back(originals: tuple) -> None:
     os.stat, os.lstat, threading.Thread.start = originals[:3]
     if _FORK_EXEC is not None:
         _FORK_EXEC.fork_exec = originals[3]
+    _POOL.submit = originals[4]
+
+
+def _observed_by(watch, run):
+    """`run`, observing for `watch`'s compile in whichever thread runs it (while it runs)."""
+    def observed(*args, **kwargs):
+        me = threading.get_ident()
+        entered = watch.running and _enter(me, watch)
+        try:
+            return run(*args, **kwargs)
+        finally:
+            if entered:
+                with _LOCK:
+                    _leave(me, watch)
+
+    return observed
 
 
 def _inheriting_start(original):
     def start(self, *args, **kwargs):
         watch = _current() if _WATCHING else None
         if watch is not None:
-            run = self.run
-
-            def run_observed():
-                me = threading.get_ident()
-                if watch.running:
-                    _enter(me, watch)
-                try:
-                    return run()
-                finally:
-                    with _LOCK:
-                        _leave(me, watch)
-
-            self.run = run_observed
+            self.run = _observed_by(watch, self.run)
         return original(self, *args, **kwargs)
 
     return start
+
+
+def _handing_submit(original):
+    def submit(self, fn, /, *args, **kwargs):
+        watch = _current() if _WATCHING else None
+        if watch is not None:
+            fn = _observed_by(watch, fn)
+        return original(self, fn, *args, **kwargs)
+
+    return submit
 
 
 def _recording_fork_exec(original):
