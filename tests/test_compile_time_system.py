@@ -809,6 +809,119 @@ def test_a_reader_built_without_its_fillers_state_is_built_again_in_order(tmp_pa
     settled("-j2", "the reader compiled in another worker than its filler")
 
 
+
+CLOSURE_KERNELS = '''
+import json
+import os
+
+from numba import cuda
+from numba.core.extending import overload
+
+
+def _box():  # a cell two closures share, set from None by one
+    seen = None
+
+    def put(v):
+        nonlocal seen
+        seen = v
+
+    def get():
+        return seen
+    return put, get
+
+
+def _bag():  # a dict in a cell, filled in place by one closure
+    bag = {}
+
+    def put(k, v):
+        bag[k] = v
+
+    def get(k):
+        return bag.get(k)
+    return put, get
+
+
+put_seen, get_seen = _box()
+put_bag, get_bag = _bag()
+
+
+def fill(x):
+    pass
+
+
+def read_cell(x):
+    pass
+
+
+def read_bag(x):
+    pass
+
+
+@overload(fill)
+def ol_fill(x):
+    with open(os.path.join(os.path.dirname(__file__), "table.json")) as f:
+        k = json.load(f)["k"]
+    put_seen(k)
+    put_bag("k", k)
+    return lambda x: x * k
+
+
+@overload(read_cell)
+def ol_read_cell(x):
+    k = get_seen() or 0.0
+    return lambda x: x + k
+
+
+@overload(read_bag)
+def ol_read_bag(x):
+    k = get_bag("k") or 0.0
+    return lambda x: x + k
+
+
+@cuda.jit
+def k_a_fill(a):
+    a[0] = fill(a[0])
+
+
+@cuda.jit
+def k_cell(a):
+    a[0] = read_cell(a[0])
+
+
+@cuda.jit
+def k_bag(a):
+    a[0] = read_bag(a[0])
+'''
+
+
+def test_state_a_compile_fills_in_a_closure_is_read_in_order(tmp_path):
+    """Readers of what one compile fills through closures (a cell set from None, a dict a
+    cell holds, each reached by two functions): a fresh `-j2` build is the `-j1` build
+    (the readers compiled in another worker are probed through the cells), the filler's
+    entry names every holder it fills by every name that reaches it, and an edit of the
+    file the filler loads rebuilds all three to a fresh build's bytes, with `-j1` and
+    `-j2`; a no-op compiles nothing."""
+    project, store, env = tmp_path / "proj", tmp_path / "store", _clean_env()
+    kernels = ["k_a_fill", "k_cell", "k_bag"]
+    _write_project(project, "closures", "cl.kernels", kernels, {
+        "cl/__init__.py": "", "cl/kernels.py": CLOSURE_KERNELS, "cl/table.json": '{"k": 2.0}'})
+    table = project / "cl" / "table.json"
+    one = build(project, store, "-j1", env_extra=env)
+    assert _artifacts(build(project, tmp_path / "fresh-j2", "-j2", env_extra=env)) == \
+        _artifacts(one), "a fresh -j2 build is not the -j1 build"
+    key = _rows(one)["k_a_fill"]["key"]
+    entry = store / "v1" / "entries" / key[:2] / f"{key}.json"
+    assert json.loads(entry.read_text())["fills"] == [
+        "cl.kernels:get_bag", "cl.kernels:get_seen", "cl.kernels:put_bag", "cl.kernels:put_seen"]
+    for jobs, k in (("-j1", "3.0"), ("-j2", "4.0")):
+        table.write_text(f'{{"k": {k}}}')
+        after = build(project, store, jobs, env_extra=env)
+        assert _with_status(after, "built") == set(kernels), jobs
+        fresh = build(project, tmp_path / f"fresh-{k}", "-j1", env_extra=env)
+        assert _artifacts(after) == _artifacts(fresh), f"{jobs}: a stale binary"
+        assert _with_status(build(project, store, jobs, env_extra=env), "cached") == \
+            set(kernels), f"{jobs}: rebuilt, nothing changed"
+
 BUMP_KERNELS = '''
 
 from numba import types as nbtypes  # noqa: E402

@@ -41,11 +41,11 @@ _IDENTITY = "identity"  # the form of a value told by identity (a function, a cl
 
 
 class _Slot:
-    __slots__ = ("origin", "written", "form", "names", "label")
+    __slots__ = ("origin", "written", "form", "names", "labels")
 
     def __init__(self, origin, written, form, names: dict, label: str):
         self.origin, self.written, self.form, self.names = origin, written, form, names
-        self.label = label
+        self.labels = [label]  # each name that reaches its holder (`register`)
 
 
 _HOLDERS: list = []  # [(holder, {key: _Slot})], by identity
@@ -69,7 +69,8 @@ def filled_since(mark: int) -> tuple:
 
 def filled_now() -> frozenset:
     """The holders (by label: see `register`) that hold state a compile filled now."""
-    return frozenset(slot.label for _, slots in _HOLDERS for slot in slots.values())
+    return frozenset(label for _, slots in _HOLDERS for slot in slots.values()
+                     for label in slot.labels)
 
 
 def stored_fills(manifest: dict) -> tuple | None:
@@ -135,7 +136,13 @@ def register(holder, key, origin, written, names, label: str) -> None:
         return
     slot = slots.get(key)
     if slot is not None and slot.written is written and slot.form == form:
-        slot.names.update(names)  # an enclosing compile: the same write
+        # The same write, seen again: by an enclosing compile, or through another name
+        # that reaches the holder (a cell two closures share, a dict two globals hold),
+        # which its readers are handed too and which this compile fills.
+        slot.names.update(names)
+        if label not in slot.labels:
+            slot.labels.append(label)
+            _FILLED.append(label)
         return
     slots[key] = _Slot(origin if slot is None else slot.origin, written, form, dict(names),
                        label)
@@ -159,7 +166,7 @@ def grown(names) -> None:
             else:
                 slot.form = form
                 slot.names.update(names)
-                _FILLED.append(slot.label)
+                _FILLED.extend(slot.labels)
             _GENERATION[0] += 1
 
 

@@ -118,13 +118,19 @@ class _Cell:
             return []
 
 
-def _function(function, out: list, where: str) -> None:
-    """A function's attributes (`get.memo = ...`) and its closure's cells."""
+def _function(module: str, function, out: list, where: str) -> None:
+    """A function's attributes (`get.memo = ...`), its closure's cells (`nonlocal memo`)
+    and what a cell holds that is filled in place (a dict, a list, a plain object: a
+    closure's `cache[key] = ...`)."""
     own = function.__dict__
     out.append((own, own, dict(own), where))
     for cell in function.__closure__ or ():
         items = _Cell(cell)
-        out.append((cell, items, dict(items.items()), where))
+        found = dict(items.items())
+        out.append((cell, items, found, where))
+        inner = found.get("contents")
+        if type(inner) is not pytypes.FunctionType and type(inner) is not type:
+            _held(module, inner, out, where, deeper=False)
 
 
 def _held(module: str, value, out: list, where: str, deeper: bool) -> None:
@@ -135,7 +141,7 @@ def _held(module: str, value, out: list, where: str, deeper: bool) -> None:
         if cls in (staticmethod, classmethod):
             value, cls = value.__func__, type(value.__func__)
         if cls is pytypes.FunctionType:
-            _function(value, out, where)
+            _function(module, value, out, where)
             return
         if cls is type:
             if value.__module__ != module:
@@ -184,7 +190,8 @@ def probing(labels):
     them) holds one more slot, as if a compile had filled it: whoever reads the holder is
     handed (`Kind.FILLED`, label), as it would be were the compile that fills it run here
     (a holder read empty leaves no trace otherwise). The program's state is as before
-    after it. A closure's cell is not probed."""
+    after it. A function's closure cells are probed too: one set from None, and what
+    one holds."""
     undo: list = []
     try:
         for label in sorted(labels):
@@ -195,8 +202,9 @@ def probing(labels):
         made.changed()
         yield
     finally:
-        for step in reversed(undo):
-            step()
+        for holder, key, restore in reversed(undo):
+            restore(key)
+            made.forget(holder, key)
         made.changed()
 
 
@@ -207,33 +215,50 @@ def _probe(label: str, undo: list) -> None:
         return
     value = namespace.get(name, _ABSENT)
     if value is _ABSENT or value is None:  # a global a compile sets from nothing
-        holder, key, origin = namespace, name, value
-        namespace[name] = _PROBE
         restore = (namespace.pop if value is _ABSENT else
                    lambda key: namespace.__setitem__(key, None))
-    elif type(value) is dict:
-        holder, key, origin = value, _PROBE, _ABSENT
-        value[key] = _PROBE
-        restore = value.pop
+        _slot(label, namespace, name, value, namespace.__setitem__, restore, undo)
+        return
+    _probe_in(label, value, undo)
+    if type(value) is pytypes.FunctionType:  # its closure's cells and what they hold
+        for cell in value.__closure__ or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # empty
+                continue
+            if inner is None:  # a cell a compile sets from nothing (`nonlocal memo`)
+                def put(cell, key, value):
+                    cell.cell_contents = value
+
+                _slot(label, cell, "contents", None, functools.partial(put, cell),
+                      functools.partial(put, cell, value=None), undo)
+            elif type(inner) is not pytypes.FunctionType:
+                _probe_in(label, inner, undo)
+
+
+def _probe_in(label: str, value, undo: list) -> None:
+    """One more slot in `value` (a dict, a list, a class, a function's or a plain
+    object's attributes), registered as filled under `label`."""
+    if type(value) is dict:
+        _slot(label, value, _PROBE, _ABSENT, value.__setitem__, value.pop, undo)
     elif type(value) is list:
-        holder, key, origin = value, len(value), _ABSENT
-        value.append(_PROBE)
-        restore = value.pop
+        _slot(label, value, len(value), _ABSENT, lambda key, probe: value.append(probe),
+              value.pop, undo)
     elif type(value) is type or type(value) is pytypes.FunctionType:
-        holder = value if type(value) is type else value.__dict__
-        key, origin = _PROBE, _ABSENT
-        setattr(value, key, _PROBE)
-        restore = functools.partial(delattr, value)
+        _slot(label, value if type(value) is type else value.__dict__, _PROBE, _ABSENT,
+              functools.partial(setattr, value), functools.partial(delattr, value), undo)
     else:
         own = _plain_state(value, type(value))
-        if own is None:
-            return
-        holder, key, origin = own, _PROBE, _ABSENT
-        own[key] = _PROBE
-        restore = own.pop
-    made.register(holder, key, origin, _PROBE, {(Kind.FILLED, label): None}, label)
+        if own is not None:
+            _slot(label, own, _PROBE, _ABSENT, own.__setitem__, own.pop, undo)
 
-    def undone():
-        restore(key)
-        made.forget(holder, key)
-    undo.append(undone)
+
+def _slot(label: str, holder, key, origin, put, restore, undo: list) -> None:
+    """`put(key, probe)` into `holder`, registered as a compile's fill under `label`;
+    `restore(key)` puts it back after (`undo`: (holder, key, restore)). A holder reached
+    twice (a cell's dict that is also a global) is probed once."""
+    if any(probed is holder and slot == key for probed, slot, _ in undo):
+        return
+    put(key, _PROBE)
+    undo.append((holder, key, restore))
+    made.register(holder, key, origin, _PROBE, {(Kind.FILLED, label): None}, label)
