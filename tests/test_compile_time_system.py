@@ -810,6 +810,28 @@ def test_a_reader_built_without_its_fillers_state_is_built_again_in_order(tmp_pa
 
 
 
+
+@pytest.mark.parametrize("jobs", ["-j1", "-j2"])
+def test_a_reader_built_alone_is_built_again_once_its_filler_runs_ahead(tmp_path, jobs):
+    """The reader's options changed and only it built (`kbuild build TARGET`): it reads
+    `_SEEN` empty, as a fresh build of it alone does, and its new key's record holds only
+    that. A full build then runs its filler ahead of it (served): the reader's names,
+    digested again with the filler's holders probed, say it reads one, so it is compiled
+    again, in order, to a fresh build's bytes; the next build compiles nothing."""
+    project, store, env = tmp_path / "proj", tmp_path / "store", _clean_env()
+    kernels = ["k_loaded", "k_seen", "k_table"]
+    _filled_project(project, "alone", kernels)
+    build(project, store, "-j1", env_extra=env)
+    edited = FILLED_KERNELS.replace("@cuda.jit\ndef k_seen(", "@cuda.jit(fastmath=True)\ndef k_seen(")
+    assert edited != FILLED_KERNELS
+    (project / "fl" / "kernels.py").write_text(edited)
+    alone = build(project, store, "-j1", "fl.kernels:k_seen", env_extra=env)
+    assert _with_status(alone, "built") == {"k_seen"}
+    after = build(project, store, jobs, env_extra=env)
+    fresh = build(project, tmp_path / "fresh", "-j1", env_extra=env)
+    assert _artifacts(after) == _artifacts(fresh), "the reader built alone served: stale"
+    assert _with_status(build(project, store, jobs, env_extra=env), "cached") == set(kernels)
+
 CLOSURE_KERNELS = '''
 import json
 import os
@@ -1361,6 +1383,33 @@ def test_zero_config_serves_a_reader_as_the_program_filled_its_state(tmp_path):
             assert now["counts"].get("built", 0) == (2 if step == 0 else 1 if step == 1 else 0), \
                 (journal, order, now["counts"])
 
+
+
+def test_zero_config_does_not_serve_a_reader_built_alone_once_the_program_fills_its_state(
+        tmp_path):
+    """The reader's options changed and a run launched it alone: built reading the dict
+    empty, its new key's record says nothing of the dict. The next run launches the
+    filler first: the reader's names, digested again as the program holds them, say it
+    reads the dict filled, so that entry is not served; it is built, and served after."""
+    from zeroconf_support import run, write_program
+
+    root = write_program(tmp_path / "prog", kernels=SEEN_KERNELS)
+    (root / "table.json").write_text('{"k": 2.0}')
+    edited = SEEN_KERNELS.replace("@cuda.jit\ndef reader(", "@cuda.jit(fastmath=True)\ndef reader(")
+    assert edited != SEEN_KERNELS
+    both = ("filler", "reader")
+    for journal in (True, False):
+        store, settings = tmp_path / f"store-{journal}", {"journal": journal}
+        (root / "app_kernels.py").write_text(SEEN_KERNELS)
+        run(root, "kbuild", both, enable=dict(settings, store=str(store)))
+        (root / "app_kernels.py").write_text(edited)
+        run(root, "kbuild", ("reader",), enable=dict(settings, store=str(store)))
+        for step, built in enumerate((1, 0)):
+            now = run(root, "kbuild", both, enable=dict(settings, store=str(store)))
+            fresh = run(root, "kbuild", both, enable=dict(
+                settings, store=str(tmp_path / f"fresh-{journal}-{step}")))
+            assert now["loads"] == fresh["loads"], f"journal {journal}: stale"
+            assert now["counts"].get("built", 0) == built, (journal, now["counts"])
 
 # -- direct mode's journal ------------------------------------------------------------------
 

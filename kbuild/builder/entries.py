@@ -83,16 +83,40 @@ def matched_at(store: Store, key: str, bound: dict, current, filled=None):
     record = observed_record(store, manifest)
     if record is None or record.static_key != key:
         return None, None, None
-    admits = None
-    if filled is not None:
-        own = stored_fills(manifest) or ()
-        admits = lambda recorded: obs.read_in_order(  # noqa: E731
-            recorded.observations, filled, own, record)
-    found = obs.matching_set(record, current, admits)
+    own = stored_fills(manifest) or ()
+
+    def in_order(recorded) -> bool:
+        marked = {o.name for o in recorded.observations if o.kind == obs.Kind.FILLED}
+        missing = set(filled) - marked - set(own)
+        return obs.read_in_order(recorded.observations, filled, own, record,
+                                 _reads_now(current, recorded.observations, missing))
+    found = obs.matching_set(record, current, None if filled is None else in_order)
     if found is None:
         return None, None, None
     entry = manifest if found is record.sets[0] else store.lookup(found.key, bound)
     return (entry, found, record) if entry is not None else (None, None, None)
+
+
+def _reads_now(current, observations, labels) -> frozenset:
+    """Which of the holders `labels` name (filled in this program now) a compile that
+    observed `observations` reads: a holder read empty leaves no trace, so its names are
+    digested again as the program holds them, those filled by targets served here but
+    not run yet probed (`backend.base.probing`)."""
+    if not labels:
+        return frozenset()
+    from ..backend.base import probing
+    from ..keying.made import filled_now
+
+    with probing(set(labels) - filled_now()):
+        return handed_fills(current, observations) & frozenset(labels)
+
+
+def handed_fills(current, observations) -> frozenset:
+    """The holders (`Kind.FILLED` labels) whose state compiles filled that reading the
+    names of `observations` is handed now (`current`: `digests_now`)."""
+    return frozenset(name for o in observations if o.kind != obs.Kind.FILLED
+                     for kind, name in current.handed(o.kind, o.name)
+                     if kind == obs.Kind.FILLED)
 
 
 def observed_record(store: Store, manifest: dict) -> obs.Record | None:

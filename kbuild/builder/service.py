@@ -38,8 +38,8 @@ from ..store.local import Store
 from ..store.locks import KeyLock
 from . import cutoff
 from .cutoff import StoredObjects
-from .entries import commit, current_digests, digests_now, expected, fresh_match, launchable, \
-    matched_at, observed_record
+from .entries import commit, current_digests, digests_now, expected, fresh_match, \
+    handed_fills, launchable, matched_at, observed_record
 from .failures import CompileTimeout, forget_failure, remember_failure
 from .planning import Plan
 from .row import Row
@@ -403,31 +403,34 @@ class BuildService:
         return found
 
     def _probed(self, done) -> dict:
-        """target -> the holders it reads (`backend.base.probing`) of those the compiles
-        that ran in other processes (workers) filled, for the targets compiled in other
-        processes after such a compile: one that read such a holder empty, where that
-        compile ran elsewhere, read it otherwise than a build in order."""
-        elsewhere = [t for t in done if self.seen[t][0] and self.key(t) not in _RAN
-                     and self.seen[t][2] is None]  # built, in another process
-        if not elsewhere:
+        """target -> the holders it reads of those the compiles ahead of it fill, for each
+        target that did not compile in this process after such a compile (served, or
+        compiled in a worker) and whose record says nothing of some of them: a holder
+        read empty leaves no trace, so its observed names are digested again as the
+        program holds them now. Holders a compile filled here are read as they are; those
+        filled by compiles that did not run here (served, or run in workers) get a probe
+        slot (`backend.base.probing`). One handed such a holder read it otherwise than a
+        build in order (a reader compiled in another worker than its filler; one built,
+        under other options, while its filler failed, served once it compiles again)."""
+        fillers = [t for t in done if self.seen[t][0]]
+        if not fillers:
             return {}
-        labels = set().union(*(self.seen[t][0] for t in elsewhere))
-        after = done[done.index(elsewhere[0]) + 1:]
-        candidates = [t for t in after if self.seen[t][2] is None and self.key(t) not in _RAN]
+        candidates, filled = [], set()
+        for target in done:
+            own, observations, _ = self.seen[target]
+            if filled and self.key(target) not in _RAN:
+                marked = {o.name for o in observations if o.kind == Kind.FILLED}
+                if filled - marked - set(own or ()):
+                    candidates.append(target)
+            filled.update(own or ())
         if not candidates:
             return {}
         from ..backend.base import probing
 
-        found = {}
+        labels = set().union(*(self.seen[t][0] for t in fillers if self.key(t) not in _RAN))
         with probing(labels):
-            for target in candidates:
-                handed = set()
-                for o in self.seen[target][1]:
-                    if o.kind != Kind.FILLED:
-                        handed.update(name for kind, name in self.current.handed(o.kind, o.name)
-                                      if kind == Kind.FILLED)
-                found[target] = frozenset(handed & labels)
-        return found
+            return {target: handed_fills(self.current, self.seen[target][1]) & filled
+                    for target in candidates}
 
     def in_order(self, targets, workers):
         """Yield (target, Artifacts or exception, seconds): `targets` (`out_of_order`)
