@@ -227,13 +227,14 @@ def _probe(label: str, undo: list) -> None:
             except ValueError:  # empty
                 continue
             if inner is None:  # a cell a compile sets from nothing (`nonlocal memo`)
-                def put(cell, key, value):
-                    cell.cell_contents = value
-
-                _slot(label, cell, "contents", None, functools.partial(put, cell),
-                      functools.partial(put, cell, value=None), undo)
+                _slot(label, cell, "contents", None, functools.partial(_set_cell, cell),
+                      functools.partial(_set_cell, cell, value=None), undo)
             elif type(inner) is not pytypes.FunctionType:
                 _probe_in(label, inner, undo)
+
+
+def _set_cell(cell, key, value) -> None:
+    cell.cell_contents = value
 
 
 def _probe_in(label: str, value, undo: list) -> None:
