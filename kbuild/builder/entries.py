@@ -86,8 +86,7 @@ def matched_at(store: Store, key: str, bound: dict, current, filled=None):
     own = stored_fills(manifest) or ()
 
     def in_order(recorded) -> bool:
-        marked = {o.name for o in recorded.observations if o.kind == obs.Kind.FILLED}
-        missing = set(filled) - marked - set(own)
+        missing = obs.unmarked(recorded.observations, filled, own)
         return obs.read_in_order(recorded.observations, filled, own, record,
                                  _reads_now(current, recorded.observations, missing))
     found = obs.matching_set(record, current, None if filled is None else in_order)

@@ -32,7 +32,7 @@ from ..keying import made
 from ..keying.encode import digest
 from ..keying.launch import with_launch
 from ..keying.objects import Recipe, Unresolved, resolve
-from ..keying.observed import Kind, Observation, read_in_order
+from ..keying.observed import Kind, Observation, read_in_order, unmarked
 from ..model import Cutoff, LinkMode, RowStatus
 from ..store.local import Store
 from ..store.locks import KeyLock
@@ -418,10 +418,9 @@ class BuildService:
         candidates, filled = [], set()
         for target in done:
             own, observations, _ = self.seen[target]
-            if filled and self.key(target) not in _RAN:
-                marked = {o.name for o in observations if o.kind == Kind.FILLED}
-                if filled - marked - set(own or ()):
-                    candidates.append(target)
+            if filled and self.key(target) not in _RAN and \
+                    unmarked(observations, filled, own or ()):
+                candidates.append(target)
             filled.update(own or ())
         if not candidates:
             return {}

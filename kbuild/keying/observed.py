@@ -141,6 +141,12 @@ def merged(previous: Record | None, static_key: str, newest: ObservationSet) -> 
     return Record(static_key, tuple(kept[:MAX_SETS]))
 
 
+def unmarked(recorded, filled, own) -> set:
+    """The holders of `filled` that a compile which observed `recorded` (Observations) did
+    not read filled (no `Kind.FILLED` of theirs), leaving out `own` (what it fills)."""
+    return set(filled) - {o.name for o in recorded if o.kind == Kind.FILLED} - set(own)
+
+
 def read_in_order(recorded, filled, own, record: "Record | None", reads=frozenset()) -> bool:
     """Whether a compile that observed `recorded` (Observations) read filled exactly the
     holders (`Kind.FILLED`) of `filled` (what the compiles ahead of it in a build's order
@@ -154,7 +160,7 @@ def read_in_order(recorded, filled, own, record: "Record | None", reads=frozense
     marked = {o.name for o in recorded if o.kind == Kind.FILLED} - set(own)
     if not marked <= filled:
         return False
-    missing = filled - marked - set(own)
+    missing = unmarked(recorded, filled, own)
     if missing & reads:
         return False
     if not missing or record is None:
