@@ -430,6 +430,10 @@ PRECISION = [
                                       "out[i] = consts.SCALE * x[i]"), {"k_scale"}),
     case("spacing-within-lines-with-lineinfo", replace("lab/lines.py", "out[i] = x[i] + 1.0",
                                                        "out[i] = x[i]+1.0  # same line")),
+    case("rename-locals-with-lineinfo", replace(
+        "lab/lines.py", "def k_lines(x, out):\n    i = cuda.grid(1)\n    if i < out.size:\n"
+        "        out[i] = x[i] + 1.0", "def k_lines(src, dst):\n    j = cuda.grid(1)\n"
+        "    if j < dst.size:\n        dst[j] = src[j] + 1.0")),
     case("touch-files", touch_all, direct=True),
     case("other-checkout-path", no_edit, direct=True),
     case("other-hash-seed", no_edit, env={"PYTHONHASHSEED": "12345"}, direct=True),

@@ -28,7 +28,8 @@ _names = itertools.count()
 
 def _keys(tmp_path, versions, kernel="k", before=None, compile=False):
     """The key of `kernel` in each version of one module (same module name, same file name);
-    `before(i)` runs before version i is imported. With `compile`, (key, PTX, cubin)."""
+    `before(i)` runs before version i is imported. With `compile`, (key, PTX, cubin), the
+    version's folder named alike in both (a lineinfo or debug binary names its file)."""
     from kbuild.backend.backends import DEFAULT, get
 
     backend = get(DEFAULT)  # numba-cuda, through the interface the build uses
@@ -49,7 +50,8 @@ def _keys(tmp_path, versions, kernel="k", before=None, compile=False):
             key = target_key(found, f"{name}:{kernel}", [F32], [folder]).digest
             if compile:
                 made = backend.compile(found, [F32], (8, 0))
-                key = (key, made.ptx, made.cubin)
+                key = (key, *(b.replace(str(folder).encode(), b"<folder>")
+                              for b in (made.ptx, made.cubin)))
             keys.append(key)
     finally:
         sys.modules.pop(name, None)
@@ -330,6 +332,10 @@ DIFFER = [
     ("kernel-argument-renamed-with-debug",
      _HEAD + _kernel("x[0] = 1.0", "@cuda.jit(debug=True, opt=False)"),
      _HEAD + _kernel("y[0] = 1.0", "@cuda.jit(debug=True, opt=False)", "y")),
+    # Debug information names locals (a lineinfo line table does not: SAME below).
+    ("local-renamed-with-debug",
+     *(_HEAD + _kernel(f"{n} = x[1] * 2.0\n    x[0] = {n}", "@cuda.jit(debug=True, opt=False)")
+       for n in ("t", "scaled"))),
     ("live-branch-edited", *(_HEAD + _kernel(f"if True:\n        x[0] = {c}")
                              for c in ("1.0", "2.0"))),
     # The global a pruned branch tests is keyed by value; a branch kept keeps its callee.
@@ -387,6 +393,11 @@ SAME = [
              "    x[i] = 1.0\n"),
     ("kernel-argument-renamed", _HEAD + _kernel("x[0] = x[1] * 2.0"),
      _HEAD + _kernel("data[0] = data[1] * 2.0", args="data")),
+    # A lineinfo line table holds lines, not names: renaming on the same lines is no edit.
+    ("locals-and-arguments-renamed-with-lineinfo",
+     _HEAD + _kernel("t = x[1] * 2.0\n    x[0] = t", "@cuda.jit(lineinfo=True)"),
+     _HEAD + _kernel("scaled = data[1] * 2.0\n    data[0] = scaled", "@cuda.jit(lineinfo=True)",
+                     "data")),
     ("dead-branch-if-false", _HEAD + _kernel("x[0] = 1.0"),
      _HEAD + _kernel("if False:\n        x[0] = UNDEFINED * 7.0\n    x[0] = 1.0")),
     ("unread-class-attribute", *_pair(_CLASS_READ_BY_OVERLOAD, _CLS, dict(_CLS, other=2),

@@ -143,10 +143,13 @@ class Keyer:
                        selector: bool = False) -> KeyNode:
         py_func = fn.py_func
         name = qualified_name(py_func)
-        keep_positions = bool(fn.options.get("lineinfo") or fn.options.get("debug"))
+        # What the binary embeds of the source: debug information its lines and the
+        # names of locals and arguments, a lineinfo line table its lines only.
+        keep_names = bool(fn.options.get("debug"))
+        keep_positions = keep_names or bool(fn.options.get("lineinfo"))
         elided = returned_functions(py_func.__code__) if selector else frozenset()
-        children = [self._body(py_func, keep_positions, where, fn.role is Role.KERNEL,
-                               elided)]
+        children = [self._body(py_func, keep_positions, keep_names, where,
+                               fn.role is Role.KERNEL, elided)]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         returned = returned_globals(py_func.__code__) if selector else frozenset()
@@ -220,16 +223,18 @@ class Keyer:
             cannot_key(where, f"{what} (no source file)")
         return self._sources.file_digest(path)
 
-    def _body(self, py_func, keep_positions: bool, where: str, kernel: bool,
-              elided: frozenset = frozenset()) -> KeyNode:
+    def _body(self, py_func, keep_positions: bool, keep_names: bool, where: str,
+              kernel: bool, elided: frozenset = frozenset()) -> KeyNode:
         # A kernel is launched with positional arguments only: their names are not code.
-        kind = f"ast{int(keep_positions)}{'k' if kernel else ''}"
+        # "ast1": lines and names kept (debug); "ast1a": lines kept, locals renamed.
+        kind = f"ast{int(keep_positions)}{'' if keep_names or not keep_positions else 'a'}" \
+               f"{'k' if kernel else ''}"
         names = frozenset(c.co_name for c in elided)
         if names:
             kind += " elided " + ",".join(sorted(names))
         tree = remembered(self._sources, py_func, kind,
                           lambda: _normalized_digest(self._sources, py_func, keep_positions,
-                                                     kernel, names))
+                                                     keep_names, kernel, names))
         body = LabelKind.BODY.label()
         if tree is not None:
             # numba compiles the bytecode, not the source: key both, so source read
@@ -650,15 +655,15 @@ def _offer_body_text(sources, body_digest: str, render) -> None:
         keep(body_digest, render)
 
 
-def _normalized_digest(sources, py_func, keep_positions: bool, kernel: bool,
-                       elided: frozenset = frozenset()) -> str | None:
+def _normalized_digest(sources, py_func, keep_positions: bool, keep_names: bool,
+                       kernel: bool, elided: frozenset = frozenset()) -> str | None:
     found = function_def(sources, py_func)
     if found is None:
         return None
     fdef, first_line = found
     return digest_of(normalize.normalized_ast(fdef, keep_positions=keep_positions,
-                                              first_line=first_line, positional_args=kernel,
-                                              elided=elided))
+                                              keep_names=keep_names, first_line=first_line,
+                                              positional_args=kernel, elided=elided))
 
 
 def signature_node(argtypes, signature_text: str, objects: ObjectModel) -> KeyNode:

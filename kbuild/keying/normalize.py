@@ -1,9 +1,10 @@
 """The normalized AST of a function: what the compiler sees, minus what it doesn't.
 
 Docstrings, comments, decorators and formatting are dropped; source positions
-are kept only when the binary embeds them (``lineinfo`` / ``debug``). Without
-positions, local variables are renamed to their order of first appearance,
-so renaming a local (alpha-equivalence) rebuilds nothing.
+are kept only when the binary embeds them (``lineinfo`` / ``debug``). Local
+variables are renamed to their order of first appearance, so renaming a local
+(alpha-equivalence) rebuilds nothing, unless the binary names them: ``debug``
+information does, a ``lineinfo`` line table holds lines only.
 """
 
 from __future__ import annotations
@@ -155,22 +156,24 @@ def _all_args(args: ast.arguments):
         yield args.kwarg
 
 
-def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, first_line: int = 1,
-                   positional_args: bool = False, elided: frozenset = frozenset()) -> bytes:
+def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, keep_names: bool = False,
+                   first_line: int = 1, positional_args: bool = False,
+                   elided: frozenset = frozenset()) -> bytes:
     """The canonical encoding of `fn`'s signature and body, decorators, docstrings,
     annotations and dead branches removed (see `compiled_view`).
 
     `first_line` is the file line of the source's first line, so kept positions
-    are the file positions that end up in the binary's line table. With
+    are the file positions that end up in the binary's line table. `keep_names`: the
+    binary names locals and arguments (debug information), so they are not renamed. With
     `positional_args` (a kernel: launched with positional arguments only) arguments
-    are renamed by position too, unless positions are kept (debug info names them).
+    are renamed by position too.
     `elided`: names of nested functions whose bodies are left out (`elide_bodies`).
     """
     fn = compiled_view(fn)
     if elided:
         fn = elide_bodies(fn, elided)
     body = _strip_docstrings(fn.body)
-    renames = {} if keep_positions or _has_nested_scope(fn) else \
+    renames = {} if keep_names or _has_nested_scope(fn) else \
         _alpha_renames(fn, rename_args=positional_args)
     write = _NodeWriter(renames, keep_positions, first_line)
     # Written straight into one buffer: the same bytes as encoding the nested tuples
