@@ -6,7 +6,7 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 
 - ``kernel MOD:QUALNAME`` - the kernel function:
   - ``body``: its normalized AST (see `normalize`), positions only with lineinfo/debug,
-    and its bytecode without positions, local names or docstring (what numba compiles;
+    local names only with debug, and its bytecode without positions, local names or docstring (what numba compiles;
     see `bytecode`);
   - ``option NAME``: every decorator option (fastmath, opt, lineinfo, debug,
     max_registers, launch_bounds, lto, link files by content, ...);
