@@ -514,3 +514,71 @@ def test_numba_cuda_features_link_from_objects_or_say_why_not(tmp_path, run_kbui
     (row,) = alone.json["targets"]
     assert row["artifacts"] == next(r["artifacts"] for r in apart.json["targets"]
                                     if r["target"].endswith(":k_function_argument"))
+
+
+# One Python function jitted twice, with other options: two device functions (numba
+# compiles each with its own flags and mangles those into its symbol), never one.
+TWICE_JITTED = '''
+from numba import cuda
+
+
+def ratio(x):
+    return x * x / (x + x)
+
+
+exact = cuda.jit(device=True)(ratio)
+fast = cuda.jit(device=True, fastmath=True)(ratio)
+
+
+@cuda.jit
+def k_both(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = exact(x[i]) + fast(x[i])
+
+
+@cuda.jit
+def k_exact(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = exact(x[i])
+
+
+@cuda.jit
+def k_fast(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = fast(x[i])
+'''
+
+
+def test_one_function_jitted_with_two_sets_of_options_is_two_device_functions(
+        tmp_path, run_kbuild):
+    """`exact` and `fast` share their Python function. Each has its own tree and object:
+    a kernel calling both links both objects (it was linked as one program after its split
+    found one object for both), each kernel has its callee's float semantics, and an edit
+    of the shared function rebuilds them all to a fresh build's bytes."""
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "twice.py").write_text(TWICE_JITTED)
+    names = ("k_both", "k_exact", "k_fast")
+    (root / "kbuild.toml").write_text('[project]\nname = "twice"\narch = ["sm_80"]\n' + "".join(
+        f'\n[kernels."pkg.twice:{n}"]\nsignatures = ["void(float32[::1], float32[::1])"]\n'
+        for n in names))
+    store = tmp_path / "store"
+    rows = _rows(run_kbuild("build", "--json", cwd=root, store=store))
+    assert {n: (r["link"], r["note"]) for n, r in rows.items()} == \
+        {n: ("lto", None) for n in names}
+    blobs = blob_files(store)
+    divisions = {n: set(re.findall(r"div\.[a-z.]*f32", blob_bytes(
+        blobs[r["artifacts"]["ptx"]]).decode())) for n, r in rows.items()}
+    assert divisions == {"k_both": {"div.rn.f32", "div.approx.f32"},
+                         "k_exact": {"div.rn.f32"}, "k_fast": {"div.approx.f32"}}
+
+    path = root / "pkg" / "twice.py"
+    path.write_text(path.read_text().replace("(x + x)", "(x + x + x)"))
+    rows = _rows(run_kbuild("build", "--json", "-j", "2", cwd=root, store=store))
+    assert {n for n, r in rows.items() if r["status"] == "built"} == set(names)
+    assert {n: r["artifacts"] for n, r in rows.items()} == \
+        _fresh_artifacts(run_kbuild, root, tmp_path / "fresh")

@@ -181,3 +181,21 @@ def scale_too(x, out):
         manifest = json.loads((store / "v1" / "entries" / key[:2] / f"{key}.json").read_text())
         links[name] = manifest["link"]["mode"]
     assert links == {"app_kernels:scale": "lto", "app_kernels:scale_too": "relink"}
+
+
+def test_one_function_jitted_with_two_sets_of_options_is_served_in_any_launch_order(tmp_path):
+    """Two device functions of one Python function (`exact`, and `fast` with fastmath):
+    zero-config keys, compiles and serves each kernel whatever ran first, and numba
+    compiles none itself (it did when the kernel calling `exact` came after `fast`'s
+    compile: the two were one device function whose key had "changed")."""
+    from test_separate import TWICE_JITTED
+
+    root = write_program(tmp_path / "prog", TWICE_JITTED)
+    store = str(tmp_path / "store")
+    loads = {}
+    for order, counts in ((("k_fast", "k_both", "k_exact"), {"built": 3, "served": 3}),
+                          (("k_exact", "k_both", "k_fast"), {"served": 3, "hits": 3})):
+        done = run(root, "kbuild", order, enable={"store": store})
+        assert done["counts"] == counts, done["stderr"]
+        for name, load in zip(order, done["loads"]):
+            assert loads.setdefault(name, load) == load, name

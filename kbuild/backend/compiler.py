@@ -74,7 +74,7 @@ def compile_kernel(kernel, argtypes, cc: tuple, device_functions=(), stable_ids=
     replaces it for keyed functions and the counter restarts for each kernel, so
     a kernel's PTX and cubin do not depend on what the process compiled before.
 
-    With `apart` = (function trees by py_func, the target's key tree), the
+    With `apart` = (function trees by dispatcher, the target's key tree), the
     kernel and each device function become LTO-IR objects of their own, linked
     with link-time optimisation (see `lto`); a kernel that cannot be split is
     built as one program, as numba builds it, and the reason is recorded.

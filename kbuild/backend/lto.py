@@ -36,7 +36,7 @@ def split(compiled, cc, device_functions, nodes, target_node, *, outputs=None):
         if lib not in owners:
             return f"it links {lib.name}, which kbuild does not compile on its own"
         disp, cres = owners[lib]
-        node = nodes.get(disp.py_func)
+        node = nodes.get(disp)
         if node is None or node.ident is None:
             return f"callee {disp.py_func.__qualname__} is compiled into its caller"
         try:

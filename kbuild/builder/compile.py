@@ -104,7 +104,9 @@ def _static_functions(the_plan: Plan, target: Target) -> list:
         if node.digest not in digests:
             digests.add(node.digest)
             todo.extend(node.children)
-    return [func for func, node in the_plan.keyer.nodes.items() if node.digest in digests]
+    keyer = the_plan.keyer
+    return [keyer.python_function(obj) for obj, node in keyer.nodes.items()
+            if node.digest in digests]
 
 
 def _observed_rows(the_plan: Plan, observer):

@@ -56,8 +56,14 @@ class Plan:
         return self.kernels[name]
 
     def nodes_by_ident(self) -> dict:
-        """Every separately compiled device function's current tree, by identity."""
-        return {n.ident: n for n in self.keyer.nodes.values() if n.ident}
+        """Every separately compiled device function's current trees, by identity: more
+        than one where one Python function is jitted with other options (its dispatchers
+        share a name and differ in options, which numba mangles into their symbols)."""
+        found: dict = {}
+        for node in self.keyer.nodes.values():
+            if node.ident and all(n.digest != node.digest for n in found.get(node.ident, ())):
+                found[node.ident] = found.get(node.ident, ()) + (node,)
+        return found
 
 
 def new_keyer(config: ProjectConfig, facts_dir=None, sources=None) -> Keyer:

@@ -57,11 +57,19 @@ class Keyer:
         self.device_functions: list = []  # dispatchers reached as callees, for the compiler
         self._reached_ids: set = set()  # of `device_functions` (kept alive there), by identity
         self.stable_ids: dict = {}  # py_func -> a number from its identity, for symbol names
-        self.nodes: dict = {}  # py_func -> its function tree (however it was reached)
+        # function object -> its tree (however it was reached). By the object numba
+        # compiles, not its Python function: one function jitted twice with other options
+        # (`cuda.jit(device=True, fastmath=True)(f)` beside `cuda.jit(device=True)(f)`) is
+        # two device functions, two trees, two objects.
+        self.nodes: dict = {}
         self._ids_taken: set = set()
         self._contained_callees: list = []  # see `_contents`
         self._nesting = 0  # objects inside objects `_object_contents` is keying now
         self._bodies: dict = {}  # body digest -> py_func, for `body_text`
+
+    def python_function(self, obj):
+        """The Python function a function object in `nodes` compiles."""
+        return self._objects.function_of(obj).py_func
 
     def body_text(self, body_digest: str) -> str | None:
         """The source of a body this keyer keyed as `body_digest`, normalized for reading
@@ -121,7 +129,7 @@ class Keyer:
         if number is not None and _compiled_apart(fn):
             node = replace(node, ident=f"{qualified_name(fn.py_func)}${number}")
         self._memo[memo_key] = (node, made.generation(), frozenset(touched))
-        self.nodes.setdefault(fn.py_func, node)
+        self.nodes.setdefault(obj, node)
         return node
 
     def _assign_stable_id(self, py_func, identity: str) -> int | None:

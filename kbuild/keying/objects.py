@@ -107,7 +107,9 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
     """The link recipe of `target` from stored objects, or why there is none.
 
     `lookup(key)` returns an object's manifest or None; `nodes_by_ident` maps a
-    device function's identity to its current function tree.
+    device function's identity to its current function trees (one per set of options
+    the function is jitted with): the one whose stored object exports the symbol the
+    import names is linked.
     """
     first = kernel_object_key(target)
     manifest = lookup(first)
@@ -122,17 +124,23 @@ def resolve(target: KeyNode, nodes_by_ident: dict, lookup) -> Recipe | Unresolve
     pending = list(manifest.get("imports", ()))
     while pending:
         imp = Import.from_json(pending.pop())
-        node = nodes_by_ident.get(imp.ident)
-        if node is None:
+        nodes = nodes_by_ident.get(imp.ident, ())
+        if not nodes:
             return Unresolved(f"callee {imp.ident} is no longer reached")
-        key = device_object_key(node, imp.argtypes, context)
-        if key not in found:
-            found[key] = lookup(key)
-            if found[key] is None:
+        stored = {}
+        for node in nodes:
+            key = device_object_key(node, imp.argtypes, context)
+            stored[key] = found[key] if key in found else lookup(key)
+        exporting = [k for k, m in stored.items()
+                     if m is not None and [imp.symbol, imp.restype] in m.get("exports", ())]
+        if not exporting:
+            if all(m is None for m in stored.values()):
                 return Unresolved(f"callee {imp.ident} changed", (imp.ident, imp.argtypes))
-            pending += found[key].get("imports", ())
-        if [imp.symbol, imp.restype] not in found[key].get("exports", ()):
             return Unresolved(f"the interface of callee {imp.ident} changed")
+        key = exporting[0]
+        if key not in found:
+            found[key] = stored[key]
+            pending += found[key].get("imports", ())
     blobs = {key: found[key]["artifacts"]["ltoir"] for key in found}
     ordered = tuple((key, blobs[key]) for key in link_order(first, blobs))
     return Recipe(ordered, manifest["entry"], bool(manifest["cooperative"]),

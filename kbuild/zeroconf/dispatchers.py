@@ -30,8 +30,10 @@ class DeviceCode:
     """What this process's device functions hold compiled, by the key digest of each."""
 
     def __init__(self):
-        self._compiled: dict = {}  # device py_func -> its key digest when kbuild compiled it
-        self._first_keyed: dict = {}  # device py_func -> its key digest when first keyed here
+        # By dispatcher: one Python function jitted twice with other options is two
+        # device functions, each with its own code and key.
+        self._compiled: dict = {}  # dispatcher -> its key digest when kbuild compiled it
+        self._first_keyed: dict = {}  # dispatcher -> its key digest when first keyed here
 
     def check_reused(self, keyer) -> None:
         """A device function whose key has changed since this process first keyed it (a
@@ -39,14 +41,13 @@ class DeviceCode:
         numba's compile of this kernel: kbuild's, typed again with today's values, would
         compute something else (KbuildError: numba compiles it)."""
         for disp in keyer.device_functions:
-            func = function_of(disp)
-            node = keyer.nodes.get(func)
+            node = keyer.nodes.get(disp)
             if node is None:
                 continue
-            first = self._first_keyed.setdefault(func, node.digest)
+            first = self._first_keyed.setdefault(disp, node.digest)
             if first != node.digest and backend_of(disp).holds_compiled(disp):
                 raise KbuildError(
-                    f"device function {func.__qualname__} changed since numba "
+                    f"device function {function_of(disp).__qualname__} changed since numba "
                     "compiled it in this process (a value it reads was set at run time); "
                     "numba reuses that code, so numba compiles this kernel")
 
@@ -55,15 +56,15 @@ class DeviceCode:
         holds the values it read then: it is typed again if its key has changed since;
         what it holds after is remembered under its key now."""
         for disp in keyer.device_functions:
-            node = keyer.nodes.get(function_of(disp))
+            node = keyer.nodes.get(disp)
             if backend_of(disp).holds_compiled(disp) and node is not None \
-                    and self._compiled.get(function_of(disp)) != node.digest:
+                    and self._compiled.get(disp) != node.digest:
                 backend_of(disp).forget_code(disp)
         outcome = compile()
         for disp in keyer.device_functions:
-            node = keyer.nodes.get(function_of(disp))
+            node = keyer.nodes.get(disp)
             if node is not None and backend_of(disp).holds_compiled(disp):
-                self._compiled[function_of(disp)] = node.digest
+                self._compiled[disp] = node.digest
         return outcome
 
     def forget(self, keyer) -> None:
@@ -71,10 +72,10 @@ class DeviceCode:
         typed again when next needed, as a fresh process types them."""
         for disp in keyer.device_functions:
             backend_of(disp).forget_code(disp)
-            self._compiled.pop(function_of(disp), None)
+            self._compiled.pop(disp, None)
 
     def disown(self, keyer) -> None:
         """Whatever the device functions hold is no longer taken as kbuild's compile (a
         fresh build, `--verify`, types them again)."""
         for disp in keyer.device_functions:
-            self._compiled.pop(function_of(disp), None)
+            self._compiled.pop(disp, None)
