@@ -6,8 +6,8 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 
 - ``kernel MOD:QUALNAME`` - the kernel function:
   - ``body``: its normalized AST (see `normalize`), positions only with lineinfo/debug,
-    local names only with debug, and its bytecode without positions, local names or docstring (what numba compiles;
-    see `bytecode`);
+    local names only with debug, and its bytecode without positions, local names or
+    docstring (what numba compiles; see `bytecode`);
   - ``option NAME``: every decorator option (fastmath, opt, lineinfo, debug,
     max_registers, launch_bounds, lto, link files by content, ...);
   - ``global NAME`` / ``closure NAME`` / ``default NAME`` / ``builtin NAME``: the values
