@@ -10,7 +10,8 @@ empty store, and a second build must compile nothing. The matrices name the case
 know; this finds the ones nobody wrote down. A failure prints the seed and the edits so far.
 
 A stress test, out of the default run: `python -m pytest -m slow tests/test_edit_fuzz.py`
-(`KBUILD_FUZZ_STEPS`, default 25 edits per seed; about 5 seconds an edit on 2 cores).
+(`KBUILD_FUZZ_STEPS`, default 25 edits per seed; about 8 seconds an edit on 2 cores, a
+cold build each).
 """
 
 from __future__ import annotations
