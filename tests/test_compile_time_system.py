@@ -1447,3 +1447,75 @@ def test_the_journal_checks_what_compiles_asked_the_system(tmp_path):
     assert _with_status(scanned, "built") == {"k_scan"}, (scanned["targets"], scanned["mode"])
     assert scanned["mode"]["journal"] == \
         "not written: a compile scanned the whole environment, which the journal cannot check"
+
+
+MODULE_HOOK_KERNELS = '''\
+from numba import cuda
+
+import lazy
+
+
+@cuda.jit
+def k_lazy(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] *= lazy.FACTOR
+'''
+
+MODULE_HOOKS = {
+    # PEP 562: the module's own function, run for a name it does not hold.
+    "module-getattr": '''\
+_LAZY = {"GAIN": 2.0}
+FACTOR = 1.5
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return _LAZY[name]
+    raise AttributeError(name)
+''',
+    # The module's class swapped for a project's, as deprecation shims do.
+    "module-class": '''\
+import sys
+import types
+
+FACTOR = 1.5
+
+
+class _Lazy(types.ModuleType):
+    def __getattr__(self, name):
+        raise AttributeError(name)
+
+
+sys.modules[__name__].__class__ = _Lazy
+''',
+}
+
+
+@pytest.mark.parametrize("hook", sorted(MODULE_HOOKS))
+def test_code_python_runs_on_a_module_numba_types_is_keyed(tmp_path, hook):
+    """numba's first question of a global it types is `getattr(value, "_numba_type_",
+    None)`; on a module with a `__getattr__` of its own (or a class of the project's), that
+    runs the project's code, and what it raises decides the compile. An edit that makes it
+    raise another error fails the kernel as a fresh build does (it was served); the
+    failure recorded then holds only while that code is unchanged; an edit of the module
+    that changes no code numba ran rebuilds nothing."""
+    project = tmp_path / "proj"
+    _write_project(project, "hooks", "kern", ["k_lazy"],
+                   {"kern.py": MODULE_HOOK_KERNELS, "lazy.py": MODULE_HOOKS[hook]})
+    lazy, store = project / "lazy.py", tmp_path / "store"
+    text = lazy.read_text()
+    first = build(project, store)
+    assert _with_status(first, "built") == {"k_lazy"}
+    lazy.write_text(text.replace("raise AttributeError(name)", "raise LookupError(name)"))
+    broken = build(project, store, expect_rc=1)
+    fresh = reference(project, tmp_path / "fresh", expect_rc=1)
+    assert _with_status(fresh, "failed") == {"k_lazy"}
+    assert _with_status(broken, "failed") == {"k_lazy"}, "a binary served that numba refuses"
+    assert "LookupError" in _rows(broken)["k_lazy"]["error"]
+    lazy.write_text(text)  # the fresh store recorded the failure; it no longer holds
+    mended = build(project, tmp_path / "fresh")
+    assert _with_status(mended, "built") == {"k_lazy"}, _rows(mended)["k_lazy"]["error"]
+    assert _artifacts(mended) == _artifacts(first)
+    lazy.write_text(text + "# a comment, and a name nobody reads\nUNREAD = 3\n")
+    assert _with_status(build(project, store), "cached") == {"k_lazy"}

@@ -40,7 +40,9 @@ MISSING = "missing"  # the digest of a name that no longer resolves (a deleted g
 class Kind(str, enum.Enum):
     """What an observation names."""
 
-    GLOBAL = "global"  # module:attr, a global or module attribute numba froze
+    # module:attr, a global or module attribute numba froze (a module: by its name and
+    # the project code Python runs on it, its own `__getattr__` or a project class)
+    GLOBAL = "global"
     BUILTIN = "builtin"  # a name numba resolved in `builtins`
     FUNCTION = "function"  # module:qualname, a Python function numba interpreted
     OVERLOAD = "overload impl"  # module:qualname, an @overload* function run at typing time
