@@ -338,6 +338,42 @@ def test_a_link_file_that_is_gone_fails_its_target_alone(tmp_path, store, run_kb
         "directory); restore it or fix the link= path")
 
 
+READS_THROUGH_RAISING_CODE = {
+    "lazy.py": '''def __getattr__(name):
+    raise LookupError(name)  # a lazy loader that meant AttributeError
+''',
+    "readers.py": '''from numba import cuda
+
+from pkg import lazy
+
+
+@cuda.jit
+def k_lazy(x):
+    x[0] = lazy.GAIN
+''',
+}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_read_that_runs_program_code_which_raises_fails_its_target_alone(
+        tmp_path, store, run_kbuild, jobs):
+    """What a kernel reads through a module's own `__getattr__` is the program's code
+    running as kbuild keys it (and as numba compiles it); when it raises, that target
+    fails saying what raised, the others build, and nothing is an internal error."""
+    root = write_project(tmp_path / "project", '[project]\nname = "p"\narch = ["sm_80"]\n\n'
+                         f'[kernels."pkg.readers:k_lazy"]\n{SIG}\n\n' + GOOD_TABLE)
+    for name, text in READS_THROUGH_RAISING_CODE.items():
+        (root / "pkg" / name).write_text(text)
+    done = run_kbuild("build", "--json", "-k", "-j", jobs, cwd=root, store=store)
+    assert done.returncode == 1, done.stderr
+    rows = _by_target(done)
+    assert rows["pkg.mod:k"]["status"] == "built"
+    bad = rows["pkg.readers:k_lazy"]
+    assert bad["status"] == "failed" and "internal error" not in bad["error"]
+    assert "reading 'GAIN' of module pkg.lazy" in bad["error"], bad["error"]
+    assert "LookupError: GAIN" in bad["error"]
+
+
 LINKS_CUDA_C_WITHOUT_LTO = '''import os
 
 from numba import cuda

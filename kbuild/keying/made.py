@@ -36,6 +36,8 @@ import threading
 import types as pytypes
 from collections.abc import Mapping
 
+from ..errors import KeyingError
+
 ABSENT = object()  # no value: the slot did not exist before the compile
 _IDENTITY = "identity"  # the form of a value told by identity (a function, a class)
 
@@ -288,8 +290,17 @@ def attribute(obj, name: str, default=ABSENT, unmade=None):
     """`getattr(obj, name, default)` as the program made it: an attribute a compile
     filled into a module's, an object's or a class's dict is read as it was before
     (looked for further along, the class's, where it did not exist); `unmade` (default:
-    `default`) where a compile made it and nothing further along holds it."""
-    value = getattr(obj, name, default)
+    `default`) where a compile made it and nothing further along holds it. Where the
+    program's code that getattr runs (a module's `__getattr__`, a property, a metaclass's
+    hook) raises anything but AttributeError, numba's compile would meet it too: a
+    KeyingError saying so, for the target that reads it."""
+    try:
+        value = getattr(obj, name, default)
+    except Exception as exc:  # noqa: BLE001 - the program's code, whatever it raises
+        raise KeyingError(
+            f"reading '{name}' of {_described(obj)} ran the program's code, which raised "
+            f"{type(exc).__name__}: {exc}; fix what it runs (a module's __getattr__, a "
+            "property), since numba's compile reads it too") from None
     if not _reading_as_made():
         return value
     unset = False  # a compile made it where it was found
@@ -306,6 +317,14 @@ def attribute(obj, name: str, default=ABSENT, unmade=None):
     if not unset:  # in no dict (a module's `__getattr__`, a metaclass's): as getattr has it
         return value
     return default if unmade is None else unmade
+
+
+def _described(obj) -> str:
+    if isinstance(obj, pytypes.ModuleType):
+        return f"module {pytypes.ModuleType.__getattribute__(obj, '__name__')}"
+    if isinstance(obj, type):
+        return f"class {obj.__qualname__}"
+    return f"a {type(obj).__qualname__}"
 
 
 def _homes(obj):

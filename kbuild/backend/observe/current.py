@@ -55,7 +55,10 @@ class Current:
         # Keyed again once a compile filled state in (`keying.made`): read as the program
         # made it, and what filled it handed on.
         with made.touches() as touched:
-            digest = self._digest(kind, name)
+            try:
+                digest = self._digest(kind, name)
+            except KeyingError as exc:  # reading it ran the program's code, which raised
+                digest = f"{UNKEYABLE}: {exc}"
         self._memo[key] = (digest, now, frozenset(touched))
         return digest
 
