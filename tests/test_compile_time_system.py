@@ -1519,3 +1519,40 @@ def test_code_python_runs_on_a_module_numba_types_is_keyed(tmp_path, hook):
     assert _artifacts(mended) == _artifacts(first)
     lazy.write_text(text + "# a comment, and a name nobody reads\nUNREAD = 3\n")
     assert _with_status(build(project, store), "cached") == {"k_lazy"}
+
+
+LAZY_SCALE_KERNELS = '''\
+from numba import cuda
+
+import lazy
+
+
+@cuda.jit
+def scale(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i] * lazy.FACTOR
+'''
+
+
+def test_zero_config_keys_the_code_python_runs_on_a_module_numba_types(tmp_path):
+    """Under `kbuild.enable()`, a kernel that reads a module with its own `__getattr__`:
+    served warm while that code is unchanged; once it raises another error, not served
+    (numba refuses, and so does the launch); mended, served again, the same binary."""
+    from zeroconf_support import run, write_program
+
+    hook = MODULE_HOOKS["module-getattr"]
+    root = write_program(tmp_path / "prog", kernels=LAZY_SCALE_KERNELS, lazy=hook)
+    store = {"store": str(tmp_path / "store")}
+    first = run(root, "kbuild", ("scale",), enable=store)
+    assert first["counts"] == {"built": 1, "served": 1}, first
+    warm = run(root, "kbuild", ("scale",), enable=store)
+    assert warm["nvvm"] == 0 and warm["loads"] == first["loads"]
+    (root / "lazy.py").write_text(hook.replace("raise AttributeError(name)",
+                                               "raise LookupError(name)"))
+    refused = run(root, "kbuild", ("scale",), enable=store, check=False)
+    assert refused["returncode"] != 0 and "LookupError: _numba_type_" in refused["stderr"], \
+        refused
+    (root / "lazy.py").write_text(hook)
+    mended = run(root, "kbuild", ("scale",), enable=store)
+    assert mended["nvvm"] == 0 and mended["loads"] == first["loads"]
