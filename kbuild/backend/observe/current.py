@@ -130,42 +130,35 @@ class Current:
         if found is _ABSENT:
             return MISSING
         if kind in (Kind.READ, Kind.GLOBAL) and isinstance(found, pytypes.ModuleType):
-            hooks = self._module_hooks(found)
-            if hooks:
-                return hooks if isinstance(hooks, str) else digest_of((
-                    "module", pytypes.ModuleType.__getattribute__(found, "__name__"), hooks))
+            with_hooks = self._module_with_hooks(found)
+            if with_hooks is not None:
+                return with_hooks
         if kind is Kind.READ:
             return self._read_digest(module_name, found)
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
         return self._function_digest(kind, name, found)
 
-    def _module_hooks(self, module) -> tuple | str:
-        """The project's code that Python runs on a module numba types or code reads:
-        its own `__getattr__` and `__dir__` (PEP 562: `getattr(mod, "_numba_type_",
+    def _module_with_hooks(self, module) -> str | None:
+        """A module numba types or code reads, with the project's code that Python runs on
+        it: its own `__getattr__` and `__dir__` (PEP 562: `getattr(mod, "_numba_type_",
         None)`, numba's first question of any global, runs the former, and what it raises
         or returns decides the compile), and its class where that is a project's (a
-        module whose class was swapped for one with properties). Each by content, as
-        (hook, digest); () for a module with none (keyed by its name, as ever); a string,
-        the first unkeyable one's digest."""
-        if is_library(pytypes.ModuleType.__getattribute__(module, "__name__")):
-            return ()
+        module whose class was swapped for one with properties), each digested as a read
+        of it is. None for a module with none: keyed by its name, as ever."""
+        name = pytypes.ModuleType.__getattribute__(module, "__name__")
+        if is_library(name):
+            return None
         namespace = pytypes.ModuleType.__getattribute__(module, "__dict__")
-        hooks = []
-        for hook in ("__getattr__", "__dir__"):
-            if hook in namespace:
-                hooks.append((hook, self._hook_digest(namespace[hook])))
+        hooks = [(hook, self._read_digest(name, namespace[hook]))
+                 for hook in ("__getattr__", "__dir__") if hook in namespace]
         own = next(c for c in type(module).__mro__ if not _is_kbuild(c.__module__))
         if own is not pytypes.ModuleType and not is_library(own.__module__):
-            hooks.append(("class", self._code_digest(own)))
+            hooks.append(("class", self._read_digest(name, own)))
+        if not hooks:
+            return None
         bad = [d for _, d in hooks if d.startswith(UNKEYABLE)]
-        return bad[0] if bad else tuple(hooks)
-
-    def _hook_digest(self, value) -> str:
-        value = cache_unwrapped(value)
-        if isinstance(value, (pytypes.FunctionType, type)) and not is_library(value.__module__):
-            return self._code_digest(value)
-        return value_digest(value, ALL_OBJECTS)
+        return bad[0] if bad else digest_of(("module", name, tuple(hooks)))
 
     def _module_digest(self, name: str) -> str:
         """Where the import system finds module `name` now: the module loaded, else the
