@@ -30,6 +30,13 @@ TARGETS = frozenset({"k_declared", "k_linked", "k_jitable", "k_overload_options"
 
 _JIT, _LOWER, _MODELS = "sp/jit.py", "sp/ext/lowering.py", "sp/ext/models.py"
 
+def _appended(path: str, text: str):
+    def edit(root: Path) -> None:
+        target = root / path
+        target.write_text(target.read_text() + "\n" + text)
+    return edit
+
+
 CASES = [
     # Headers NVRTC finds through its include path (NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS):
     # the angle form, a quoted one in a subfolder of the path, one included by a header,
@@ -81,9 +88,17 @@ CASES = [
          replace("sp/ext/typer.py", "signature(types.float32, span)",
                  "signature(types.float64, span)"),
          {"k_span_sum"}),
-    case("lowering-reading-a-value-with-no-content-form",
+    case("lowering-reading-an-llvmlite-type",
          replace("sp/ext/raw.py", "F32 = ir.FloatType()", "F32 = ir.DoubleType()"),
          {"k_span_top"}),
+    # That value set from another module's code (its own module's source unchanged): by
+    # what it is, an llvmlite type by its LLVM text; set again to an equal one, by nothing.
+    case("lowering-value-with-no-content-form-set-from-another-module",
+         _appended("sp/kernels.py", "import sp.ext.raw as _r\n_r.F32 = _r.ir.DoubleType()\n"),
+         {"k_span_top"}),
+    case("lowering-value-set-again-to-an-equal-one",
+         _appended("sp/kernels.py", "import sp.ext.raw as _r\n_r.F32 = _r.ir.FloatType()\n"),
+         set()),
     # The extension's Python class is keyed by what it holds, its typing and lowering by
     # what each compile looked up: a host helper beside it is no input.
     case("host-helper-beside-the-extension-class",

@@ -11,12 +11,33 @@ implements the same interface in a module of its own and hands it to the `Keyer`
 
 from __future__ import annotations
 
+import sys
 import types as pytypes
 
 from numba.core import types as nbtypes
 
 from ..keying.interfaces import DeclaredFunction, Function, LinkedCode, Role
+from ..keying.values import add_value_form
 from .compiletime import frozen_defaults, with_compile_time
+
+
+def llvm_ir_form(value) -> tuple | None:
+    """An llvmlite IR type or constant (`F32 = ir.FloatType()`, read by a lowering
+    function) by its LLVM text, which is all it is: an identified struct with its body.
+    None for anything else (llvmlite not loaded: no value is one of its)."""
+    ir = sys.modules.get("llvmlite.ir")
+    if ir is None:
+        return None
+    if isinstance(value, ir.IdentifiedStructType):
+        return ("llvm-type", "identified", value.get_declaration())
+    if isinstance(value, ir.Type):
+        return ("llvm-type", str(value))
+    if isinstance(value, ir.Constant):
+        return ("llvm-constant", str(value))
+    return None
+
+
+add_value_form(llvm_ir_form)
 
 
 class NumbaCudaObjects:

@@ -103,7 +103,23 @@ def canonical(value):
             + _enum_typing(value)
     if isinstance(value, pytypes.ModuleType):
         return ("module", value.__name__)
+    for form in _COMPILER_FORMS:
+        found = form(value)
+        if found is not None:
+            return found
     raise Unencodable(value)
+
+
+# Content forms of a compiler's own values (an llvmlite IR type a lowering function reads),
+# each a function from a value to its form or None: added by the backend that knows them
+# (`add_value_form`), so keying names no compiler's internals.
+_COMPILER_FORMS: list = []
+
+
+def add_value_form(form) -> None:
+    """Key the values `form(value)` gives a form (a tuple of encodable parts) for by it."""
+    if form not in _COMPILER_FORMS:
+        _COMPILER_FORMS.append(form)
 
 
 def _content_digest(value) -> str | None:

@@ -280,8 +280,9 @@ class Current:
     def _compile_time_digest(self, kind: Kind, name: str, func) -> str:
         """A function numba runs while it compiles (a typing function, a lowering
         implementation, a data model's method) by its key tree; where that holds a value
-        with no content form (an llvmlite type made at import, `F32 = ir.FloatType()`),
-        by its module's source instead: coarser, and still every byte that made it."""
+        with no content form (a C library's object made at import), by its module's
+        source instead: coarser, and every byte that made it unless code elsewhere set it.
+        (An llvmlite type has a content form, its LLVM text: `objectmodel.llvm_ir_form`.)"""
         found = self._function_digest(kind, name, func)
         if not found.startswith(UNKEYABLE) or CHANGED_AFTER_IMPORT in found:
             return found

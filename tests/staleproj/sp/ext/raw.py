@@ -1,5 +1,5 @@
-"""Lowering that reads a value with no content form (an llvmlite type made at import):
-keyed by its module's source."""
+"""Lowering that reads an llvmlite type made at import: keyed by its LLVM text, wherever
+it was set from."""
 
 from llvmlite import ir
 from numba.cuda.cudaimpl import lower_attr
