@@ -337,7 +337,7 @@ SOUNDNESS = [
     case("closure-factory-body", replace("lab/closures.py", "return x * factor", "return factor * x"),
          {"k_double"}, explains={"k_double": "callee lab.closures:make_scaler.<locals>.scale changed (body)"}),
     case("default-argument-value", replace("lab/mathx.py", "delta=1.0", "delta=2.0"),
-         {"k_shift"}, explains={"k_shift": "callee lab.mathx:shift: default delta 1.0 -> 2.0"}),
+         {"k_shift"}, explains={"k_shift": "callee lab.mathx:shift: default #1 1.0 -> 2.0"}),
     case("module-constant", replace("lab/consts.py", "SCALE = 2.5", "SCALE = 3.0"),
          {"k_scale", "k_inner"}, explains={"k_scale": "global consts.SCALE 2.5 -> 3.0",
                                            "k_inner": "global SCALE 2.5 -> 3.0"}),

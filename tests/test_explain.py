@@ -54,7 +54,7 @@ def test_status_names_the_cause(baseline, tmp_path, case):
 EXPLAINED = {
     "callee-in-other-file-body": ("k_sq", ["callee lab.mathx:sq changed (body)"]),
     "callee-chain-leaf": ("k_chain", ["callee lab.vec:axpy2 > callee lab.mathx:twice changed (body)"]),
-    "default-argument-value": ("k_shift", ["callee lab.mathx:shift: default delta 1.0 -> 2.0"]),
+    "default-argument-value": ("k_shift", ["callee lab.mathx:shift: default #1 1.0 -> 2.0"]),
     "module-constant": ("k_scale", ["global consts.SCALE 2.5 -> 3.0"]),
     "closure-factory-argument": ("k_double", [
         "callee lab.closures:make_scaler.<locals>.scale: closure factor 2.0 -> 3.0"]),

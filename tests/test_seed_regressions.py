@@ -89,7 +89,7 @@ def test_kernel_omitting_a_default_argument_builds(baseline):
     assert row["status"] == "built" and row["error"] is None
     inputs = _inputs(store, row["key"])
     assert inputs[("target", "kernel lab.kernels:k_shift", "callee lab.mathx:shift",
-                   "default delta")] == "1.0"
+                   "default #1")] == "1.0"
 
 
 def test_struct_array_keys_are_equal_across_processes(baseline, tmp_path):

@@ -157,7 +157,7 @@ class Keyer:
         keep_positions = keep_names or bool(fn.options.get("lineinfo"))
         elided = returned_functions(py_func.__code__) if selector else frozenset()
         children = [self._body(py_func, keep_positions, keep_names, where,
-                               fn.role is Role.KERNEL, elided)]
+                               self._by_place(fn), elided)]
         children += [self._option(k, v, where) for k, v in sorted(fn.options.items())
                      if k not in _IGNORED_OPTIONS]
         returned = returned_globals(py_func.__code__) if selector else frozenset()
@@ -182,6 +182,23 @@ class Keyer:
             path = _relative_file(py_func)
             children.append(leaf(LabelKind.FILE.label(), path, path))
         return branch(label, name, children)
+
+    def _by_place(self, fn: Function) -> bool:
+        """Whether `fn`'s parameters are keyed by place, not name. A kernel's are: it is
+        launched with positional arguments only. A device function's are where a call
+        that names one can be observed, numba binding it against the function found by
+        its name (`module:qualname` of `Kind.PARAMETERS`): a function that name finds now.
+        Anything else (a closure factory's product, a jitable) keeps its names."""
+        if fn.role is Role.KERNEL:
+            return True
+        if fn.role is not Role.DEVICE:
+            return False
+        py_func = fn.py_func
+        found = _named(sys.modules.get(py_func.__module__), py_func.__qualname__)
+        if found is py_func:
+            return True
+        held = self._objects.function_of(found) if found is not None else None
+        return held is not None and held.py_func is py_func
 
     def attribute_nodes(self, py_func, where: str) -> list[KeyNode]:
         """What the program set on the function object (`helper.scale = 2.0`), by
@@ -233,7 +250,7 @@ class Keyer:
 
     def _body(self, py_func, keep_positions: bool, keep_names: bool, where: str,
               kernel: bool, elided: frozenset = frozenset()) -> KeyNode:
-        # A kernel is launched with positional arguments only: their names are not code.
+        # `kernel`: arguments by place (`_by_place`), their names are not code.
         # "ast1": lines and names kept (debug); "ast1a": lines kept, locals renamed.
         kind = f"ast{int(keep_positions)}{'' if keep_names or not keep_positions else 'a'}" \
                f"{'k' if kernel else ''}"
@@ -636,6 +653,23 @@ def property_form(prop: property, form_of):
     them has no form."""
     parts = tuple(form_of(f) if f else ("none",) for f in (prop.fget, prop.fset, prop.fdel))
     return None if None in parts else ("property",) + parts
+
+
+def _named(module, qualname: str):
+    """What `module`'s namespace holds under `qualname` (through classes), read from the
+    namespaces themselves, so no program code runs; None where nothing is."""
+    value = module
+    for part in qualname.split("."):
+        if isinstance(value, pytypes.ModuleType):
+            space = pytypes.ModuleType.__getattribute__(value, "__dict__")
+        elif isinstance(value, type):
+            space = type.__getattribute__(value, "__dict__")
+        else:
+            return None
+        value = space.get(part)
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+    return value
 
 
 def _identity(py_func, node: KeyNode) -> str:

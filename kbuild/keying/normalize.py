@@ -165,8 +165,9 @@ def normalized_ast(fn: ast.FunctionDef, *, keep_positions: bool, keep_names: boo
     `first_line` is the file line of the source's first line, so kept positions
     are the file positions that end up in the binary's line table. `keep_names`: the
     binary names locals and arguments (debug information), so they are not renamed. With
-    `positional_args` (a kernel: launched with positional arguments only) arguments
-    are renamed by position too.
+    `positional_args` (a kernel: launched with positional arguments only; a device
+    function, whose calls that name a parameter are observed where numba binds them)
+    arguments are renamed by position too.
     `elided`: names of nested functions whose bodies are left out (`elide_bodies`).
     """
     fn = compiled_view(fn)
@@ -256,7 +257,7 @@ def _target_base(target):
 def _without_default_values(args: ast.arguments) -> ast.arguments:
     """`args` with each default expression replaced by a marker.
 
-    Default values are keyed by value (``default NAME``, from ``__defaults__``),
+    Default values are keyed by value (``default #N``, from ``__defaults__``),
     which is what the compiler uses; the expression that made them is not code
     the kernel runs, so `delta=1.0` -> `delta=2.0` shows as a default, not a body change.
     """
@@ -284,7 +285,8 @@ def _alpha_renames(fn: ast.FunctionDef, rename_args: bool = False) -> dict[str, 
     """Locals that are not arguments, numbered in order of first appearance.
 
     Arguments keep their names (callers may pass them by keyword), except with
-    `rename_args`, where they are numbered by position first.
+    `rename_args` (a kernel's; a device function's, whose keyword calls are observed),
+    where they are numbered by position first.
     """
     argnames = {a.arg for a in _all_args(fn.args)}
     candidates = local_names(fn) - argnames

@@ -86,6 +86,10 @@ class Kind(str, enum.Enum):
     # instead that a target read filled exactly the holders the compiles ahead of it in
     # its order fill (`read_in_order`), or compiles it again, in order.
     FILLED = "filled"
+    # module:qualname, a function whose parameters a call named (`dev(x=1)`): numba bound
+    # the call's keywords against its names, which its key (by place) does not hold; by
+    # its parameters' names and kinds, as the function that name finds has them now.
+    PARAMETERS = "parameters"
 
 
 FILLED_DIGEST = digest_of(("filled",))  # the digest of every `Kind.FILLED` observation

@@ -191,18 +191,26 @@ def _is_namespace(value) -> bool:
 
 
 def _defaults(py_func, recorded=None):
+    """(`#N`, value) for each parameter with a default, N its place among the parameters:
+    by place, not name, so renaming a parameter changes no key (a call that names it is
+    observed where numba binds it: `Kind.PARAMETERS`)."""
     code = py_func.__code__
     positional = code.co_varnames[:code.co_argcount]
+    named = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+    def place(name):
+        return f"#{named.index(name)}" if name in named else name
+
     if recorded is not None:  # the compiler's record: positional in order, then by name
-        yield from ((n, recorded[n]) for n in positional if n in recorded)
-        yield from sorted(((n, v) for n, v in recorded.items() if n not in positional),
+        yield from ((place(n), recorded[n]) for n in positional if n in recorded)
+        yield from sorted(((place(n), v) for n, v in recorded.items() if n not in positional),
                           key=lambda item: item[0])
         return
     for name, value in zip(positional[len(positional) - len(py_func.__defaults__ or ()):],
                            py_func.__defaults__ or ()):
-        yield name, value
+        yield place(name), value
     for name, value in sorted((py_func.__kwdefaults__ or {}).items()):
-        yield name, value
+        yield place(name), value
 
 
 def function_def(sources: Sources, py_func):

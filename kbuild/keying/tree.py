@@ -6,11 +6,12 @@ digest of a `KeyNode` tree, each node labelled by its `LabelKind`:
 
 - ``kernel MOD:QUALNAME`` - the kernel function:
   - ``body``: its normalized AST (see `normalize`), positions only with lineinfo/debug,
-    local names only with debug, and its bytecode without positions, local names or
-    docstring (what numba compiles; see `bytecode`);
+    local names only with debug (a kernel's or device function's parameters by place:
+    a call naming one is observed, `observed.Kind.PARAMETERS`), and its bytecode
+    without positions, local names or docstring (what numba compiles; see `bytecode`);
   - ``option NAME``: every decorator option (fastmath, opt, lineinfo, debug,
     max_registers, launch_bounds, lto, link files by content, ...);
-  - ``global NAME`` / ``closure NAME`` / ``default NAME`` / ``builtin NAME``: the values
+  - ``global NAME`` / ``closure NAME`` / ``default #N`` / ``builtin NAME``: the values
     it reads (numbers, strings, tuples, numpy arrays and scalars, dtypes, numba types,
     enums, records field by field; library functions and numba's objects by
     qualified name, other libraries' constants by value); only names read by
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 
 from .encode import digest_of
 
-KEY_SCHEMA = 9  # 2: callee bindings, bytecode fingerprints, record fields with offsets
+KEY_SCHEMA = 10  # 2: callee bindings, bytecode fingerprints, record fields with offsets
 #                3: symbol numbers from identity (separately compiled objects)
 #                4: floats by bit pattern; sets, dicts, functions in containers; no
 #                   annotations, dead branches or kernel argument names; builtins set
@@ -78,6 +79,9 @@ KEY_SCHEMA = 9  # 2: callee bindings, bytecode fingerprints, record fields with 
 #                   `get_lto_ptx`), not NVVM's PTX before it, also when it links files
 #                   or cudadevrt (NVVM's PTX gave a device newer than its arch a
 #                   fastmath kernel's `.ftz` in the PTX fallback)
+#               10: a device function's parameters by place, as a kernel's: renaming one
+#                   changes no key; a call that names one (`dev(x=1)`) is observed where
+#                   numba binds it (`Kind.PARAMETERS`), and a default by its place
 
 
 class LabelKind(str, enum.Enum):
@@ -98,7 +102,7 @@ class LabelKind(str, enum.Enum):
     OPTION = "option"  # option NAME
     GLOBAL = "global"  # global NAME (dotted: a module attribute read through the module)
     CLOSURE = "closure"  # closure NAME
-    DEFAULT = "default"  # default NAME
+    DEFAULT = "default"  # default #N, N the parameter's place (never its name)
     BUILTIN = "builtin"  # builtin NAME: a name the program put into builtins
     ATTRIBUTE = "attribute"  # attribute NAME: one set on the function object itself
     FILE = "file"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import inspect
 import importlib.util
 import os
 import sys
@@ -137,6 +138,8 @@ class Current:
             return self._read_digest(module_name, found)
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
+        if kind is Kind.PARAMETERS:
+            return _parameters_digest(found)
         return self._function_digest(kind, name, found)
 
     def _module_with_hooks(self, module) -> str | None:
@@ -415,6 +418,20 @@ def _module(module_name: str):
         except Exception:  # noqa: BLE001 - a module that no longer imports names nothing
             return None
     return module
+
+
+def _parameters_digest(found) -> str:
+    """The names and kinds of the parameters of the function `found` is (or compiles)."""
+    held = ALL_OBJECTS.function_of(found)
+    func = held.py_func if held is not None else found
+    code = getattr(func, "__code__", None)
+    if not isinstance(func, pytypes.FunctionType) or code is None:
+        return digest_of(("parameters", "not a function"))
+    try:
+        shown = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError) as exc:
+        return f"{UNKEYABLE}: the parameters of {func.__qualname__} ({exc})"
+    return digest_of(("parameters", tuple((p.name, p.kind.name) for p in shown)))
 
 
 def _resolve(module_name: str, path: str):

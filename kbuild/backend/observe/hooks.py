@@ -132,9 +132,14 @@ def _hooks(observer: Observer, front_end: FrontEnd):
         # its import, unobserved, and numba never compiles it again: its code is made
         # once more here, observed (the same code from the same values in this process),
         # so what its compile read is in every key it is linked into.
+        # A call that names parameters (`dev(x=1)`, `get_call_template(args, kws)`) is
+        # bound against the function's names here: they are observed.
         def hooked(self, *args, **kws):
             if not getattr(self, "_can_compile", True) and not _library_code(self):
                 _compile_eager_again(self, *front_end.eager_compile)
+            named = args[1] if len(args) > 1 else kws.get("kws")
+            if named:
+                observer.parameters(self.py_func)
             return original(self, *args, **kws)
         return hooked
 

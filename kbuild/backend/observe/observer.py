@@ -157,6 +157,15 @@ class Observer:
         qualname = func.__qualname__ if kind is not Kind.FUNCTION else _interpreted_name(func)
         self.add(kind, f"{module}:{qualname}")
 
+    def parameters(self, func) -> None:
+        """numba bound a call's keywords against `func`'s parameters: their names decide
+        what the call passes where. A function found by its name (`mod:qualname`) only;
+        another's names are in its key (`Keyer._by_place`)."""
+        module = getattr(func, "__module__", None)
+        qualname = getattr(func, "__qualname__", "")
+        if not is_library(module) and "<locals>" not in qualname:
+            self.add(Kind.PARAMETERS, f"{module}:{qualname}")
+
     def typing_function(self, template, kind: Kind) -> None:
         """An `@overload*` / `@intrinsic` template ran: the project functions it runs
         (a `register_jitable` function through numba's wrapper, too), by name; their

@@ -1,0 +1,23 @@
+"""Device functions called by place, by name, with a default omitted, and by another."""
+
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def lin(a, b):
+    return a * 2.0 + b
+
+
+@cuda.jit(device=True)
+def pos(u, v):
+    return u - v * 0.5
+
+
+@cuda.jit(device=True)
+def off(a, d=1.0):
+    return a + d
+
+
+@cuda.jit(device=True)
+def mid(a):
+    return lin(b=a, a=1.0)
