@@ -374,6 +374,28 @@ def test_a_read_that_runs_program_code_which_raises_fails_its_target_alone(
     assert "LookupError: GAIN" in bad["error"]
 
 
+def test_a_read_through_raising_code_of_a_module_beside_the_project_fails_its_target_alone(
+        tmp_path, store, run_kbuild):
+    """The same through a module that is not the project's (a package beside it on
+    PYTHONPATH, followed by value): a clear error for that target, never internal."""
+    root = write_project(tmp_path / "project", '[project]\nname = "p"\narch = ["sm_80"]\n\n'
+                         f'[kernels."pkg.readers:k_lazy"]\n{SIG}\n\n' + GOOD_TABLE)
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    (vendor / "lazyvendor.py").write_text(READS_THROUGH_RAISING_CODE["lazy.py"])
+    (root / "pkg" / "readers.py").write_text(
+        READS_THROUGH_RAISING_CODE["readers.py"].replace("from pkg import lazy",
+                                                         "import lazyvendor as lazy"))
+    done = run_kbuild("build", "--json", "-k", cwd=root, store=store,
+                      env={"PYTHONPATH": str(vendor)})
+    assert done.returncode == 1, done.stderr
+    rows = _by_target(done)
+    assert rows["pkg.mod:k"]["status"] == "built"
+    bad = rows["pkg.readers:k_lazy"]
+    assert bad["status"] == "failed" and "internal error" not in bad["error"], bad["error"]
+    assert "reading 'GAIN' of module lazyvendor" in bad["error"], bad["error"]
+
+
 LINKS_CUDA_C_WITHOUT_LTO = '''import os
 
 from numba import cuda

@@ -129,14 +129,14 @@ def _resolve_chain(chain, value, sources: Sources, objects: ObjectModel):
         if isinstance(value, pytypes.ModuleType) and chain[i] == "__dict__":
             return ".".join(chain[:i]), value
         if isinstance(value, pytypes.ModuleType) and not sources.is_project_module(value.__name__) \
-                and _by_name(value.__name__, getattr(value, chain[i], None), objects):
+                and _by_name(value.__name__, made.attribute(value, chain[i], None), objects):
             return ".".join(chain), LibraryRef(value.__name__, ".".join(chain[i:]))
         value = made.attribute(value, chain[i], _MISSING)
         i += 1
     if value is _MISSING:
         return ".".join(chain[:i]), ("missing attribute", ".".join(chain[:i]))
     if i < len(chain) and chain[i] == "__globals__" and \
-            isinstance(getattr(value, "__globals__", None), dict):
+            isinstance(made.attribute(value, "__globals__", None), dict):
         return ".".join(chain[:i + 1]), RawNamespace(".".join(chain[:i + 1]))
     return ".".join(chain[:i]), value
 
