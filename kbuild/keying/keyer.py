@@ -194,7 +194,11 @@ class Keyer:
         if fn.role is not Role.DEVICE:
             return False
         py_func = fn.py_func
-        found = _named(sys.modules.get(py_func.__module__), py_func.__qualname__)
+        module = sys.modules.get(py_func.__module__)
+        if not isinstance(module, pytypes.ModuleType) or \
+                py_func.__globals__ is not pytypes.ModuleType.__getattribute__(module, "__dict__"):
+            return False  # made in a namespace of its own (`exec`): no name finds it again
+        found = _named(py_func)
         if found is py_func:
             return True
         held = self._objects.function_of(found) if found is not None else None
@@ -655,23 +659,6 @@ def property_form(prop: property, form_of):
     return None if None in parts else ("property",) + parts
 
 
-def _named(module, qualname: str):
-    """What `module`'s namespace holds under `qualname` (through classes), read from the
-    namespaces themselves, so no program code runs; None where nothing is."""
-    value = module
-    for part in qualname.split("."):
-        if isinstance(value, pytypes.ModuleType):
-            space = pytypes.ModuleType.__getattribute__(value, "__dict__")
-        elif isinstance(value, type):
-            space = type.__getattribute__(value, "__dict__")
-        else:
-            return None
-        value = space.get(part)
-        if isinstance(value, (staticmethod, classmethod)):
-            value = value.__func__
-    return value
-
-
 def _identity(py_func, node: KeyNode) -> str:
     """What tells one function from another, whatever its body: its qualified name and the
     values it closes over or takes as defaults (a closure factory's products differ)."""
@@ -757,12 +744,18 @@ def _disambiguate(refs) -> list[KeyNode]:
 def _found_by_name(func) -> bool:
     """Whether `func` is what its qualified name finds in its module's namespace (a
     module-level function, a class's function or static method)."""
+    return _named(func) is func
+
+
+def _named(func):
+    """What `func`'s qualified name finds in its module's namespace, through classes (a
+    dispatcher made of it, say), read from the namespaces; None where nothing is."""
     first, *rest = func.__qualname__.split(".")
     value = func.__globals__.get(first)
     for part in rest:
         value = vars(value).get(part) if isinstance(value, type) else None
         value = getattr(value, "__func__", value) if isinstance(value, staticmethod) else value
-    return value is func
+    return value
 
 
 def _key_text(key) -> str:
