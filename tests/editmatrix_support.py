@@ -181,6 +181,19 @@ def artifacts(result: dict) -> dict:
             for r in result["targets"]}
 
 
+def assert_matches_fresh(incremental: dict, fresh: dict, rebuilt) -> tuple[dict, dict]:
+    """An incremental build against a fresh one of the same checkout: both build every
+    target, none is `cached` with bytes the fresh build does not make, and exactly
+    `rebuilt` (short names) were built. Their artifacts, (incremental, fresh)."""
+    assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0, \
+        [r["error"] for r in incremental["targets"] + fresh["targets"] if r.get("error")]
+    now, clean = artifacts(incremental), artifacts(fresh)
+    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
+    assert not stale, f"stale binaries served for {sorted(stale)}"
+    assert with_status(incremental, "built") == set(rebuilt)
+    return now, clean
+
+
 def fresh_checkout(source: Path, where: Path, name: str = "proj") -> Path:
     """A copy of the project folder `source` at `where/name` (its path), without bytecode
     caches: a case's edit must be read from source, never met by a stale .pyc."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, build, case, copy_tree, edits, fresh_checkout, matrix_baseline, reference,
+    artifacts, assert_matches_fresh, build, case, copy_tree, edits, fresh_checkout, matrix_baseline, reference,
     replace, with_status,
 )
 
@@ -154,11 +154,7 @@ def test_incremental_matches_fresh(baseline, work, tmp_path, the_case):
     the_case.apply(project)
     incremental = build(project, tmp_path / "store", env_extra=_env(project))
     fresh = reference(project, tmp_path / "fresh-store", env_extra=_env(project))
-    assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0
-    now, clean = artifacts(incremental), artifacts(fresh)
-    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
-    assert not stale, f"stale binaries served for {sorted(stale)}"
-    assert with_status(incremental, "built") == the_case.rebuilt
+    _, clean = assert_matches_fresh(incremental, fresh, the_case.rebuilt)
     changed = {t for t, arts in artifacts(first).items() if arts != clean[t]}
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
     if the_case.rebuilt:
