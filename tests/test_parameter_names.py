@@ -3,7 +3,8 @@
 numba binds `lin(a=x, b=y)` against `lin`'s names; a call by place never reads them. So a
 device function's parameters are keyed by place (as a kernel's are), and a call that
 names one is observed where numba binds it (`Kind.PARAMETERS`), wherever that call is: a
-kernel, another device function, an @overload implementation. Renaming parameters
+kernel, another device function, an @overload implementation, of a function its module
+finds by name or of a closure factory's product. Renaming parameters
 rebuilds exactly the targets whose calls name them; tests/paramproj holds one of each.
 Each case edits a copy, builds it against a copy of the baseline store and freshly into
 an empty one: no target is `cached` with bytes the fresh build does not make, and the
@@ -25,7 +26,7 @@ from editmatrix_support import (
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "paramproj"
-TARGETS = frozenset({"k_pos", "k_kw", "k_def", "k_mid", "k_ol"})
+TARGETS = frozenset({"k_pos", "k_kw", "k_def", "k_mid", "k_ol", "k_fac_pos", "k_fac_kw"})
 _DEV = "pp/dev.py"
 
 CASES = [
@@ -41,6 +42,13 @@ CASES = [
     case("parameters-swapped-callers-by-name",
          replace(_DEV, "def lin(a, b):\n    return a * 2.0 + b",
                  "def lin(b, a):\n    return b * 2.0 + a"), {"k_kw", "k_mid", "k_ol"}),
+    # A closure factory's products, whose names are their code's, found in the factory's.
+    case("factory-product-parameters-renamed-callers-by-place",
+         replace(_DEV, "def offset(u):\n        return u + delta",
+                 "def offset(t):\n        return t + delta"), set()),
+    case("factory-product-parameters-swapped-callers-by-name",
+         replace(_DEV, "def scaled(v, w):\n        return v * factor + w",
+                 "def scaled(w, v):\n        return w * factor + v"), {"k_fac_kw"}),
     case("keyword-call-in-an-overload-implementation",
          replace("pp/ol.py", "return lin(a=a, b=b)", "return lin(b=a, a=b)"), {"k_ol"}),
 ]

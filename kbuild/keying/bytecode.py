@@ -569,3 +569,30 @@ def returned_globals(code) -> frozenset:
     for chain, _, _, last, then in _chain_loads(ins):
         (returned if _plain(last) and then[OPNAME] == "RETURN_VALUE" else kept).add(chain)
     return frozenset(returned - kept)
+
+
+def nested_code(code, path: str):
+    """The code object of the function `path` names inside the one `code` is (`inner`,
+    or `inner.<locals>.deeper`, as a qualified name goes on past `.<locals>.`), or None
+    where no such function, or more than one, is defined there."""
+    for part in path.split(".<locals>."):
+        found = [c for c in code.co_consts
+                 if isinstance(c, pytypes.CodeType) and c.co_name == part]
+        if len(found) != 1:
+            return None
+        code = found[0]
+    return code
+
+
+def parameters_form(code) -> tuple:
+    """A function's parameters as a call binds them: their names in order, and how many
+    are positional-only, positional and keyword-only, and whether `*args` and `**kw`
+    take the rest."""
+    flags = code.co_flags
+    star, stars = bool(flags & _CO_VARARGS), bool(flags & _CO_VARKEYWORDS)
+    count = code.co_argcount + code.co_kwonlyargcount + star + stars
+    return ("parameters", tuple(code.co_varnames[:count]), code.co_posonlyargcount,
+            code.co_argcount, code.co_kwonlyargcount, star, stars)
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08  # inspect.CO_VARARGS, inspect.CO_VARKEYWORDS

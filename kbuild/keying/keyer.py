@@ -18,7 +18,8 @@ from pathlib import PurePath
 from . import made, normalize
 from ..environ import WatchedEnviron
 from ..errors import KeyingError
-from .bytecode import code_canonical, code_fingerprint, returned_functions, returned_globals
+from .bytecode import code_canonical, code_fingerprint, nested_code, returned_functions, \
+    returned_globals
 from .encode import Unencodable, digest_of, encode
 from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
 from .references import LibraryRef, RawNamespace, function_def, referenced_values, remembered
@@ -187,8 +188,9 @@ class Keyer:
         """Whether `fn`'s parameters are keyed by place, not name. A kernel's are: it is
         launched with positional arguments only. A device function's are where a call
         that names one can be observed, numba binding it against the function found by
-        its name (`module:qualname` of `Kind.PARAMETERS`): a function that name finds now.
-        Anything else (a closure factory's product, a jitable) keeps its names."""
+        its name (`module:qualname` of `Kind.PARAMETERS`): a function that name finds now,
+        or a factory's product whose code that name finds in the factory's. Anything else
+        (a jitable, a function made by `exec`, one of two lambdas) keeps its names."""
         if fn.role is Role.KERNEL:
             return True
         if fn.role is not Role.DEVICE:
@@ -198,11 +200,18 @@ class Keyer:
         if not isinstance(module, pytypes.ModuleType) or \
                 py_func.__globals__ is not pytypes.ModuleType.__getattribute__(module, "__dict__"):
             return False  # made in a namespace of its own (`exec`): no name finds it again
-        found = _named(py_func)
-        if found is py_func:
-            return True
-        held = self._objects.function_of(found) if found is not None else None
-        return held is not None and held.py_func is py_func
+        outer, local, inner = py_func.__qualname__.partition(".<locals>.")
+        found = self._plain_function(_named(py_func, outer))
+        if local:  # a factory's product: its code, found in the factory's by its name
+            return found is not None and nested_code(found.__code__, inner) is py_func.__code__
+        return found is py_func
+
+    def _plain_function(self, value):
+        """The Python function `value` is or compiles (a dispatcher's), or None."""
+        if isinstance(value, pytypes.FunctionType):
+            return value
+        held = self._objects.function_of(value) if value is not None else None
+        return held.py_func if held is not None else None
 
     def attribute_nodes(self, py_func, where: str) -> list[KeyNode]:
         """What the program set on the function object (`helper.scale = 2.0`), by
@@ -744,13 +753,13 @@ def _disambiguate(refs) -> list[KeyNode]:
 def _found_by_name(func) -> bool:
     """Whether `func` is what its qualified name finds in its module's namespace (a
     module-level function, a class's function or static method)."""
-    return _named(func) is func
+    return _named(func, func.__qualname__) is func
 
 
-def _named(func):
-    """What `func`'s qualified name finds in its module's namespace, through classes (a
-    dispatcher made of it, say), read from the namespaces; None where nothing is."""
-    first, *rest = func.__qualname__.split(".")
+def _named(func, qualname: str):
+    """What `qualname` finds in `func`'s module namespace, through classes (a dispatcher
+    made of `func`, say), read from the namespaces; None where nothing is."""
+    first, *rest = qualname.split(".")
     value = func.__globals__.get(first)
     for part in rest:
         value = vars(value).get(part) if isinstance(value, type) else None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import importlib
-import inspect
 import importlib.util
 import os
 import sys
@@ -20,7 +19,7 @@ import types as pytypes
 from pathlib import Path
 
 from ...errors import CHANGED_AFTER_IMPORT, KeyingError
-from ...keying.bytecode import code_fingerprint, returned_functions
+from ...keying.bytecode import code_fingerprint, nested_code, parameters_form, returned_functions
 from ...keying import made
 from ...keying.keyer import Keyer, property_form, qualified_name
 from ...keying.tree import LabelKind, leaf
@@ -120,6 +119,8 @@ class Current:
         if kind in (Kind.TYPING, Kind.LOWERING):
             return self._registrations_digest(kind, name)
         module_name, _, path = name.partition(":")
+        if kind is Kind.PARAMETERS:
+            return _parameters_digest(module_name, path)
         if kind is Kind.FUNCTION and ".<locals>." in path:
             return self._returned_digest(name, module_name, path)
         if kind in (Kind.READ, Kind.GLOBAL) and \
@@ -138,8 +139,6 @@ class Current:
             return self._read_digest(module_name, found)
         if kind is Kind.GLOBAL:
             return value_digest(found, ALL_OBJECTS)
-        if kind is Kind.PARAMETERS:
-            return _parameters_digest(found)
         return self._function_digest(kind, name, found)
 
     def _module_with_hooks(self, module) -> str | None:
@@ -420,18 +419,18 @@ def _module(module_name: str):
     return module
 
 
-def _parameters_digest(found) -> str:
-    """The names and kinds of the parameters of the function `found` is (or compiles)."""
-    held = ALL_OBJECTS.function_of(found)
+def _parameters_digest(module_name: str, path: str) -> str:
+    """The parameters (`bytecode.parameters_form`) of the function `module:path` finds
+    now: a function, the one a dispatcher compiles, or a factory's product, whose code
+    the factory's holds (`outer.<locals>.inner`: every product's names are its)."""
+    outer_name, local, inner = path.partition(".<locals>.")
+    found = _resolve(module_name, outer_name)
+    held = ALL_OBJECTS.function_of(found) if found is not _ABSENT else None
     func = held.py_func if held is not None else found
-    code = getattr(func, "__code__", None)
-    if not isinstance(func, pytypes.FunctionType) or code is None:
-        return digest_of(("parameters", "not a function"))
-    try:
-        shown = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError) as exc:
-        return f"{UNKEYABLE}: the parameters of {func.__qualname__} ({exc})"
-    return digest_of(("parameters", tuple((p.name, p.kind.name) for p in shown)))
+    if not isinstance(func, pytypes.FunctionType):
+        return MISSING
+    code = nested_code(func.__code__, inner) if local else func.__code__
+    return MISSING if code is None else digest_of(parameters_form(code))
 
 
 def _resolve(module_name: str, path: str):

@@ -159,12 +159,11 @@ class Observer:
 
     def parameters(self, func) -> None:
         """numba bound a call's keywords against `func`'s parameters: their names decide
-        what the call passes where. A function found by its name (`mod:qualname`) only;
-        another's names are in its key (`Keyer._by_place`)."""
+        what the call passes where (by `mod:qualname`; one no name finds digests as
+        missing, and its key holds its names: `Keyer._by_place`)."""
         module = getattr(func, "__module__", None)
-        qualname = getattr(func, "__qualname__", "")
-        if not is_library(module) and "<locals>" not in qualname:
-            self.add(Kind.PARAMETERS, f"{module}:{qualname}")
+        if not is_library(module):
+            self.add(Kind.PARAMETERS, f"{module}:{func.__qualname__}")
 
     def typing_function(self, template, kind: Kind) -> None:
         """An `@overload*` / `@intrinsic` template ran: the project functions it runs

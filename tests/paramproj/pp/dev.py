@@ -21,3 +21,23 @@ def off(a, d=1.0):
 @cuda.jit(device=True)
 def mid(a):
     return lin(b=a, a=1.0)
+
+
+def make_scaled(factor):
+    @cuda.jit(device=True)
+    def scaled(v, w):
+        return v * factor + w
+
+    return scaled
+
+
+def make_offset(delta):
+    @cuda.jit(device=True)
+    def offset(u):
+        return u + delta
+
+    return offset
+
+
+scaled2 = make_scaled(2.0)
+offset3 = make_offset(3.0)

@@ -1,6 +1,6 @@
 from numba import cuda
 
-from pp.dev import lin, mid, off, pos
+from pp.dev import lin, mid, off, offset3, pos, scaled2
 from pp.ol import helper
 
 
@@ -27,3 +27,13 @@ def k_mid(x):
 @cuda.jit
 def k_ol(x):
     x[0] = helper(x[0], x[1])
+
+
+@cuda.jit
+def k_fac_pos(x):
+    x[0] = scaled2(x[0], x[1]) + offset3(x[1])
+
+
+@cuda.jit
+def k_fac_kw(x):
+    x[0] = scaled2(w=x[0], v=x[1])
