@@ -26,7 +26,8 @@ from editmatrix_support import (
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "paramproj"
-TARGETS = frozenset({"k_pos", "k_kw", "k_def", "k_mid", "k_ol", "k_fac_pos", "k_fac_kw"})
+TARGETS = frozenset({"k_pos", "k_kw", "k_def", "k_mid", "k_ol", "k_fac_pos", "k_fac_kw",
+                     "k_inline"})
 _DEV = "pp/dev.py"
 
 CASES = [
@@ -49,6 +50,11 @@ CASES = [
     case("factory-product-parameters-swapped-callers-by-name",
          replace(_DEV, "def scaled(v, w):\n        return v * factor + w",
                  "def scaled(w, v):\n        return w * factor + v"), {"k_fac_kw"}),
+    # Inlined into its caller's IR (inline="always"): numba binds the keywords there, and
+    # no call template sees them, so such a function keeps its names in its key.
+    case("inlined-device-function-parameters-swapped",
+         replace(_DEV, "def lin_inline(a, b):\n    return a * 2.0 + b",
+                 "def lin_inline(b, a):\n    return b * 2.0 + a"), {"k_inline"}),
     case("keyword-call-in-an-overload-implementation",
          replace("pp/ol.py", "return lin(a=a, b=b)", "return lin(b=a, a=b)"), {"k_ol"}),
 ]

@@ -189,11 +189,15 @@ class Keyer:
         launched with positional arguments only. A device function's are where a call
         that names one can be observed, numba binding it against the function found by
         its name (`module:qualname` of `Kind.PARAMETERS`): a function that name finds now,
-        or a factory's product whose code that name finds in the factory's. Anything else
-        (a jitable, a function made by `exec`, one of two lambdas) keeps its names."""
+        or a factory's product whose code that name finds in the factory's, compiled apart
+        (not inlined into its callers' IR). Anything else (a jitable, a function made by
+        `exec`, one of two lambdas) keeps its names."""
         if fn.role is Role.KERNEL:
             return True
-        if fn.role is not Role.DEVICE:
+        if not _compiled_apart(fn):
+            # A jitable, or a device function numba inlines into its caller's IR (inline=
+            # "always"): that binds a call's keywords itself (no dispatcher's call template
+            # sees them), and a debug caller's information names the inlined parameters.
             return False
         py_func = fn.py_func
         module = sys.modules.get(py_func.__module__)

@@ -41,3 +41,8 @@ def make_offset(delta):
 
 scaled2 = make_scaled(2.0)
 offset3 = make_offset(3.0)
+
+
+@cuda.jit(device=True, inline="always")
+def lin_inline(a, b):
+    return a * 2.0 + b

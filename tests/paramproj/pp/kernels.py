@@ -1,6 +1,6 @@
 from numba import cuda
 
-from pp.dev import lin, mid, off, offset3, pos, scaled2
+from pp.dev import lin, lin_inline, mid, off, offset3, pos, scaled2
 from pp.ol import helper
 
 
@@ -37,3 +37,8 @@ def k_fac_pos(x):
 @cuda.jit
 def k_fac_kw(x):
     x[0] = scaled2(w=x[0], v=x[1])
+
+
+@cuda.jit
+def k_inline(x):
+    x[0] = lin_inline(a=x[0], b=x[1])
