@@ -459,6 +459,28 @@ def test_ctrl_c_during_a_parallel_build_exits_130_with_the_rows_so_far(tmp_path,
     assert "warning" not in status.stderr
 
 
+def _define_a_class_as_ctrl_c_arrives():
+    class Interrupting:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    type("Defined", (), {"field": Interrupting()})
+
+
+def test_ctrl_c_that_python_wraps_while_a_class_is_defined_exits_130(monkeypatch, capsys):
+    """Python 3.11 hands a Ctrl-C raised inside `__set_name__` (a module defining a
+    dataclass as it imports) on as a RuntimeError whose cause it is: still an interrupt,
+    exit 130, never an internal error (a parallel build interrupted early once said
+    `internal error: RuntimeError: Error calling __set_name__ ...`, exit 2)."""
+    from kbuild.cli import entry
+
+    monkeypatch.setattr(entry, "handler",
+                        lambda run: lambda args, opened: _define_a_class_as_ctrl_c_arrives())
+    assert entry.main(["status", "--json"]) == 130
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["kind"] == "Interrupted" and answer["error"] == "interrupted"
+
+
 # -- gc ------------------------------------------------------------------------------------------
 
 def test_gc_says_when_what_it_may_not_evict_keeps_the_store_over_the_limit(tmp_path, store,

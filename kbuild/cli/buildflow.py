@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from ..model import RowStatus
-from .common import remember
+from .common import interrupted, remember
 from .report import BuildReport, error_location
 
 
@@ -77,7 +77,9 @@ def full_build(args, opened, direct, store, executor, max_size, start) -> int:
         if verifying and not args.read_only:
             rows = project.verify(rows, args.targets, archs, sample=args.verify, jobs=jobs,
                                   target_timeout=args.target_timeout)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
         # Finished rows are committed; what was compiling is dropped, its locks released.
         return report.finish(report.rows, time.perf_counter() - start, interrupted=True)
     evict(project.store, max_size, the_plan, rows)

@@ -20,6 +20,20 @@ class UsageError(KbuildError):
     """The command line itself is wrong (argparse's complaint)."""
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is Ctrl-C as Python hands it on: a KeyboardInterrupt, or one raised
+    inside code Python ran on the way and wrapped in another error whose cause or context
+    it is (Python 3.11 wraps one raised in a class's `__set_name__`, so a Ctrl-C while a
+    module defines a dataclass arrives as a RuntimeError)."""
+    for _ in range(32):  # a chain is short; a cycle in one must not loop
+        if exc is None:
+            return False
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def print_json(obj) -> None:
     json.dump(obj, sys.stdout, indent=1, sort_keys=False)
     sys.stdout.write("\n")

@@ -17,7 +17,7 @@ from .. import __version__
 from ..errors import KbuildError
 from .commands import handler, parser
 from .common import (EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Opened, error, flush_warnings,
-                     print_json, warnings)
+                     interrupted, print_json, warnings)
 
 
 def main(argv=None) -> int:
@@ -49,6 +49,8 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, not a traceback
+        if interrupted(exc):
+            return _fail(args, opened, "interrupted", EXIT_INTERRUPTED, "Interrupted")
         if os.environ.get("KBUILD_TRACEBACK"):
             raise
         return _fail(args, opened, f"internal error: {type(exc).__name__}: {exc} (set "
