@@ -194,6 +194,17 @@ def assert_matches_fresh(incremental: dict, fresh: dict, rebuilt) -> tuple[dict,
     return now, clean
 
 
+def run_case(project: Path, baseline_store: Path, work: Path, case, env=None) -> tuple[dict, dict]:
+    """A matrix case against its baseline: `case` applied to the checkout `project`, built
+    incrementally on a copy of `baseline_store` (at work/store) and fresh into the empty
+    work/fresh-store, both with `env`. Their JSON, (incremental, fresh)."""
+    copy_tree(baseline_store, work / "store")
+    case.apply(project)
+    incremental = build(project, work / "store", env_extra=env)
+    fresh = reference(project, work / "fresh-store", env_extra=env)
+    return incremental, fresh
+
+
 def fresh_checkout(source: Path, where: Path, name: str = "proj") -> Path:
     """A copy of the project folder `source` at `where/name` (its path), without bytecode
     caches: a case's edit must be read from source, never met by a stale .pyc."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, assert_matches_fresh, build, case, copy_tree, fresh_checkout, reference, replace, with_status,
+    artifacts, assert_matches_fresh, build, case, fresh_checkout, replace, run_case, with_status,
 )
 
 PROJECT = Path(__file__).resolve().parent / "cfgproj"
@@ -78,11 +78,7 @@ def test_every_kernel_reading_a_configuration_object_builds(baseline):
 @pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
 def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     where, first = baseline
-    project = _checkout(tmp_path)
-    copy_tree(where / "store", tmp_path / "store")
-    the_case.apply(project)
-    incremental = build(project, tmp_path / "store")
-    fresh = reference(project, tmp_path / "fresh-store")
+    incremental, fresh = run_case(_checkout(tmp_path), where / "store", tmp_path, the_case)
     now, _ = assert_matches_fresh(incremental, fresh, the_case.rebuilt)
     # The edit changes what the rebuilt targets compile to (the case tests something).
     assert all(now[t] != artifacts(first)[t] for t in the_case.rebuilt)

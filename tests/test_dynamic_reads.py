@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, build, case, copy_tree, fresh_checkout, matrix_baseline, reference, replace,
-    with_status,
+    artifacts, assert_matches_fresh, build, case, fresh_checkout, matrix_baseline, replace,
+    run_case, with_status,
 )
 from spurious_support import check as check_spurious
 
@@ -81,18 +81,9 @@ def test_baseline_builds_every_target(baseline):
 @pytest.mark.parametrize("the_case", STALE + PRECISE, ids=lambda c: c.id)
 def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     where, _ = baseline
-    project = _checkout(tmp_path)
-    copy_tree(where / "store", tmp_path / "store")
-    the_case.apply(project)
-    env = the_case.env
-    incremental = build(project, tmp_path / "store", env_extra=env)
-    fresh = reference(project, tmp_path / "fresh-store", env_extra=env)
-    assert incremental["summary"]["failed"] == 0 and fresh["summary"]["failed"] == 0, \
-        [r["error"] for r in incremental["targets"] + fresh["targets"] if r.get("error")]
-    now, clean = artifacts(incremental), artifacts(fresh)
-    stale = {t for t in with_status(incremental, "cached") if now[t] != clean[t]}
-    assert not stale, f"stale binaries served for {sorted(stale)}"
-    assert with_status(incremental, "built") == the_case.rebuilt
+    incremental, fresh = run_case(_checkout(tmp_path), where / "store", tmp_path, the_case,
+                                  the_case.env)
+    now, _ = assert_matches_fresh(incremental, fresh, the_case.rebuilt)
     check_spurious("dynamic", the_case.id, baseline[1], incremental)
     if the_case.rebuilt:  # the edit changes what the rebuilt targets compile to
         assert {t for t in the_case.rebuilt if now[t] != artifacts(baseline[1])[t]}

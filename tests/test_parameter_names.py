@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, assert_matches_fresh, build, case, copy_tree, fresh_checkout, matrix_baseline, reference, replace,
-    with_status,
+    artifacts, assert_matches_fresh, build, case, copy_tree, fresh_checkout, matrix_baseline,
+    replace, run_case, with_status,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -77,11 +77,7 @@ def test_baseline_builds_every_target_and_then_nothing(baseline, tmp_path):
 @pytest.mark.parametrize("the_case", CASES, ids=lambda c: c.id)
 def test_incremental_matches_fresh(baseline, tmp_path, the_case):
     where, first = baseline
-    project = _checkout(tmp_path)
-    copy_tree(where / "store", tmp_path / "store")
-    the_case.apply(project)
-    incremental = build(project, tmp_path / "store")
-    fresh = reference(project, tmp_path / "fresh-store")
+    incremental, fresh = run_case(_checkout(tmp_path), where / "store", tmp_path, the_case)
     _, clean = assert_matches_fresh(incremental, fresh, the_case.rebuilt)
     changed = {t for t, arts in artifacts(first).items() if arts != clean[t]}
     assert changed == the_case.rebuilt, "the case's edit is not the change it names"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from editmatrix_support import (
-    artifacts, assert_matches_fresh, build, case, copy_tree, edits, fresh_checkout, matrix_baseline, reference,
-    replace, with_status,
+    artifacts, assert_matches_fresh, build, case, copy_tree, edits, fresh_checkout,
+    matrix_baseline, reference, replace, run_case, with_status,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -150,10 +150,7 @@ def test_incremental_matches_fresh(baseline, work, tmp_path, the_case):
     where, first = baseline
     shutil.rmtree(work / "proj", ignore_errors=True)
     project = _checkout(work)
-    copy_tree(where / "store", tmp_path / "store")
-    the_case.apply(project)
-    incremental = build(project, tmp_path / "store", env_extra=_env(project))
-    fresh = reference(project, tmp_path / "fresh-store", env_extra=_env(project))
+    incremental, fresh = run_case(project, where / "store", tmp_path, the_case, _env(project))
     _, clean = assert_matches_fresh(incremental, fresh, the_case.rebuilt)
     changed = {t for t, arts in artifacts(first).items() if arts != clean[t]}
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"

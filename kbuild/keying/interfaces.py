@@ -117,3 +117,12 @@ class ObjectModel(Protocol):
         extern function) as a tuple of strings naming it, with what its typing depends on
         beyond its body (an eagerly compiled dispatcher's declared signatures); None for
         anything else. What an observed global holding it is keyed by (`observed`)."""
+
+
+def python_function(objects: ObjectModel, value):
+    """The Python function `value` is or compiles (a dispatcher's, through `objects`),
+    or None."""
+    if isinstance(value, pytypes.FunctionType):
+        return value
+    held = objects.function_of(value) if value is not None else None
+    return held.py_func if held is not None else None

@@ -21,7 +21,7 @@ from ..errors import KeyingError
 from .bytecode import code_canonical, code_fingerprint, nested_code, returned_functions, \
     returned_globals
 from .encode import Unencodable, digest_of, encode
-from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources
+from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources, python_function
 from .references import LibraryRef, RawNamespace, function_def, referenced_values, remembered
 from .tree import LabelKind, KeyNode, branch, label_kind, label_name, leaf, reached_as, \
     record_label
@@ -205,17 +205,10 @@ class Keyer:
                 py_func.__globals__ is not pytypes.ModuleType.__getattribute__(module, "__dict__"):
             return False  # made in a namespace of its own (`exec`): no name finds it again
         outer, local, inner = py_func.__qualname__.partition(".<locals>.")
-        found = self._plain_function(_named(py_func, outer))
+        found = python_function(self._objects, _named(py_func, outer))
         if local:  # a factory's product: its code, found in the factory's by its name
             return found is not None and nested_code(found.__code__, inner) is py_func.__code__
         return found is py_func
-
-    def _plain_function(self, value):
-        """The Python function `value` is or compiles (a dispatcher's), or None."""
-        if isinstance(value, pytypes.FunctionType):
-            return value
-        held = self._objects.function_of(value) if value is not None else None
-        return held.py_func if held is not None else None
 
     def attribute_nodes(self, py_func, where: str) -> list[KeyNode]:
         """What the program set on the function object (`helper.scale = 2.0`), by

@@ -24,6 +24,7 @@ from ...keying import made
 from ...keying.keyer import Keyer, property_form, qualified_name
 from ...keying.tree import LabelKind, leaf
 from ...keying.encode import Unencodable, digest, digest_of
+from ...keying.interfaces import python_function
 from ...keying.observed import FILLED_DIGEST, MISSING, UNKEYABLE, Kind, Observation, \
     value_digest
 from ...keying.values import cache_unwrapped, canonical
@@ -425,9 +426,8 @@ def _parameters_digest(module_name: str, path: str) -> str:
     the factory's holds (`outer.<locals>.inner`: every product's names are its)."""
     outer_name, local, inner = path.partition(".<locals>.")
     found = _resolve(module_name, outer_name)
-    held = ALL_OBJECTS.function_of(found) if found is not _ABSENT else None
-    func = held.py_func if held is not None else found
-    if not isinstance(func, pytypes.FunctionType):
+    func = python_function(ALL_OBJECTS, found) if found is not _ABSENT else None
+    if func is None:
         return MISSING
     code = nested_code(func.__code__, inner) if local else func.__code__
     return MISSING if code is None else digest_of(parameters_form(code))
