@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import cells
+from .keying import ctext
 from .keying.encode import digest
 from .errors import CHANGED_AFTER_IMPORT, KeyingError
 from .store.facts import KeptFacts
@@ -232,6 +233,9 @@ class ProjectSources:
         check_imported(path)
         return _by_stamp(_DIGESTS, _realpath(path), _read_digest)
 
+    def cuda_source_digest(self, path: str) -> str:
+        return _by_stamp(_CUDA_DIGESTS, _realpath(path), _read_cuda_digest)
+
 
 @lru_cache(maxsize=None)
 def _realpath(path: str) -> str:
@@ -246,6 +250,7 @@ def _realpath(path: str) -> str:
 _RACY_NS = 2 * 10**9
 _DIGESTS: dict[str, tuple] = {}  # real path -> (stamp, digest of the bytes)
 _TEXTS: dict[str, tuple] = {}  # real path -> (stamp, decoded source text)
+_CUDA_DIGESTS: dict[str, tuple] = {}  # real path -> (stamp, digest of the CUDA C source form)
 
 
 def _stamp(path: str) -> tuple:
@@ -270,6 +275,11 @@ def _by_stamp(table: dict, path: str, read):
 def _read_digest(path: str) -> str:
     with open(path, "rb") as fh:
         return digest(fh.read())
+
+
+def _read_cuda_digest(path: str) -> str:
+    with open(path, "rb") as fh:
+        return ctext.source_digest(fh.read())
 
 
 def _read_text(path: str) -> str:

@@ -49,6 +49,14 @@ CASES = [
          {"k_linked"}),
     case("header-unused", lambda root: (root / "sp/include/sp_unused.h").write_text("#x\n"),
          set()),
+    # A comment's words are no input of NVRTC's compile (`keying.ctext`): in a link file,
+    # in a header it opened.
+    case("link-file-comment-words",
+         replace("sp/native/gain.cu", "// Found through NVRTC's include path",
+                 "// Looked up on NVRTC's search path, it's"), set()),
+    case("header-comment-added-after-code",
+         replace("sp/include/sp_deep.h", "#define SP_DEEP 1.0f", "#define SP_DEEP 1.0f  // deep"),
+         set()),
     # Every option a function was registered with.
     case("register-jitable-fastmath",
          replace(_JIT, "@register_jitable\n", "@register_jitable(fastmath=True)\n"),
@@ -156,6 +164,22 @@ def test_incremental_matches_fresh(baseline, work, tmp_path, the_case):
     assert changed <= the_case.rebuilt, "a target's code changed that the case did not expect"
     if the_case.rebuilt:
         assert changed, "the case changes no compiled code: it proves nothing"
+
+
+def test_a_link_file_whose_comment_changed_is_journaled_by_the_bytes_it_holds(baseline, tmp_path):
+    """A link file is keyed by its CUDA C form, the journal by its bytes: after an edit of
+    a comment's words the journal sees the file changed, the build keys it again and
+    finds every target built, and the journal it writes (checked against that form)
+    answers the next run."""
+    where, _ = baseline
+    project = _checkout(tmp_path)
+    store, env = copy_tree(where / "store", tmp_path / "store"), _env(project)
+    build(project, store, env_extra=env)
+    assert build(project, store, env_extra=env)["mode"]["used"] == "direct"
+    replace("sp/native/gain.cu", "// Found through", "// Looked up through")(project)
+    after = build(project, store, env_extra=env)
+    assert after["mode"]["used"] == "full" and with_status(after, "cached") == TARGETS
+    assert build(project, store, env_extra=env)["mode"]["used"] == "direct"
 
 
 def test_a_failure_is_kept_only_while_what_typing_asked_of_a_type_is_unchanged(tmp_path):

@@ -389,7 +389,10 @@ class Direct:
         for o in chosen.observations:
             path = os.path.normpath(os.path.join(self.paths.root, o.name))
             if o.kind in (obs.Kind.FILE, obs.Kind.LINK, obs.Kind.HEADER):
-                files[path] = o.digest
+                used = _bytes_used(path, o) if obs.by_source_form(o.kind, o.name) else o.digest
+                if files.get(path) not in (None, used):
+                    raise Unjournalable(f"{path} changed after the run read it")
+                files[path] = used
             elif o.kind is obs.Kind.ENV:
                 recorder.read_env(o.name, os.environ.get(o.name))
             elif o.kind is obs.Kind.ENVIRON:  # every variable, those set later too
@@ -502,6 +505,22 @@ def entry_dirs(store: Store) -> dict:
         if len(name) == 2:
             found[f"{rel}/{name}"] = tree.identity(info)
     return found
+
+
+def _bytes_used(path: str, observed) -> str:
+    """The digest of the bytes of a file that `observed` keys by its CUDA C source form,
+    read now: they must have that form still (an edit of a comment's words since is
+    what the compile read; the journal holds the bytes it finds)."""
+    from ..keying import observed as obs
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        raise Unjournalable(f"{path} changed after the run read it") from None
+    if obs.file_digest(observed.kind, observed.name, data) != observed.digest:
+        raise Unjournalable(f"{path} changed after the run read it")
+    return digest(data)
 
 
 def _what(rel: str) -> str:

@@ -37,6 +37,9 @@ class Sources(Protocol):
     def file_digest(self, path: str) -> str:
         """The digest of a linked file's bytes."""
 
+    def cuda_source_digest(self, path: str) -> str:
+        """The digest of a CUDA C file by its source form (`ctext.source_digest`)."""
+
     def relative_path(self, path: str) -> tuple | None:
         """(root index, POSIX path below it) of a path under a project root, else None."""
 

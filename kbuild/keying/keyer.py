@@ -18,6 +18,7 @@ from pathlib import PurePath
 from . import made, normalize
 from ..environ import WatchedEnviron
 from ..errors import KeyingError
+from .ctext import compiled_as_cuda_c
 from .bytecode import code_canonical, code_fingerprint, nested_code, returned_functions, \
     returned_globals
 from .encode import Unencodable, digest_of, encode
@@ -324,8 +325,10 @@ class Keyer:
     def _link_item(self, item, where):
         linked = self._objects.linked_item(item)
         if isinstance(linked, str):
+            read = self._sources.cuda_source_digest if compiled_as_cuda_c(linked) else \
+                self._sources.file_digest
             try:
-                return ("file", linked.rsplit("/", 1)[-1], self._sources.file_digest(linked))
+                return ("file", linked.rsplit("/", 1)[-1], read(linked))
             except OSError as exc:
                 raise KeyingError(f"{where}: link file {linked} cannot be read "
                                   f"({exc.strerror}); restore it or fix the link= path") \

@@ -26,7 +26,8 @@ import json
 import types as pytypes
 from dataclasses import dataclass
 
-from .encode import Unencodable, digest_of
+from . import ctext
+from .encode import Unencodable, digest, digest_of
 from .interfaces import ObjectModel
 from .values import canonical, library_object_form, made_at_import
 
@@ -256,6 +257,20 @@ def changes(recorded: ObservationSet, current) -> list[str]:
                 "can no longer be keyed" if now.startswith(UNKEYABLE) else "changed"
             out.append(f"observed {o.kind.value} {display_name(o.kind, o.name)} {what}")
     return out
+
+
+def file_digest(kind: Kind, name: str, data: bytes) -> str:
+    """The digest of a file observed as `kind` (`FILE`, `LINK`, `HEADER`) holding `data`:
+    CUDA C that NVRTC compiles (a header it opened, a `.cu` link file) by its source form, whose comments have no words (`ctext`);
+    any other file by its bytes (Python reads a comment as it reads the rest)."""
+    if by_source_form(kind, name):
+        return ctext.source_digest(data)
+    return digest(data)
+
+
+def by_source_form(kind: Kind, name: str) -> bool:
+    """Whether a file observed as `kind` is keyed by its CUDA C source form."""
+    return kind is Kind.HEADER or (kind is Kind.LINK and ctext.compiled_as_cuda_c(name))
 
 
 def display_name(kind: Kind, name: str) -> str:

@@ -23,10 +23,10 @@ from ...keying.bytecode import code_fingerprint, nested_code, parameters_form, r
 from ...keying import made
 from ...keying.keyer import Keyer, property_form, qualified_name
 from ...keying.tree import LabelKind, leaf
-from ...keying.encode import Unencodable, digest, digest_of
+from ...keying.encode import Unencodable, digest_of
 from ...keying.interfaces import python_function
 from ...keying.observed import FILLED_DIGEST, MISSING, UNKEYABLE, Kind, Observation, \
-    value_digest
+    file_digest, value_digest
 from ...keying.values import cache_unwrapped, canonical
 from .. import oscalls, registrations
 from ..backends import ALL_OBJECTS
@@ -95,7 +95,7 @@ class Current:
             return MISSING if value is None else digest_of(("env", value))
         if kind in (Kind.FILE, Kind.LINK, Kind.HEADER):
             try:
-                return digest((self._root / name).read_bytes())
+                return file_digest(kind, name, (self._root / name).read_bytes())
             except OSError:
                 return MISSING
         if kind in (Kind.STAT, Kind.LISTING):
