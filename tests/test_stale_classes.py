@@ -200,3 +200,28 @@ def test_a_failure_is_kept_only_while_what_typing_asked_of_a_type_is_unchanged(t
     fresh = reference(project, tmp_path / "fresh", "k_span_cast", env_extra=_env(project))
     assert with_status(again, "built") == {"k_span_cast"}, [r["error"] for r in again["targets"]]
     assert artifacts(again) == artifacts(fresh)
+
+
+def test_a_failure_in_nvrtc_is_not_kept_since_the_headers_it_read_are_unknown(tmp_path):
+    """NVRTC lists the headers it opened only when it compiles: a failure keeps no
+    record of the header with the error. Kept, it was served again after that header was
+    fixed (and another one edited, so that no stored build matched either): `failed
+    earlier with this key`. Now such a failure is compiled again each build, and the
+    fixed target builds to a fresh build's bytes."""
+    project = _checkout(tmp_path)
+    env = _env(project)
+    build(project, tmp_path / "store", "k_declared", env_extra=env)
+    bias = project / "sp" / "include" / "sub" / "sp_bias.h"
+    good = bias.read_text()
+    bias.write_text(good.replace("0.5f", "0.5f +"))
+    for _ in range(2):  # compiled again, not answered from a record
+        refused = build(project, tmp_path / "store", "-k", "k_declared", env_extra=env,
+                        expect_rc=1)
+        error = next(r["error"] for r in refused["targets"] if r["status"] == "failed")
+        assert "NVRTC_ERROR_COMPILATION" in error and "failed earlier" not in error
+    bias.write_text(good)
+    replace("sp/include/sp_deep.h", "1.0f", "3.0f")(project)
+    again = build(project, tmp_path / "store", "k_declared", env_extra=env)
+    fresh = reference(project, tmp_path / "fresh", "k_declared", env_extra=env)
+    assert with_status(again, "built") == {"k_declared"}, [r["error"] for r in again["targets"]]
+    assert artifacts(again) == artifacts(fresh)

@@ -111,7 +111,10 @@ def _static_functions(the_plan: Plan, target: Target) -> list:
 
 def _observed_rows(the_plan: Plan, observer):
     """The (kind, name, digest) rows of what `observer` saw, or None when that cannot be
-    said (a failed compile is then not recorded)."""
+    said (a failed compile is then not recorded): the compile failed where it could not
+    be followed (`Observer.unsaid`), or the digests cannot be taken."""
+    if observer.unsaid:
+        return None
     try:
         return tuple(tuple(o.as_row()) for o in _digests(the_plan).observations(observer))
     except Exception:  # noqa: BLE001 - a failure not recorded only costs its next compile

@@ -321,7 +321,10 @@ def _nvrtc_headers(observer: Observer, module_name: str = NUMBA_CUDA_FRONT_END.n
 
             nvrtc.ProgramOptions = options
             try:
-                return original_compile(*args, **kwargs)
+                # NVRTC writes its trace only when it compiles: the headers a failure read
+                # (the one with the error among them) are unknown.
+                with observer.unsaid_within("compiled CUDA C whose headers NVRTC did not list"):
+                    return original_compile(*args, **kwargs)
             finally:
                 nvrtc.ProgramOptions = original_options
                 headers = traced_headers(scratch)

@@ -62,6 +62,9 @@ class Observer:
         # made, a file renamed into place), as real paths: read back, its own output.
         self._made: set = set()
         self._thread = threading.get_ident()  # the thread that compiles
+        # Why what this compile read cannot all be said (`unsaid_within`): its failure is
+        # then not recorded, and the next build compiles it again.
+        self.unsaid: str | None = None
 
     def first_seen(self, kind: Kind, name: str) -> None:
         """Told each name the first time this compile records it."""
@@ -77,6 +80,17 @@ class Observer:
         it started while it compiles (`oscalls.observes`). What the program's other threads
         read meanwhile (a server's, a scheduler's heartbeat) is no input of the compile."""
         return threading.get_ident() == self._thread or oscalls.observes(self)
+
+    @contextlib.contextmanager
+    def unsaid_within(self, why: str):
+        """A block after which this compile can say what it read, only if it ends well
+        (NVRTC lists the headers it opened when it compiles, not when it fails). If it
+        raises, `unsaid` stays `why`; a compile stopped at its time limit within it has
+        told the parent so (a note of an unseen read, which no failure record keeps)."""
+        self.first_seen(Kind.UNSEEN, why)
+        self.unsaid = why
+        yield
+        self.unsaid = None
 
     def add(self, kind: Kind, name: str) -> None:
         if not self.here():
