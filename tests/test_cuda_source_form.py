@@ -36,6 +36,7 @@ SAME = [
     ("line-comment-added", _edit("int y = x * 3;", "int y = x * 3;  // thrice")),
     ("first-line-comment-words", _edit("// gain.cu: scales by a gain", "// another /* word */")),
     ("block-comment-words-same-length", _edit("/* scale */", "/* twice */")),
+    ("blank-lines-at-the-end", BASE + "\n  \n// last words\n"),
     ("block-comment-first-line-words", _edit("the first line's words", "other words, any length")),
 ]
 # Edits that move a token or change one: keyed anew.
@@ -48,6 +49,7 @@ DIFFERENT = [
     ("number-with-digit-separator", _edit("1'000", "1'001")),
     ("code-after-a-spliced-line-comment", _edit("// the sum", "// the sum \\\n  + 1;")),
     ("include-header-name-with-comment-marks", "#include <a//b.h>\n" + BASE),
+    ("blank-line-that-a-final-backslash-splices", BASE.rstrip("\n") + " \\\n\n"),
 ]
 GIVE_UP = [
     ("raw-string", 'auto s = R"(/* not a comment */)";\n'),
@@ -58,6 +60,7 @@ GIVE_UP = [
     ("unterminated-block-comment", "int a; /* x\n"),
     ("unterminated-string", 'const char* s = "ab\nint b;\n'),
     ("quote-after-a-word", "int a = x'y';\n"),
+    ("quote-after-a-word-a-splice-runs-through", "int a = x\\\n0'//';\n"),
     ("comment-between-hash-and-include", "# /* c */ include <a//b.h>\n"),
 ]
 

@@ -4,11 +4,12 @@ NVRTC replaces each comment with a space before it reads a token, so a comment's
 never reach the binary. Its place does: a kernel built with `lineinfo` or `debug` (and
 `__LINE__`, which `assert` expands to) names the line and column of every token after
 it. `source_form` keeps every byte outside comments as it is, a block comment as the
-lines it spans and the shape of its last, and a line comment as nothing but the lines
-it spans (nothing follows it on its line), so an edit of a comment's words, or a line
-comment added or removed, keys the same, and any edit that moves a token keys anew (ccache's
-preprocessor mode goes further: it keys the preprocessed text, which this cannot make
-without the compiler's include path and macros).
+lines it spans and the shape of its last, a line comment as nothing but the lines it
+spans (nothing follows it on its line), and no blank lines at the end, so an edit of a
+comment's words, a line comment added or removed, or blank lines at the end keys the
+same, and any edit that moves a token keys anew (ccache's preprocessor mode goes
+further: it keys the preprocessed text, which this cannot make without the compiler's
+include path and macros).
 
 The lexer follows C++'s translation phases as far as comments need (a backslash at a
 line's end splices it to the next, strings and character literals hold `//` and `/*`,
@@ -55,9 +56,12 @@ def source_form(data: bytes) -> bytes | None:
     if b"??/" in data or _RAW.search(data) or data.count(b"\r") != data.count(b"\r\n"):
         return None  # a trigraph backslash, a raw string, a lone carriage return: bytes
     try:
-        return bytes(_Lexer(data).run())
+        form = bytes(_Lexer(data).run())
     except _GiveUp:
         return None
+    # Blank lines at the end move no token; a backslash before them splices one of them.
+    end = form.rstrip(b" \t\r\n\f\v")
+    return form if end.endswith(b"\\") else end
 
 
 class _Lexer:
@@ -184,7 +188,9 @@ class _Lexer:
         j = len(out)
         while j > 0 and (out[j - 1] in _IDENT or out[j - 1] == 0x2E):
             j -= 1
-        if out[:j].endswith((b"\\\n", b"\\\r\n")):
+        before = out[:j].removesuffix(b"\n").removesuffix(b"\r")
+        if before.endswith(b"\\") and len(before) > 1 and \
+                (before[-2] in _IDENT or before[-2] == 0x2E):
             raise _GiveUp  # a word that a splice runs through: not placed here
         word = bytes(out[j:])
         if not word or word in _CHAR_PREFIXES:
