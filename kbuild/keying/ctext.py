@@ -25,6 +25,7 @@ import re
 
 from .encode import digest, digest_of
 
+_BACKSLASH, _SLASH, _STAR, _QUOTE, _APOSTROPHE, _HASH, _NEWLINE, _DOT = b"\\/*\"'#\n."
 _IDENT = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _CHAR_PREFIXES = (b"u8", b"u", b"U", b"L")
 _INCLUDES = (b"include", b"include_next", b"import")
@@ -32,7 +33,7 @@ _RAW = re.compile(rb'R(\\\r?\n)*"')  # a raw string's start, spliced or not
 _SPECIAL = re.compile(rb"[\\/\"'#%]")
 # A block comment's last line, by what may count in a column: its tabs and bytes past
 # ASCII as they are, every other byte a space.
-_SHAPE = bytes(b if b == 0x09 or b >= 0x80 else 0x20 for b in range(256))
+_SHAPE = bytes(b if b == ord("\t") or b >= 0x80 else ord(" ") for b in range(256))
 
 
 class _GiveUp(Exception):
@@ -77,17 +78,17 @@ class _Lexer:
                 return self.out
             self._copy(found.start() - self.i)
             c = data[self.i]
-            if c == 0x5C:  # backslash
+            if c == _BACKSLASH:
                 self._copy(self._splice_at(self.i) or 1)
-            elif c == 0x2F and self._next_is(self.i + 1, 0x2F):
+            elif c == _SLASH and self._next_is(self.i + 1, _SLASH):
                 self._line_comment()
-            elif c == 0x2F and self._next_is(self.i + 1, 0x2A):
+            elif c == _SLASH and self._next_is(self.i + 1, _STAR):
                 self._block_comment()
-            elif c == 0x22:  # "
-                self._quoted(0x22)
-            elif c == 0x27 and not self._digit_separator():  # '
-                self._quoted(0x27)
-            elif (c == 0x23 or data[self.i:self.i + 2] == b"%:") and self._is_include():
+            elif c == _QUOTE:
+                self._quoted(_QUOTE)
+            elif c == _APOSTROPHE and not self._digit_separator():
+                self._quoted(_APOSTROPHE)
+            elif (c == _HASH or data[self.i:self.i + 2] == b"%:") and self._is_include():
                 self._rest_of_line()  # #include <a//b.h>: a header's name, not a comment
             else:
                 self._copy(1)
@@ -154,7 +155,7 @@ class _Lexer:
         while True:
             if self.i >= n:
                 raise _GiveUp  # unterminated
-            if data[self.i] == 0x2A and self._next_is(self.i + 1, 0x2F):
+            if data[self.i] == _STAR and self._next_is(self.i + 1, _SLASH):
                 end = self._skip_splices(self.i + 1) + 1
                 break
             self.i += 1
@@ -171,7 +172,7 @@ class _Lexer:
             if self.i >= n:
                 raise _GiveUp
             c = data[self.i]
-            if c == 0x5C:
+            if c == _BACKSLASH:
                 self._copy(self._splice_at(self.i) or 2)  # a splice, or an escape
             elif c == quote:
                 self._copy(1)
@@ -186,11 +187,11 @@ class _Lexer:
         literal (`'a'`, `u8'a'`); gives up on a `'` after any other word."""
         out = self.out
         j = len(out)
-        while j > 0 and (out[j - 1] in _IDENT or out[j - 1] == 0x2E):
+        while j > 0 and (out[j - 1] in _IDENT or out[j - 1] == _DOT):
             j -= 1
         before = out[:j].removesuffix(b"\n").removesuffix(b"\r")
         if before.endswith(b"\\") and len(before) > 1 and \
-                (before[-2] in _IDENT or before[-2] == 0x2E):
+                (before[-2] in _IDENT or before[-2] == _DOT):
             raise _GiveUp  # a word that a splice runs through: not placed here
         word = bytes(out[j:])
         if not word or word in _CHAR_PREFIXES:
@@ -202,7 +203,7 @@ class _Lexer:
     def _is_include(self) -> bool:
         """Whether the `#` (`%:`) here starts an `#include` line."""
         data = self.data
-        j = self.i + (1 if data[self.i] == 0x23 else 2)
+        j = self.i + (1 if data[self.i] == _HASH else 2)
         while j < len(data) and data[j] in b" \t":
             j += 1
         if data[j:j + 2] == b"/*" or data[j:j + 1] == b"\\":
@@ -215,5 +216,5 @@ class _Lexer:
     def _rest_of_line(self) -> None:
         """Copy to the newline no splice continues, comments and all."""
         data, n = self.data, len(self.data)
-        while self.i < n and data[self.i] != 0x0A:
+        while self.i < n and data[self.i] != _NEWLINE:
             self._copy(self._splice_at(self.i) or 1)
