@@ -18,9 +18,9 @@ from pathlib import PurePath
 from . import made, normalize
 from ..environ import WatchedEnviron
 from ..errors import KeyingError
-from .ctext import compiled_as_cuda_c
 from .bytecode import code_canonical, code_fingerprint, nested_code, returned_functions, \
     returned_globals
+from .ctext import compiled_as_cuda_c
 from .encode import Unencodable, digest_of, encode
 from .interfaces import Function, LinkedCode, ObjectModel, Role, Sources, python_function
 from .references import LibraryRef, RawNamespace, function_def, referenced_values, remembered

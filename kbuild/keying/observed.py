@@ -261,8 +261,9 @@ def changes(recorded: ObservationSet, current) -> list[str]:
 
 def file_digest(kind: Kind, name: str, data: bytes) -> str:
     """The digest of a file observed as `kind` (`FILE`, `LINK`, `HEADER`) holding `data`:
-    CUDA C that NVRTC compiles (a header it opened, a `.cu` link file) by its source form, whose comments have no words (`ctext`);
-    any other file by its bytes (Python reads a comment as it reads the rest)."""
+    CUDA C that NVRTC compiles (a header it opened, a `.cu` link file) by its source
+    form, whose comments have no words (`ctext`); any other file by its bytes (Python
+    reads a comment as it reads the rest)."""
     if by_source_form(kind, name):
         return ctext.source_digest(data)
     return digest(data)
